@@ -1,0 +1,170 @@
+package bucket
+
+import (
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// Config is a keyed token bucket: each key gets a bucket of Burst tokens that
+// refills at Rate. A request of cost n takes n tokens.
+type Config struct {
+	// Rate is the refill rate. Rate.Per / Rate.N is rounded up to a whole
+	// microsecond (the keyed algorithms compute in integer microseconds so that
+	// the Redis twin is exact): the effective rate is never above the one
+	// written. Per-key rates above 1,000,000/s are refused; use the keyless
+	// [Limiter] for those.
+	Rate floodgate.Rate
+	// Burst is the bucket's capacity: how many units pass at once from full.
+	// Burst >= 1; it is also the largest cost one request may have.
+	Burst int64
+}
+
+// maxSpanMicros bounds burst x interval so that every sum in the step stays
+// below 2^53 (exact in Lua's doubles) even with a clock jumped decades ahead.
+const maxSpanMicros = int64(1) << 50
+
+// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// configuration cannot work.
+func (c Config) Validate() error {
+	if err := c.Rate.Validate(); err != nil {
+		return err
+	}
+	if c.Burst < 1 {
+		return fmt.Errorf("%w: token bucket burst must be >= 1, got %d", floodgate.ErrInvalidConfig, c.Burst)
+	}
+	t := c.interval()
+	if t < 1 || t > maxSpanMicros {
+		return fmt.Errorf("%w: token bucket rate %v gives an interval of %dus, want 1us..%dus", floodgate.ErrInvalidConfig, c.Rate, t, maxSpanMicros)
+	}
+	if c.Burst > maxSpanMicros/t {
+		return fmt.Errorf("%w: token bucket burst %d x interval %dus overflows", floodgate.ErrInvalidConfig, c.Burst, t)
+	}
+	return nil
+}
+
+// interval is the emission interval in microseconds, rounded up.
+func (c Config) interval() int64 {
+	per := int64(c.Rate.Per / time.Microsecond)
+	if c.Rate.N <= 0 || per <= 0 {
+		return 0
+	}
+	return (per + c.Rate.N - 1) / c.Rate.N
+}
+
+// Algorithm returns the token bucket as a [store.Algorithm], for stores and
+// for composition. It returns an error when the configuration is invalid.
+func (c Config) Algorithm() (store.Algorithm, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	t := c.interval()
+	g := gcra{t: t, tau: t * c.Burst, burst: c.Burst}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "token-bucket/%d/%d", t, c.Burst)
+	g.spec = store.Spec{
+		Name:      "token-bucket",
+		Namespace: h.Sum64(),
+		Words:     1,
+		Lua:       store.Lua{Source: gcraLua, Params: []int64{t, c.Burst}},
+	}
+	return g, nil
+}
+
+// NewKeyed returns a keyed token bucket limiter on s.
+func NewKeyed(s store.Store, c Config) (*store.Limiter, error) {
+	alg, err := c.Algorithm()
+	if err != nil {
+		return nil, err
+	}
+	return store.NewLimiter(s, alg, c.Burst)
+}
+
+// gcra is the token bucket written as GCRA (the generic cell rate algorithm):
+// the state is one word, the theoretical arrival time (TAT): the time at which
+// the bucket is full again. Taking n tokens pushes the TAT n intervals later;
+// a request is admitted when the pushed TAT is at most tau (= burst intervals)
+// ahead of now.
+type gcra struct {
+	t, tau, burst int64
+	spec          store.Spec
+}
+
+func (g gcra) Spec() store.Spec { return g.spec }
+
+// Step is the pure step; see the package documentation for the rules.
+func (g gcra) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+	tat := s.W[0]
+	if tat < now {
+		tat = now
+	}
+	// A TAT more than tau ahead of now can only come from a clock that went
+	// backwards: re-base it to "empty at now". This credits nothing.
+	if tat-now > g.tau {
+		tat = now + g.tau
+	}
+	s.W[0] = tat
+	if n < 0 {
+		tat += n * g.t // n < 0: refund
+		if tat < now {
+			tat = now
+		}
+		s.W[0] = tat
+		return s, g.decide(tat, now, true)
+	}
+	newTat := tat + n*g.t
+	if allowAt := newTat - g.tau; allowAt > now {
+		d := g.decide(tat, now, false)
+		d.RetryAfter = store.Dur(allowAt - now)
+		return s, d
+	}
+	s.W[0] = newTat
+	return s, g.decide(newTat, now, true)
+}
+
+func (g gcra) decide(tat, now int64, allowed bool) floodgate.Decision {
+	rem := (g.tau - (tat - now)) / g.t
+	rem = max(0, min(rem, g.burst))
+	return floodgate.Decision{
+		Allowed:    allowed,
+		Limit:      g.burst,
+		Remaining:  rem,
+		ResetAfter: store.Dur(tat - now),
+	}
+}
+
+// gcraLua is the Lua twin of gcra.Step. p = {interval, burst}.
+const gcraLua = `
+return function(s, now, n, p)
+  local t, burst = p[1], p[2]
+  local tau = t * burst
+  local tat = s[1] or 0
+  if tat < now then tat = now end
+  if tat - now > tau then tat = now + tau end
+  s[1] = tat
+  local function decide(x, allowed)
+    local rem = math.floor((tau - (x - now)) / t)
+    if rem < 0 then rem = 0 end
+    if rem > burst then rem = burst end
+    return {allowed, burst, rem, 0, x - now, 0}
+  end
+  if n < 0 then
+    tat = tat + n * t
+    if tat < now then tat = now end
+    s[1] = tat
+    return s, decide(tat, 1)
+  end
+  local newTat = tat + n * t
+  local allowAt = newTat - tau
+  if allowAt > now then
+    local d = decide(tat, 0)
+    d[4] = allowAt - now
+    return s, d
+  end
+  s[1] = newTat
+  return s, decide(newTat, 1)
+end
+`

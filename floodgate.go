@@ -1,0 +1,139 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Decision is the verdict of a limiter on one request. It carries everything a
+// caller needs to act on the verdict and to write honest response headers without
+// recomputing anything.
+//
+// A denial is a Decision with Allowed false, never an error: an error from a
+// [Limiter] means that the limiter could not decide.
+type Decision struct {
+	// Allowed reports whether the request was admitted (and charged).
+	Allowed bool
+
+	// Limit is the capacity of the policy that decided, in units of cost: the
+	// burst of a token bucket, the number of requests of a window.
+	Limit int64
+
+	// Remaining is how many units could still be taken right now, after this
+	// decision. It is always between 0 and Limit.
+	Remaining int64
+
+	// RetryAfter is how long to wait before the same request could be admitted.
+	// It is zero exactly when Allowed is true.
+	RetryAfter time.Duration
+
+	// ResetAfter is how long until the policy is back to its full capacity if no
+	// other request arrives (Remaining == Limit). Zero means already full.
+	ResetAfter time.Duration
+
+	// Delay is set by shaping policies (the leaky bucket in delay mode): the
+	// request is admitted but should be served only after Delay. It is zero for
+	// every other policy and for every denial.
+	Delay time.Duration
+}
+
+// Limiter is a keyed rate limiter: the common interface of every algorithm in
+// floodgate running on any store.
+//
+// Implementations are safe for concurrent use.
+type Limiter interface {
+	// Take checks whether n units of cost are available for key and, when they
+	// are, consumes them. A denial consumes nothing.
+	//
+	// The error is non-nil only when the limiter could not decide (store
+	// unavailable, context done, invalid n): the caller's fail mode decides what
+	// happens to such a request. With a non-nil error the Decision is the zero
+	// value.
+	Take(ctx context.Context, key string, n int) (Decision, error)
+}
+
+// Refunder is implemented by limiters that can give back units taken earlier,
+// which [All] needs to keep its all-or-nothing promise across limiters.
+type Refunder interface {
+	// Refund returns n units to key, as if a Take of n had not happened. It never
+	// credits more than the policy's capacity.
+	Refund(ctx context.Context, key string, n int) error
+}
+
+// LimiterFunc adapts a function to the [Limiter] interface.
+type LimiterFunc func(ctx context.Context, key string, n int) (Decision, error)
+
+// Take calls f(ctx, key, n).
+func (f LimiterFunc) Take(ctx context.Context, key string, n int) (Decision, error) {
+	return f(ctx, key, n)
+}
+
+// Sentinel errors. Errors returned by floodgate wrap one of these (test with
+// errors.Is) and add the detail.
+var (
+	// ErrInvalidConfig is wrapped by every construction-time validation error:
+	// a rate that is zero, negative or NaN, a negative burst, an unknown option.
+	ErrInvalidConfig = errors.New("floodgate: invalid configuration")
+
+	// ErrInvalidCost is returned when a request's cost n is not positive or is
+	// larger than the policy could ever admit at once (n > burst).
+	ErrInvalidCost = errors.New("floodgate: invalid cost")
+
+	// ErrInvalidKey is returned for a key a store refuses.
+	ErrInvalidKey = errors.New("floodgate: invalid key")
+
+	// ErrStoreUnavailable is wrapped when the state store could not answer.
+	ErrStoreUnavailable = errors.New("floodgate: store unavailable")
+
+	// ErrClosed is returned by a limiter or store used after Close.
+	ErrClosed = errors.New("floodgate: closed")
+
+	// ErrWouldExceedDeadline is returned by [Wait] when admission would come
+	// after the context's deadline. It wraps [context.DeadlineExceeded].
+	ErrWouldExceedDeadline = &deadlineError{}
+)
+
+type deadlineError struct{}
+
+func (*deadlineError) Error() string {
+	return "floodgate: wait would exceed the context deadline"
+}
+
+func (*deadlineError) Unwrap() error { return context.DeadlineExceeded }
+
+// Clock tells the time. Limiters and stores accept a Clock so that tests can
+// drive time explicitly; the default is the system clock.
+//
+// A Clock must be safe for concurrent use. It may go backwards (wall clocks
+// do): every algorithm in floodgate treats a time earlier than the last one it
+// saw as equal to it.
+type Clock interface {
+	Now() time.Time
+}
+
+// ClockFunc adapts a function to the [Clock] interface.
+type ClockFunc func() time.Time
+
+// Now returns f().
+func (f ClockFunc) Now() time.Time { return f() }
+
+// SystemClock is the default [Clock]. Its readings come from Go's monotonic
+// clock (offset to wall time once, at program start), so they never go
+// backwards even when the wall clock is stepped, and they cost about half of a
+// plain [time.Now].
+var SystemClock Clock = systemClock{}
+
+type systemClock struct{}
+
+var (
+	bootWall = time.Now()
+	bootNano = bootWall.UnixNano()
+)
+
+func (systemClock) Now() time.Time { return time.Unix(0, Nanotime()) }
+
+// Nanotime returns the [SystemClock] reading as Unix nanoseconds. It is the
+// cheapest way to read floodgate's clock: monotonic, never backwards, no
+// allocation.
+func Nanotime() int64 { return bootNano + int64(time.Since(bootWall)) }

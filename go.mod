@@ -1,0 +1,16 @@
+module github.com/floodgate-go/floodgate
+
+go 1.26
+
+require (
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/redis/rueidis v1.0.79 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/grpc v1.85.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)

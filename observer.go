@@ -1,0 +1,86 @@
+package floodgate
+
+import "time"
+
+// Outcome is what happened to one request, as reported to an [Observer].
+type Outcome uint8
+
+// The outcomes. Their String forms are stable and meant as metric labels.
+const (
+	// OutcomeAllowed: the limiter admitted the request.
+	OutcomeAllowed Outcome = iota + 1
+	// OutcomeDenied: the limiter denied the request (429).
+	OutcomeDenied
+	// OutcomeWouldDeny: dry-run mode; the limiter would have denied, the
+	// request was let through.
+	OutcomeWouldDeny
+	// OutcomeErrorOpen: the limiter could not decide and the fail-open policy
+	// let the request through.
+	OutcomeErrorOpen
+	// OutcomeErrorClosed: the limiter could not decide and the fail-closed
+	// policy denied the request.
+	OutcomeErrorClosed
+	// OutcomeFallback: the shared store could not decide and a local fallback
+	// limiter decided instead (see Event.Decision for its verdict).
+	OutcomeFallback
+	// OutcomeShed: a concurrency limiter shed the request for overload (503).
+	OutcomeShed
+	// OutcomeDelayed: a shaping limiter admitted the request after a delay.
+	OutcomeDelayed
+)
+
+var outcomeNames = [...]string{
+	OutcomeAllowed:     "allowed",
+	OutcomeDenied:      "denied",
+	OutcomeWouldDeny:   "would_deny",
+	OutcomeErrorOpen:   "error_open",
+	OutcomeErrorClosed: "error_closed",
+	OutcomeFallback:    "fallback",
+	OutcomeShed:        "shed",
+	OutcomeDelayed:     "delayed",
+}
+
+// String returns the outcome's stable lower-case label, or "unknown".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Event describes one decision for an [Observer].
+type Event struct {
+	// Limiter names the limiter (set by the user; e.g. "api-per-ip").
+	Limiter string
+	// Tier is an optional tier label (e.g. "edge", "global").
+	Tier string
+	// Route is an optional route class (e.g. "/search"), never a raw URL.
+	Route string
+	// Outcome is what happened.
+	Outcome Outcome
+	// Decision is the limiter's verdict, when it gave one.
+	Decision Decision
+	// Err is the error that made the limiter fail, for the error and fallback
+	// outcomes.
+	Err error
+	// Latency is how long the decision took.
+	Latency time.Duration
+}
+
+// Observer receives every decision. Observe is called synchronously on the
+// request path, from many goroutines at once: it must be safe for concurrent
+// use, fast, and must not block. It must not retain the Event's Err beyond
+// the call unless it copies what it needs.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to the [Observer] interface.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// NopObserver discards every event. It is the default wherever an Observer is
+// optional.
+var NopObserver Observer = ObserverFunc(func(Event) {})
