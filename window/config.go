@@ -1,0 +1,212 @@
+package window
+
+import (
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// Bounds checked by [Config.Validate]. They keep every intermediate value of
+// the steps an integer below 2^53, so that the Lua twins (Lua numbers are
+// doubles) compute exactly what the Go steps compute, even with a clock
+// jumped decades ahead.
+const (
+	// MaxWindow is the longest window: 2^50 microseconds, about 35 years.
+	MaxWindow = time.Duration(1<<50) * time.Microsecond
+
+	// MaxLimit is the largest limit of the fixed window.
+	MaxLimit = int64(1) << 50
+
+	// MaxLogLimit is the largest limit of the sliding log. The log keeps one
+	// timestamp (8 bytes) per admitted unit still in the window, so this caps
+	// the log at 80 KB per key. Use the sliding-window counter (a fixed 32
+	// bytes per key) for larger limits.
+	MaxLogLimit = int64(10_000)
+
+	// MaxCounterProduct bounds Limit x Window (in microseconds) for the
+	// sliding-window counter, whose estimate multiplies counts by
+	// microseconds: 2^52, e.g. 1,250,000 per hour or 52,000,000 per day.
+	MaxCounterProduct = int64(1) << 52
+)
+
+// Config is a window policy: at most Limit units of cost per Window, per key.
+// The same Config runs as any of the three window algorithms:
+// [NewFixed], [NewSlidingLog] and [NewSlidingCounter] (see the package
+// documentation for which one to pick).
+//
+// The zero Config is invalid: Limit and Window are required.
+type Config struct {
+	// Limit is how many units of cost a key may take per window. Limit >= 1;
+	// it is also the largest cost one request may have. See [MaxLimit],
+	// [MaxLogLimit] and [MaxCounterProduct] for the upper bounds.
+	Limit int64
+
+	// Window is the length of the window: a whole number of microseconds
+	// between 1µs and [MaxWindow]. Fixed and sliding-counter windows are
+	// aligned to the Unix epoch (a 1-minute window starts on the minute), so
+	// that nodes and stores agree on them.
+	Window time.Duration
+}
+
+// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// configuration cannot work for any of the three algorithms. The algorithm
+// constructors check the algorithm-specific bounds ([MaxLogLimit],
+// [MaxCounterProduct]) as well.
+func (c Config) Validate() error {
+	if c.Limit < 1 {
+		return fmt.Errorf("%w: window limit must be >= 1, got %d", floodgate.ErrInvalidConfig, c.Limit)
+	}
+	if c.Limit > MaxLimit {
+		return fmt.Errorf("%w: window limit %d above the maximum %d", floodgate.ErrInvalidConfig, c.Limit, MaxLimit)
+	}
+	if c.Window <= 0 {
+		return fmt.Errorf("%w: window must be > 0, got %v", floodgate.ErrInvalidConfig, c.Window)
+	}
+	if c.Window%time.Microsecond != 0 {
+		return fmt.Errorf("%w: window %v is not a whole number of microseconds", floodgate.ErrInvalidConfig, c.Window)
+	}
+	if c.Window > MaxWindow {
+		return fmt.Errorf("%w: window %v above the maximum %v", floodgate.ErrInvalidConfig, c.Window, MaxWindow)
+	}
+	return nil
+}
+
+func (c Config) validateLog() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Limit > MaxLogLimit {
+		return fmt.Errorf("%w: sliding log limit %d above the maximum %d (the log keeps one timestamp per unit; use the sliding-window counter)", floodgate.ErrInvalidConfig, c.Limit, MaxLogLimit)
+	}
+	return nil
+}
+
+func (c Config) validateCounter() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if w := c.micros(); c.Limit > MaxCounterProduct/w {
+		return fmt.Errorf("%w: sliding-window counter limit %d x window %dus overflows (max %d)", floodgate.ErrInvalidConfig, c.Limit, w, MaxCounterProduct)
+	}
+	return nil
+}
+
+// micros is the window in microseconds.
+func (c Config) micros() int64 { return int64(c.Window / time.Microsecond) }
+
+// FixedAlgorithm returns the fixed window as a [store.Algorithm], for stores
+// and for composition. It returns an error when the configuration is invalid.
+func (c Config) FixedAlgorithm() (store.Algorithm, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	f := fixed{limit: c.Limit, w: c.micros()}
+	f.spec = spec("fixed-window", 2, 0, fixedLua, f.limit, f.w)
+	return f, nil
+}
+
+// SlidingLogAlgorithm returns the sliding log as a [store.Algorithm]. It
+// returns an error when the configuration is invalid or Limit is above
+// [MaxLogLimit].
+func (c Config) SlidingLogAlgorithm() (store.Algorithm, error) {
+	if err := c.validateLog(); err != nil {
+		return nil, err
+	}
+	l := slidingLog{limit: c.Limit, w: c.micros()}
+	l.spec = spec("sliding-log", 1, int(c.Limit), logLua, l.limit, l.w)
+	return l, nil
+}
+
+// SlidingCounterAlgorithm returns the sliding-window counter as a
+// [store.Algorithm]. It returns an error when the configuration is invalid or
+// Limit x Window is above [MaxCounterProduct].
+func (c Config) SlidingCounterAlgorithm() (store.Algorithm, error) {
+	if err := c.validateCounter(); err != nil {
+		return nil, err
+	}
+	k := counter{limit: c.Limit, w: c.micros()}
+	k.spec = spec("sliding-counter", 4, 0, counterLua, k.limit, k.w)
+	return k, nil
+}
+
+// NewFixed returns a keyed fixed-window limiter on s.
+func NewFixed(s store.Store, c Config) (*store.Limiter, error) {
+	return newLimiter(s, c, Config.FixedAlgorithm)
+}
+
+// NewSlidingLog returns a keyed sliding-log limiter on s. The store must keep
+// variable-size state ([store.State.Log]).
+func NewSlidingLog(s store.Store, c Config) (*store.Limiter, error) {
+	return newLimiter(s, c, Config.SlidingLogAlgorithm)
+}
+
+// NewSlidingCounter returns a keyed sliding-window counter limiter on s.
+func NewSlidingCounter(s store.Store, c Config) (*store.Limiter, error) {
+	return newLimiter(s, c, Config.SlidingCounterAlgorithm)
+}
+
+func newLimiter(s store.Store, c Config, alg func(Config) (store.Algorithm, error)) (*store.Limiter, error) {
+	a, err := alg(c)
+	if err != nil {
+		return nil, err
+	}
+	return store.NewLimiter(s, a, c.Limit)
+}
+
+// spec builds an algorithm's Spec; the namespace hashes the name and the
+// parameters, so that two policies sharing a store never share state.
+func spec(name string, words, maxLog int, lua string, limit, w int64) store.Spec {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d/%d", name, limit, w)
+	return store.Spec{
+		Name:      name,
+		Namespace: h.Sum64(),
+		Words:     words,
+		MaxLog:    maxLog,
+		Lua:       store.Lua{Source: lua, Params: []int64{limit, w}},
+	}
+}
+
+// floorDiv is a/b rounded towards minus infinity, for b > 0 (Go's / truncates
+// towards zero; the Lua twins use the same floor).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// Times outside [minNow, maxNow] are clamped into it, so that no step can
+// overflow whatever the clock says (real clocks are far inside: 2^60µs is
+// 36,000 years).
+const (
+	maxNow = int64(1) << 60
+	minNow = -maxNow
+)
+
+func clampNow(now int64) int64 { return max(minNow, min(now, maxNow)) }
+
+// windowStart is the start of the epoch-aligned window of length w holding
+// now.
+func windowStart(now, w int64) int64 { return floorDiv(now, w) * w }
+
+// luaPrelude defines fdiv, floor division exact for integers below 2^53
+// (math.floor(a/b) alone can round up when a/b is within an ulp of an
+// integer), shared by the three Lua twins.
+const luaPrelude = `
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then q = q - 1 elseif r >= b then q = q + 1 end
+  return q
+end
+local function clampnow(now)
+  if now > 1152921504606846976 then return 1152921504606846976 end
+  if now < -1152921504606846976 then return -1152921504606846976 end
+  return now
+end
+`

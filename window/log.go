@@ -1,0 +1,129 @@
+package window
+
+import (
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// slidingLog is the exact sliding window: the log of the admission times
+// still inside the window, one entry per unit of cost (a request of cost n at
+// time t records t n times), oldest first. An entry recorded at t counts
+// during [t, t+w). A request of cost n is admitted when the log plus n fits
+// in the limit, so the log never holds more than limit entries.
+//
+// State: W[0] is the time the key is full again (the newest entry plus w),
+// Log the entries. A key with an empty log is the zero State.
+//
+// Step treats s.Log as read-only: it re-slices it to drop entries and copies
+// it to add some, so that a store may run Step on a snapshot and throw the
+// result away.
+type slidingLog struct {
+	limit, w int64
+	spec     store.Spec
+}
+
+func (l slidingLog) Spec() store.Spec { return l.spec }
+
+// Step is the pure step; see the package documentation for the rules.
+func (l slidingLog) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+	now = clampNow(now)
+	n = max(n, -l.limit) // a larger refund empties the log all the same
+	log := s.Log
+	i := 0
+	for i < len(log) && log[i] <= now-l.w {
+		i++ // expired
+	}
+	log = log[i:]
+	if len(log) > int(l.limit) {
+		log = log[len(log)-int(l.limit):] // not a state Step writes
+	}
+	if m := len(log); m > 0 && log[m-1] > now {
+		// The clock went backwards: entries from the future are moved to
+		// now, which credits nothing (the count is the same).
+		log = append([]int64(nil), log...)
+		for j := m - 1; j >= 0 && log[j] > now; j-- {
+			log[j] = now
+		}
+	}
+	d := floodgate.Decision{Limit: l.limit}
+	count := int64(len(log))
+	switch {
+	case n < 0:
+		log = log[:count-min(-n, count)]
+		d.Allowed = true
+	case n <= l.limit-count:
+		if n > 0 {
+			grown := make([]int64, count+n)
+			copy(grown, log)
+			for j := count; j < count+n; j++ {
+				grown[j] = now
+			}
+			log = grown
+		}
+		d.Allowed = true
+	case n > l.limit:
+		// Never admitted (store.Limiter refuses such costs): report the
+		// time at which the log is empty.
+		d.RetryAfter = store.Dur(l.w)
+		if count > 0 {
+			d.RetryAfter = store.Dur(log[count-1] + l.w - now)
+		}
+	default:
+		// Admitted once the oldest count+n-limit entries have expired.
+		d.RetryAfter = store.Dur(max(1, log[count+n-l.limit-1]+l.w-now))
+	}
+	count = int64(len(log))
+	d.Remaining = l.limit - count
+	s.W[0], s.Log = 0, nil
+	if count > 0 {
+		s.W[0], s.Log = log[count-1]+l.w, log
+		d.ResetAfter = store.Dur(s.W[0] - now)
+	}
+	return s, d
+}
+
+// logLua is the Lua twin of slidingLog.Step. p = {limit, window}; s.log is
+// the array of entries.
+const logLua = luaPrelude + `
+return function(s, now, n, p)
+  local limit, w = p[1], p[2]
+  now = clampnow(now)
+  if n < -limit then n = -limit end
+  local old = s.log or {}
+  local m = #old
+  local i = 1
+  while i <= m and old[i] <= now - w do i = i + 1 end
+  if m - i + 1 > limit then i = m - limit + 1 end
+  local log = {}
+  for j = i, m do
+    local t = old[j]
+    if t > now then t = now end
+    log[#log + 1] = t
+  end
+  local count = #log
+  local allowed, retry = 0, 0
+  if n < 0 then
+    local k = -n
+    if k > count then k = count end
+    for j = count, count - k + 1, -1 do log[j] = nil end
+    allowed = 1
+  elseif n <= limit - count then
+    for j = count + 1, count + n do log[j] = now end
+    allowed = 1
+  elseif n > limit then
+    retry = w
+    if count > 0 then retry = log[count] + w - now end
+  else
+    retry = log[count + n - limit] + w - now
+    if retry < 1 then retry = 1 end
+  end
+  count = #log
+  local reset = 0
+  s[1], s.log = 0, log
+  if count > 0 then
+    s[1] = log[count] + w
+    reset = s[1] - now
+  end
+  return s, {allowed, limit, limit - count, retry, reset, 0}
+end
+`
