@@ -1,0 +1,484 @@
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// ErrLimitExceeded is the rejection: every error that Acquire returns for a
+// request it shed wraps it (test with errors.Is). When the request waited in
+// the queue until its context ended, the error also wraps the context's error.
+var ErrLimitExceeded = errors.New("adaptive: concurrency limit exceeded")
+
+// ErrDropped can be wrapped by the error of the function given to
+// [Limiter.Do] to report the request as dropped (the server shed it or timed
+// out) rather than merely failed.
+var ErrDropped = errors.New("adaptive: request dropped")
+
+// Request describes how one caller asks for a slot; the zero value asks for
+// any free slot with no label. Package priority builds on it.
+type Request struct {
+	// Share in (0, 1] is the fraction of the limit this request may use: it
+	// is admitted only while in-flight < Share*limit. Zero (or anything
+	// outside (0, 1]) means 1.
+	Share float64
+	// Rank orders the wait queue: a waiter of higher rank is served first.
+	// A request that outranks a waiter may take its place in a full queue.
+	// Ranks should not have smaller shares than lower ranks.
+	Rank int
+	// Label is reported to the observer as Event.Route (e.g. a class name).
+	Label string
+}
+
+// Stats is a snapshot of a [Limiter]'s counters.
+type Stats struct {
+	// Limit is the current concurrency limit.
+	Limit int
+	// InFlight is the number of unreleased tokens (leaked ones excluded).
+	InFlight int
+	// Queued is the number of requests waiting in the queue.
+	Queued int
+	// Admitted and Rejected count Acquire outcomes.
+	Admitted, Rejected uint64
+	// Succeeded, Dropped and Ignored count how tokens ended.
+	Succeeded, Dropped, Ignored uint64
+	// Leaked counts tokens reclaimed after the maximum age; Late counts the
+	// Success, Dropped or Ignore calls that came after such a reclaim.
+	Leaked, Late uint64
+	// Windows counts the windows that reached the algorithm.
+	Windows uint64
+}
+
+// Limiter is an adaptive concurrency limiter. It counts requests in flight,
+// admits a request while the count is below the limit, and hands out a
+// [Token] that the caller ends with Success, Dropped or Ignore. The tokens'
+// outcomes and RTTs are gathered into windows that the [Algorithm] turns into
+// the next limit.
+//
+// A Limiter is safe for concurrent use. Create it with [New].
+type Limiter struct {
+	o   options
+	alg Algorithm
+
+	mu       sync.Mutex
+	limit    int
+	inflight int
+	last     int64  // last clock reading, Unix ns (time never goes back)
+	head     *Token // oldest token in flight
+	tail     *Token
+	win      window
+	waiters  waitQueue
+	seq      uint64
+	lastRTT  time.Duration
+	st       Stats
+}
+
+// window accumulates the samples of the current window.
+type window struct {
+	start    int64
+	count    int
+	measured int
+	dropped  int
+	sum      int64
+	min      int64
+	inflight int
+}
+
+// New returns a Limiter driven by alg, or an error wrapping
+// [floodgate.ErrInvalidConfig].
+func New(alg Algorithm, opts ...Option) (*Limiter, error) {
+	if alg == nil {
+		return nil, invalid("nil algorithm")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	l := &Limiter{o: o, alg: alg, limit: alg.InitialLimit()}
+	if l.limit < 1 {
+		return nil, invalid("initial limit must be >= 1, got %d", l.limit)
+	}
+	l.waiters.lifo = o.order == LIFO
+	return l, nil
+}
+
+// Acquire asks for a slot: it returns a token to end with Success, Dropped
+// or Ignore, or a rejection wrapping [ErrLimitExceeded]. Without a queue
+// ([WithQueue]) it never blocks; with one it waits until a slot frees or ctx
+// ends, never past ctx's deadline. A ctx already done returns its error.
+func (l *Limiter) Acquire(ctx context.Context) (*Token, error) {
+	return l.AcquireRequest(ctx, Request{})
+}
+
+// AcquireRequest is Acquire for a request with a share of the limit, a rank
+// and a label (see [Request]).
+func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (*Token, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	share := r.Share
+	if !(share > 0 && share <= 1) {
+		share = 1
+	}
+	l.mu.Lock()
+	now := l.now()
+	leaks := l.reclaim(now)
+	l.serve(now)
+	if l.fits(share) {
+		t := l.admit(now, r.Label)
+		d := l.decision(true)
+		l.mu.Unlock()
+		l.leaked(leaks)
+		l.observe(r.Label, floodgate.OutcomeAllowed, d, nil, 0)
+		return t, nil
+	}
+	if l.o.queue == 0 || !l.enqueueable(r.Rank) {
+		l.st.Rejected++
+		d := l.decision(false)
+		l.mu.Unlock()
+		l.leaked(leaks)
+		l.observe(r.Label, floodgate.OutcomeShed, d, nil, 0)
+		return nil, ErrLimitExceeded
+	}
+	w := &waiter{ch: make(chan *Token, 1), rank: r.Rank, share: share, label: r.Label, seq: l.seq}
+	l.seq++
+	l.waiters.push(w)
+	l.mu.Unlock()
+	l.leaked(leaks)
+	return l.wait(ctx, w, now)
+}
+
+// enqueueable makes room in the queue for a request of the given rank,
+// evicting the waiter that would be served last when it ranks lower. It
+// reports false when the request must be rejected. Called with l.mu held.
+func (l *Limiter) enqueueable(rank int) bool {
+	if l.waiters.len() < l.o.queue {
+		return true
+	}
+	v := l.waiters.last()
+	if v == nil || v.rank >= rank {
+		return false
+	}
+	l.waiters.remove(v)
+	l.st.Rejected++
+	v.ch <- nil
+	return true
+}
+
+// wait blocks until w is served, evicted, or ctx ends.
+func (l *Limiter) wait(ctx context.Context, w *waiter, since int64) (*Token, error) {
+	var t *Token
+	select {
+	case t = <-w.ch:
+	case <-ctx.Done():
+		l.mu.Lock()
+		if w.index >= 0 {
+			l.waiters.remove(w)
+			l.st.Rejected++
+			d := l.decision(false)
+			l.mu.Unlock()
+			err := ctx.Err()
+			l.observe(w.label, floodgate.OutcomeShed, d, err, l.elapsed(since))
+			return nil, fmt.Errorf("%w: %w", ErrLimitExceeded, err)
+		}
+		l.mu.Unlock()
+		t = <-w.ch // served or evicted just before the context ended
+	}
+	l.mu.Lock()
+	d := l.decision(t != nil)
+	l.mu.Unlock()
+	if t == nil {
+		l.observe(w.label, floodgate.OutcomeShed, d, nil, l.elapsed(since))
+		return nil, ErrLimitExceeded
+	}
+	l.observe(w.label, floodgate.OutcomeAllowed, d, nil, l.elapsed(since))
+	return t, nil
+}
+
+// Do runs fn under a token: it acquires one (returning the rejection if
+// any), runs fn and ends the token by fn's outcome: Success when fn returns
+// nil, Dropped when its error wraps [ErrDropped] or
+// [context.DeadlineExceeded], Ignore for any other error and when fn panics
+// (the panic continues after the token is released).
+func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error {
+	t, err := l.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer t.Ignore() // no-op once ended; releases the slot on panic
+	err = fn(ctx)
+	switch {
+	case err == nil:
+		t.Success()
+	case errors.Is(err, ErrDropped), errors.Is(err, context.DeadlineExceeded):
+		t.Dropped()
+	}
+	return err
+}
+
+// Limit returns the current limit.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit
+}
+
+// InFlight returns the number of tokens in flight.
+func (l *Limiter) InFlight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inflight
+}
+
+// Stats returns a snapshot of the counters. It also reclaims tokens older
+// than the maximum age, so calling it periodically finds leaks even when no
+// request comes.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	now := l.now()
+	leaks := l.reclaim(now)
+	l.serve(now)
+	s := l.st
+	s.Limit, s.InFlight, s.Queued = l.limit, l.inflight, l.waiters.len()
+	l.mu.Unlock()
+	l.leaked(leaks)
+	return s
+}
+
+// now reads the clock; time never goes backwards. Called with l.mu held.
+func (l *Limiter) now() int64 {
+	n := l.o.clock.Now().UnixNano()
+	if n < l.last {
+		return l.last
+	}
+	l.last = n
+	return n
+}
+
+func (l *Limiter) elapsed(since int64) time.Duration {
+	return time.Duration(max(0, l.o.clock.Now().UnixNano()-since))
+}
+
+// fits reports whether a request with this share may take a slot now.
+func (l *Limiter) fits(share float64) bool {
+	return float64(l.inflight) < share*float64(l.limit)
+}
+
+// admit creates a token. Called with l.mu held.
+func (l *Limiter) admit(now int64, label string) *Token {
+	l.inflight++
+	l.st.Admitted++
+	t := &Token{l: l, start: now, inflight: l.inflight, label: label, prev: l.tail}
+	if l.tail != nil {
+		l.tail.next = t
+	} else {
+		l.head = t
+	}
+	l.tail = t
+	return t
+}
+
+// unlink removes t from the list of tokens in flight. Called with l.mu held.
+func (l *Limiter) unlink(t *Token) {
+	if t.prev != nil {
+		t.prev.next = t.next
+	} else {
+		l.head = t.next
+	}
+	if t.next != nil {
+		t.next.prev = t.prev
+	} else {
+		l.tail = t.prev
+	}
+	t.prev, t.next = nil, nil
+	l.inflight--
+}
+
+// serve hands free slots to eligible waiters. Called with l.mu held.
+func (l *Limiter) serve(now int64) {
+	for w := l.waiters.peek(); w != nil && l.fits(w.share); w = l.waiters.peek() {
+		l.waiters.pop()
+		w.ch <- l.admit(now, w.label)
+	}
+}
+
+// reclaim frees the slots of tokens older than the maximum age. Tokens are
+// listed oldest first, so this looks at the head only. Called with l.mu held.
+func (l *Limiter) reclaim(now int64) []Leak {
+	if l.o.maxAge <= 0 {
+		return nil
+	}
+	var leaks []Leak
+	for t := l.head; t != nil && now-t.start > int64(l.o.maxAge); t = l.head {
+		l.unlink(t)
+		t.reclaimed = true
+		l.st.Leaked++
+		leaks = append(leaks, Leak{Age: time.Duration(now - t.start), Label: t.label, At: time.Unix(0, now)})
+	}
+	return leaks
+}
+
+func (l *Limiter) leaked(leaks []Leak) {
+	if l.o.onLeak == nil {
+		return
+	}
+	for _, lk := range leaks {
+		l.o.onLeak(lk)
+	}
+}
+
+// decision builds the Decision reported to the observer. Called with l.mu held.
+func (l *Limiter) decision(allowed bool) floodgate.Decision {
+	d := floodgate.Decision{
+		Allowed:   allowed,
+		Limit:     int64(l.limit),
+		Remaining: int64(min(max(l.limit-l.inflight, 0), l.limit)),
+	}
+	if !allowed {
+		d.RetryAfter = l.retryAfter()
+	}
+	return d
+}
+
+// retryAfter is the last window's mean RTT (about when a slot frees), at
+// least 1ms, or 1s before the first measured window.
+func (l *Limiter) retryAfter() time.Duration {
+	if l.lastRTT <= 0 {
+		return time.Second
+	}
+	return max(l.lastRTT, time.Millisecond)
+}
+
+func (l *Limiter) observe(label string, o floodgate.Outcome, d floodgate.Decision, err error, lat time.Duration) {
+	l.o.observer.Observe(floodgate.Event{Limiter: l.o.name, Route: label, Outcome: o, Decision: d, Err: err, Latency: lat})
+}
+
+type outcome uint8
+
+const (
+	success outcome = iota
+	dropped
+	ignored
+)
+
+// release ends t.
+func (l *Limiter) release(t *Token, k outcome) {
+	l.mu.Lock()
+	now := l.now()
+	if t.reclaimed {
+		l.st.Late++
+		l.mu.Unlock()
+		return
+	}
+	l.unlink(t)
+	switch k {
+	case success:
+		l.st.Succeeded++
+		if rtt := now - t.start; rtt >= int64(l.o.minRTT) {
+			l.sample(now, t.inflight, rtt, false)
+		}
+	case dropped:
+		l.st.Dropped++
+		l.sample(now, t.inflight, 0, true)
+	default:
+		l.st.Ignored++
+	}
+	change := l.closeWindow(now)
+	leaks := l.reclaim(now)
+	l.serve(now)
+	l.mu.Unlock()
+	l.leaked(leaks)
+	if change != nil && l.o.onChange != nil {
+		l.o.onChange(*change)
+	}
+}
+
+// sample adds one request to the current window. Called with l.mu held.
+func (l *Limiter) sample(now int64, inflight int, rtt int64, drop bool) {
+	w := &l.win
+	if w.count == 0 {
+		*w = window{start: now, min: math.MaxInt64}
+	}
+	w.count++
+	w.inflight = max(w.inflight, inflight)
+	if drop {
+		w.dropped++
+		return
+	}
+	w.measured++
+	w.sum += rtt
+	w.min = min(w.min, rtt)
+}
+
+// closeWindow feeds the window to the algorithm once it is old enough, and
+// reports the limit change, if any. Called with l.mu held.
+func (l *Limiter) closeWindow(now int64) *LimitChange {
+	w := l.win
+	if w.count == 0 || now-w.start < int64(l.o.window) {
+		return nil
+	}
+	l.win = window{}
+	if w.count < l.o.minSamples {
+		return nil
+	}
+	s := Sample{InFlight: w.inflight, Dropped: w.dropped, Count: w.count}
+	if w.measured > 0 {
+		s.RTT = time.Duration(w.sum / int64(w.measured))
+		s.MinRTT = time.Duration(w.min)
+		l.lastRTT = s.RTT
+	}
+	l.st.Windows++
+	old := l.limit
+	l.limit = max(1, l.alg.Update(s))
+	if l.limit == old {
+		return nil
+	}
+	return &LimitChange{Old: old, New: l.limit, Sample: s, At: time.Unix(0, now)}
+}
+
+// Token is one admitted request. End it with exactly one of Success, Dropped
+// or Ignore; the first call releases the slot and later calls do nothing, so
+// `defer t.Ignore()` right after Acquire is a safe net for early returns and
+// panics. All methods are safe for concurrent use and on a nil *Token.
+//
+// A token that is never ended keeps its slot until it is older than the
+// limiter's maximum age ([WithMaxAge]); it is then reclaimed, counted in
+// [Stats].Leaked and reported to the [OnLeak] hook.
+type Token struct {
+	l         *Limiter
+	start     int64
+	inflight  int
+	label     string
+	done      atomic.Bool
+	reclaimed bool // guarded by l.mu
+	prev      *Token
+	next      *Token
+}
+
+// Success ends the request as served: its RTT is measured (unless shorter
+// than the minimum RTT, see [WithMinRTT]).
+func (t *Token) Success() { t.end(success) }
+
+// Dropped ends the request as dropped: the server shed it, or it timed out.
+// Drops lower the limit whatever their RTT.
+func (t *Token) Dropped() { t.end(dropped) }
+
+// Ignore ends the request without a sample: its outcome says nothing about
+// the server's capacity (a client error, a cancelled call, a panic).
+func (t *Token) Ignore() { t.end(ignored) }
+
+func (t *Token) end(k outcome) {
+	if t == nil || !t.done.CompareAndSwap(false, true) {
+		return
+	}
+	t.l.release(t, k)
+}
