@@ -1,0 +1,227 @@
+package httplimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// unknownPeer is the key of requests whose peer address cannot be parsed
+// (a Unix socket, a hand-made request): they share one budget rather than
+// escape limiting.
+const unknownPeer = "unknown-peer"
+
+// maxPlainKey is the longest header value used as a key verbatim.
+const maxPlainKey = 128
+
+// ClientIP returns the address the middleware would attribute r to, given
+// the trusted proxies, before prefix aggregation. ok is false when the peer
+// address cannot be parsed.
+func ClientIP(r *http.Request, trusted ...netip.Prefix) (addr netip.Addr, ok bool) {
+	c := config{trusted: trusted}
+	a, _, ok := c.clientAddr(r)
+	return a, ok
+}
+
+// clientAddr returns the client address and, when it is the peer's own
+// IPv4 address in canonical form, the substring of r.RemoteAddr that spells
+// it (so that the common case builds its key without allocating).
+func (c *config) clientAddr(r *http.Request) (netip.Addr, string, bool) {
+	host := r.RemoteAddr
+	var peer netip.Addr
+	if ap, err := netip.ParseAddrPort(host); err == nil {
+		peer = ap.Addr()
+		if i := strings.LastIndexByte(host, ':'); i > 0 {
+			host = host[:i]
+		}
+	} else if a, err := netip.ParseAddr(host); err == nil {
+		peer = a
+	} else {
+		return netip.Addr{}, "", false
+	}
+	peer = peer.Unmap()
+	if len(c.trusted) == 0 || !c.isTrusted(peer) {
+		if peer.Is4() && len(host) > 0 && host[0] != '[' && strings.IndexByte(host, ':') < 0 {
+			return peer, host, true
+		}
+		return peer, "", true
+	}
+	return c.forwardedFor(r, peer), "", true
+}
+
+func (c *config) isTrusted(a netip.Addr) bool {
+	for _, p := range c.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardedFor walks the Forwarded header (or, when absent, X-Forwarded-For)
+// from the right, skipping trusted proxies, and returns the first address
+// that is not one. An element that does not parse stops the walk at the
+// nearest trusted hop: everything to its left was written by nobody we
+// trust. When every element is trusted, the leftmost one is the client.
+func (c *config) forwardedFor(r *http.Request, peer netip.Addr) netip.Addr {
+	forwarded := true
+	vals := r.Header["Forwarded"]
+	if len(vals) == 0 {
+		forwarded = false
+		vals = r.Header["X-Forwarded-For"]
+	}
+	last := peer
+	it := revList{vals: vals, i: len(vals) - 1}
+	for {
+		elem, more := it.next()
+		if !more {
+			return last
+		}
+		var a netip.Addr
+		var ok bool
+		if forwarded {
+			a, ok = parseForwardedFor(elem)
+		} else {
+			a, ok = parseNode(strings.TrimSpace(elem))
+		}
+		if !ok {
+			return last
+		}
+		if !c.isTrusted(a) {
+			return a
+		}
+		last = a
+	}
+}
+
+// revList yields the comma-separated elements of a multi-line header from
+// the last one to the first, without allocating.
+type revList struct {
+	vals    []string
+	i       int    // index of the line being read
+	rest    string // unread part of vals[i]
+	started bool
+}
+
+func (it *revList) next() (string, bool) {
+	if !it.started {
+		if it.i < 0 {
+			return "", false
+		}
+		it.rest, it.started = it.vals[it.i], true
+	}
+	j := strings.LastIndexByte(it.rest, ',')
+	if j < 0 {
+		elem := it.rest
+		it.i--
+		it.started = false
+		return elem, true
+	}
+	elem := it.rest[j+1:]
+	it.rest = it.rest[:j]
+	return elem, true
+}
+
+// parseNode parses an address as X-Forwarded-For and Forwarded write it:
+// "192.0.2.1", "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]:80".
+func parseNode(s string) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		s = s[1 : len(s)-1]
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+// parseForwardedFor extracts the for= node of one RFC 7239 element.
+func parseForwardedFor(elem string) (netip.Addr, bool) {
+	for elem != "" {
+		var pair string
+		if i := strings.IndexByte(elem, ';'); i >= 0 {
+			pair, elem = elem[:i], elem[i+1:]
+		} else {
+			pair, elem = elem, ""
+		}
+		pair = strings.TrimSpace(pair)
+		if len(pair) < 4 || !strings.EqualFold(pair[:4], "for=") {
+			continue
+		}
+		v := pair[4:]
+		if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+			v = v[1 : len(v)-1]
+		}
+		return parseNode(v)
+	}
+	return netip.Addr{}, false
+}
+
+// ipKey turns a client address into its key: the address itself, or the
+// prefix it is aggregated to.
+func (c *config) ipKey(a netip.Addr, plain string) string {
+	a = a.WithZone("")
+	if a.Is4() {
+		if c.v4Bits == 32 {
+			if plain != "" {
+				return plain
+			}
+			return a.String()
+		}
+		p, _ := a.Prefix(c.v4Bits)
+		return p.String()
+	}
+	if c.v6Bits == 128 {
+		return a.String()
+	}
+	p, _ := a.Prefix(c.v6Bits)
+	return p.String()
+}
+
+// headerKey turns a header value into a key in its own namespace. Values
+// that are long or not printable ASCII are digested.
+func headerKey(v string) string {
+	if len(v) <= maxPlainKey && printableNoSpace(v) {
+		return "hdr:" + v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "hdr#" + hex.EncodeToString(sum[:16])
+}
+
+func printableNoSpace(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// key returns the request's key and the scope it was taken from.
+func (c *config) key(r *http.Request) (key string, fromIP bool) {
+	switch c.keyKind {
+	case keyHeader:
+		if v := r.Header[c.header]; len(v) > 0 && v[0] != "" {
+			key = headerKey(v[0])
+		}
+	case keyCustom:
+		key = c.keyFunc(r)
+	}
+	if key == "" {
+		fromIP = true
+		if a, plain, ok := c.clientAddr(r); ok {
+			key = c.ipKey(a, plain)
+		} else {
+			key = unknownPeer
+		}
+	}
+	if c.routeKey != "" {
+		key = c.routeKey + key
+	}
+	return key, fromIP
+}

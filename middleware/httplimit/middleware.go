@@ -1,0 +1,401 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Canonical header names, written straight into the header map.
+const (
+	hRateLimitPolicy = "Ratelimit-Policy"
+	hRateLimit       = "Ratelimit"
+	hLimit           = "X-Ratelimit-Limit"
+	hRemaining       = "X-Ratelimit-Remaining"
+	hReset           = "X-Ratelimit-Reset"
+	hTier            = "X-Ratelimit-Tier"
+	hScope           = "X-Ratelimit-Scope"
+	hReason          = "X-Ratelimit-Reason"
+	hRetryAfter      = "Retry-After"
+	hCacheControl    = "Cache-Control"
+	hContentType     = "Content-Type"
+	hNoSniff         = "X-Content-Type-Options"
+)
+
+// Reasons sent in X-RateLimit-Reason (diagnostic headers).
+const (
+	reasonRateLimited = "rate_limited"
+	reasonDelay       = "delay_refused"
+	reasonOverloaded  = "overloaded"
+	reasonUnavailable = "limiter_unavailable"
+)
+
+// maxSF is the largest structured-field Integer (15 digits).
+const maxSF = 999_999_999_999_999
+
+// ErrLimiterPanic is wrapped by the error reported to the observer when a
+// limiter (or an Acquirer) panics. The panic is recovered and the request
+// follows the fail mode.
+var ErrLimiterPanic = errors.New("httplimit: limiter panicked")
+
+type limiterMW struct {
+	cfg      config
+	l        floodgate.Limiter
+	refunder floodgate.Refunder
+
+	policyStatic string // whole RateLimit-Policy value when the quota is fixed
+	policyQ      string // `"name";q=`, followed by Decision.Limit
+	policyW      string // `;w=N` or ""
+	rlPrefix     string // `"name";r=`
+	scopeIP      string
+	scopeKey     string
+}
+
+// Middleware returns a wrapper that rate-limits requests with l: each
+// request is mapped to a key (the client IP by default) and a cost (1 by
+// default) and admitted only when l admits it. See the package
+// documentation for the response contract.
+//
+// It returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
+// or an option is invalid. The wrapper and the handlers it returns are safe
+// for concurrent use. A nil handler given to the wrapper means
+// [http.DefaultServeMux].
+func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
+	if l == nil {
+		return nil, invalid("nil limiter")
+	}
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	m := &limiterMW{cfg: cfg, l: l}
+	m.refunder, _ = l.(floodgate.Refunder)
+	name := sfString(cfg.policy.Name)
+	if cfg.policy.Window > 0 {
+		m.policyW = ";w=" + strconv.FormatInt(ceilSeconds(cfg.policy.Window), 10)
+	}
+	m.policyQ = name + ";q="
+	if cfg.policy.Quota > 0 {
+		m.policyStatic = m.policyQ + strconv.FormatInt(min(cfg.policy.Quota, maxSF), 10) + m.policyW
+	}
+	m.rlPrefix = name + ";r="
+	kind := [...]string{keyIP: "ip", keyHeader: "header", keyCustom: "key"}[cfg.keyKind]
+	m.scopeIP, m.scopeKey = "ip", kind
+	if cfg.routeKey != "" {
+		m.scopeIP, m.scopeKey = "route+ip", "route+"+kind
+	}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			next = http.DefaultServeMux
+		}
+		return &limitHandler{m: m, next: next}
+	}, nil
+}
+
+type limitHandler struct {
+	m    *limiterMW
+	next http.Handler
+}
+
+func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	c := &m.cfg
+	key, fromIP := c.key(r)
+	cost := 1
+	if c.cost != nil {
+		cost = c.cost(r)
+	}
+	start := floodgate.Nanotime()
+	d, err := m.take(r.Context(), key, cost)
+	ev := c.event(start, d)
+	scope := m.scopeKey
+	if fromIP {
+		scope = m.scopeIP
+	}
+	switch {
+	case err != nil:
+		if !c.failed(w, ev, err, scope) {
+			return
+		}
+	case c.dryRun:
+		ev.Outcome = floodgate.OutcomeAllowed
+		if !d.Allowed {
+			ev.Outcome = floodgate.OutcomeWouldDeny
+		}
+		c.observer.Observe(ev)
+	case !d.Allowed:
+		ev.Outcome = floodgate.OutcomeDenied
+		c.observer.Observe(ev)
+		c.refuse(w, http.StatusTooManyRequests, d.RetryAfter, reasonRateLimited, scope, func(hd http.Header) {
+			m.setHeaders(hd, d, scope, d.RetryAfter)
+		})
+		return
+	case d.Delay > 0:
+		if !m.delay(r.Context(), d.Delay) {
+			m.refund(r.Context(), key, cost)
+			ev.Outcome = floodgate.OutcomeDenied
+			c.observer.Observe(ev)
+			d.Allowed, d.RetryAfter = false, d.Delay
+			c.refuse(w, http.StatusTooManyRequests, d.Delay, reasonDelay, scope, func(hd http.Header) {
+				m.setHeaders(hd, d, scope, d.Delay)
+			})
+			return
+		}
+		ev.Outcome = floodgate.OutcomeDelayed
+		c.observer.Observe(ev)
+		m.setHeaders(w.Header(), d, scope, 0)
+	default:
+		ev.Outcome = floodgate.OutcomeAllowed
+		c.observer.Observe(ev)
+		m.setHeaders(w.Header(), d, scope, 0)
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// event starts the observer's event of a decision that began at start
+// (floodgate.Nanotime).
+func (c *config) event(start int64, d floodgate.Decision) floodgate.Event {
+	return floodgate.Event{
+		Limiter:  c.name,
+		Tier:     c.tier,
+		Route:    c.route,
+		Decision: d,
+		Latency:  time.Duration(floodgate.Nanotime() - start),
+	}
+}
+
+// failed applies the fail mode to a request whose limiter could not decide.
+// It reports true when the request goes on (fail open, or dry run) and
+// false when it was refused with 503.
+func (c *config) failed(w http.ResponseWriter, ev floodgate.Event, err error, scope string) bool {
+	ev.Err = err
+	if c.failMode == FailClosed && !c.dryRun {
+		ev.Outcome = floodgate.OutcomeErrorClosed
+		c.observer.Observe(ev)
+		c.refuse(w, http.StatusServiceUnavailable, time.Second, reasonUnavailable, scope, nil)
+		return false
+	}
+	ev.Outcome = floodgate.OutcomeErrorOpen
+	c.observer.Observe(ev)
+	return true
+}
+
+// take calls the limiter, turning a panic into an error.
+func (m *limiterMW) take(ctx context.Context, key string, n int) (d floodgate.Decision, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d, err = floodgate.Decision{}, fmt.Errorf("%w: %v", ErrLimiterPanic, p)
+		}
+	}()
+	return m.l.Take(ctx, key, n)
+}
+
+// refund gives back units of a request that was admitted and then refused
+// (a delay that could not be honoured). Best effort: a failing refund only
+// leaves the key charged.
+func (m *limiterMW) refund(ctx context.Context, key string, n int) {
+	if m.refunder == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	_ = m.refunder.Refund(context.WithoutCancel(ctx), key, n)
+}
+
+// delay holds a request for d, or reports false when it should be refused:
+// the delay mode is DelayRefuse, the delay would pass the context's
+// deadline, or the context ended.
+func (m *limiterMW) delay(ctx context.Context, d time.Duration) bool {
+	if m.cfg.delayMode == DelayRefuse {
+		return false
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	return sleep(ctx, d, nil) == nil
+}
+
+// sleep waits for d or until ctx ends (returning its error). timer, when
+// not nil, holds a timer to reuse across calls; the caller stops it.
+func sleep(ctx context.Context, d time.Duration, timer **time.Timer) error {
+	var t *time.Timer
+	switch {
+	case timer == nil:
+		t = time.NewTimer(d)
+		defer t.Stop()
+	case *timer == nil:
+		t = time.NewTimer(d)
+		*timer = t
+	default:
+		t = *timer
+		t.Reset(d)
+	}
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// setHeaders writes the informational header groups. retry is the delay
+// before more quota is available on a refusal, zero on admission.
+//
+// Every value is formatted into one stack buffer, turned into one string,
+// and the header map gets sub-slices of one []string: two allocations in
+// all, whatever the number of fields.
+func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string, retry time.Duration) {
+	c := &m.cfg
+	if c.headers&(HeadersIETF|HeadersLegacy|HeadersDiagnostic) == 0 {
+		return
+	}
+	limit := clampSF(d.Limit)
+	remaining := min(clampSF(d.Remaining), limit)
+	reset := min(ceilSeconds(d.ResetAfter), maxSF)
+	t := reset
+	if retry > 0 {
+		t = min(ceilSeconds(retry), maxSF)
+	}
+
+	var arr [192]byte
+	buf := arr[:0]
+	var ends [6]int
+	var names [7]string
+	var static [7]string
+	n := 0
+	mark := func(name string) {
+		names[n] = name
+		ends[n] = len(buf)
+		n++
+	}
+	if c.headers&HeadersIETF != 0 {
+		if m.policyStatic != "" {
+			names[n], static[n] = hRateLimitPolicy, m.policyStatic
+			ends[n] = len(buf)
+			n++
+		} else {
+			buf = append(buf, m.policyQ...)
+			buf = strconv.AppendInt(buf, limit, 10)
+			buf = append(buf, m.policyW...)
+			mark(hRateLimitPolicy)
+		}
+		buf = append(buf, m.rlPrefix...)
+		buf = strconv.AppendInt(buf, remaining, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, t, 10)
+		mark(hRateLimit)
+	}
+	if c.headers&HeadersLegacy != 0 {
+		buf = strconv.AppendInt(buf, limit, 10)
+		mark(hLimit)
+		buf = strconv.AppendInt(buf, remaining, 10)
+		mark(hRemaining)
+		buf = strconv.AppendInt(buf, reset, 10)
+		mark(hReset)
+	}
+	s := string(buf)
+	diag := c.headers&HeadersDiagnostic != 0
+	total := n
+	if diag {
+		total += 2
+	}
+	vals := make([]string, total)
+	prev := 0
+	for i := 0; i < n; i++ {
+		if static[i] != "" {
+			vals[i] = static[i]
+		} else {
+			vals[i] = s[prev:ends[i]]
+			prev = ends[i]
+		}
+		h[names[i]] = vals[i : i+1 : i+1]
+	}
+	if diag {
+		vals[n], vals[n+1] = c.tier, scope
+		if c.tier != "" {
+			h[hTier] = vals[n : n+1 : n+1]
+		}
+		h[hScope] = vals[n+1 : n+2 : n+2]
+	}
+}
+
+// refuse writes a refusal: status, Retry-After (whole seconds, at least 1,
+// jittered), Cache-Control: no-store, the informational headers (set by
+// extra) and a short body.
+func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, reason, scope string, extra func(http.Header)) {
+	h := w.Header()
+	if extra != nil {
+		extra(h)
+	}
+	if c.jitter > 0 {
+		retry += time.Duration(rand.Int64N(int64(c.jitter) + 1))
+	}
+	secs := max(ceilSeconds(retry), 1)
+	h[hRetryAfter] = []string{strconv.FormatInt(secs, 10)}
+	h[hCacheControl] = []string{"no-store"}
+	h[hNoSniff] = []string{"nosniff"}
+	if c.headers&HeadersDiagnostic != 0 {
+		h[hReason] = []string{reason}
+		if c.tier != "" {
+			h[hTier] = []string{c.tier}
+		}
+		if h[hScope] == nil {
+			h[hScope] = []string{scope}
+		}
+	}
+	h.Del("Content-Length")
+	var body []byte
+	if c.problem {
+		h[hContentType] = []string{"application/problem+json"}
+		body = problemBody(status, secs)
+	} else {
+		h[hContentType] = []string{"text/plain; charset=utf-8"}
+		body = fmt.Appendf(nil, "%d %s: retry after %d s\n", status, http.StatusText(status), secs)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// problemBody is an RFC 9457 problem details object. It states the status
+// and the retry delay and nothing about the request (never the key).
+func problemBody(status int, secs int64) []byte {
+	detail := "The request rate limit was exceeded."
+	if status == http.StatusServiceUnavailable {
+		detail = "The server cannot take this request now."
+	}
+	return fmt.Appendf(nil, `{"type":"about:blank","title":%q,"status":%d,"detail":%q,"retry_after":%d}`+"\n",
+		http.StatusText(status), status, detail, secs)
+}
+
+// ceilSeconds rounds a duration up to whole seconds (0 for d <= 0).
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+func clampSF(v int64) int64 { return max(0, min(v, maxSF)) }
+
+// sfString serialises s (printable ASCII, checked by the options) as a
+// structured-field String.
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(append(b, '"'))
+}

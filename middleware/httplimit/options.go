@@ -1,0 +1,387 @@
+package httplimit
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Option configures [Middleware] and [Shed]. Options are applied in order; an
+// option given a value it cannot use makes the constructor return an error
+// wrapping [floodgate.ErrInvalidConfig].
+type Option func(*config) error
+
+// Policy describes the quota policy a limiter enforces, for the
+// RateLimit-Policy field: "name";q=Quota;w=Window.
+type Policy struct {
+	// Name is the policy identifier, sent as a structured-field String. It must
+	// be printable ASCII. Empty means "default".
+	Name string
+	// Quota is the number of quota units (cost units) the policy grants per
+	// Window. Zero means: use the limiter's Decision.Limit.
+	Quota int64
+	// Window is the policy's time window, sent in whole seconds (rounded
+	// up). Zero omits the w parameter.
+	Window time.Duration
+}
+
+// HeaderSet selects groups of response header fields.
+type HeaderSet uint8
+
+// The header groups. The default is HeadersIETF | HeadersLegacy.
+const (
+	// HeadersIETF: RateLimit-Policy and RateLimit
+	// (draft-ietf-httpapi-ratelimit-headers-10).
+	HeadersIETF HeaderSet = 1 << iota
+	// HeadersLegacy: X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset.
+	HeadersLegacy
+	// HeadersDiagnostic: X-RateLimit-Tier, X-RateLimit-Scope and
+	// X-RateLimit-Reason (the last only on refusals).
+	HeadersDiagnostic
+	// HeadersNone sends none of the groups above. Retry-After and
+	// Cache-Control on refusals are part of the status contract and are
+	// always sent.
+	HeadersNone HeaderSet = 0
+)
+
+// FailMode says what happens to a request when the limiter cannot decide
+// (it returns an error, or panics).
+type FailMode uint8
+
+const (
+	// FailOpen lets the request through (reported as
+	// floodgate.OutcomeErrorOpen). It is the default: a broken limiter
+	// should not take the service down with it.
+	FailOpen FailMode = iota
+	// FailClosed refuses the request with 503 Service Unavailable and
+	// Retry-After: 1 (reported as floodgate.OutcomeErrorClosed). 503 and not
+	// 429: the client did nothing wrong, the server could not check.
+	FailClosed
+)
+
+// DelayMode says what to do with an admitted request whose Decision carries a
+// Delay (a shaping limiter such as the leaky bucket in delay mode).
+type DelayMode uint8
+
+const (
+	// DelayHonour holds the request for Delay before calling the handler
+	// (reported as floodgate.OutcomeDelayed). When the delay would end past
+	// the request context's deadline, or the context ends while waiting, the
+	// request is refused instead (see DelayRefuse). It is the default.
+	DelayHonour DelayMode = iota
+	// DelayRefuse answers 429 with Retry-After set to the delay, and gives
+	// the units back when the limiter implements floodgate.Refunder.
+	DelayRefuse
+)
+
+// KeyFunc derives a rate-limit key from a request. Returning "" means "no
+// key": the middleware falls back to the client IP, so that a missing header
+// never disables limiting.
+type KeyFunc func(r *http.Request) string
+
+// CostFunc returns the cost of a request in the limiter's units. A cost
+// below 1 or above the limiter's burst makes the limiter fail (see FailMode).
+type CostFunc func(r *http.Request) int
+
+type keyKind uint8
+
+const (
+	keyIP keyKind = iota
+	keyHeader
+	keyCustom
+)
+
+type config struct {
+	name, tier, route string
+	observer          floodgate.Observer
+
+	keyKind   keyKind
+	header    string // canonical header name for keyHeader
+	keyFunc   KeyFunc
+	routeKey  string // prefix "route " when non-empty
+	cost      CostFunc
+	trusted   []netip.Prefix
+	v4Bits    int
+	v6Bits    int
+	headers   HeaderSet
+	policy    Policy
+	problem   bool
+	jitter    time.Duration
+	failMode  FailMode
+	delayMode DelayMode
+	dryRun    bool
+	shedRetry time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		observer:  floodgate.NopObserver,
+		v4Bits:    32,
+		v6Bits:    64,
+		headers:   HeadersIETF | HeadersLegacy,
+		policy:    Policy{Name: "default"},
+		shedRetry: time.Second,
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: httplimit: "+format, append([]any{floodgate.ErrInvalidConfig}, args...)...)
+}
+
+// WithName sets the limiter name reported to the observer (Event.Limiter).
+func WithName(name string) Option {
+	return func(c *config) error { c.name = name; return nil }
+}
+
+// WithTier sets the tier label reported to the observer and sent in
+// X-RateLimit-Tier when diagnostic headers are on. It must be printable
+// ASCII.
+func WithTier(tier string) Option {
+	return func(c *config) error {
+		if !printable(tier) {
+			return invalid("tier %q is not printable ASCII", tier)
+		}
+		c.tier = tier
+		return nil
+	}
+}
+
+// WithRoute sets the route class reported to the observer (Event.Route), for
+// example "/search". Build one middleware per route to give routes their own
+// labels, dry-run flag and fail mode.
+func WithRoute(route string) Option {
+	return func(c *config) error { c.route = route; return nil }
+}
+
+// WithObserver sends every decision to o. The default discards them.
+func WithObserver(o floodgate.Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return invalid("nil observer")
+		}
+		c.observer = o
+		return nil
+	}
+}
+
+// WithHeaderKey keys requests by the value of header name (for example
+// "X-Service-Token"). A request without the header, or with an empty value,
+// is keyed by its client IP instead. Header keys live in their own
+// namespace: a header value can never share a budget with an IP address.
+// Values longer than 128 bytes or holding bytes outside printable ASCII are
+// replaced by a SHA-256 digest, so that hostile values cannot bloat a store.
+func WithHeaderKey(name string) Option {
+	return func(c *config) error {
+		if name == "" || !validHeaderName(name) {
+			return invalid("bad header name %q", name)
+		}
+		c.keyKind = keyHeader
+		c.header = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// WithKeyFunc keys requests by f. The key f returns is used as it is (keep it
+// apart from IP keys, which are canonical addresses or prefixes such as
+// "192.0.2.1" and "2001:db8::/64"); "" falls back to the client IP.
+func WithKeyFunc(f KeyFunc) Option {
+	return func(c *config) error {
+		if f == nil {
+			return invalid("nil key func")
+		}
+		c.keyKind = keyCustom
+		c.keyFunc = f
+		return nil
+	}
+}
+
+// WithRouteKey scopes every key to route: the key becomes route + " " + key,
+// so one limiter (and one store) can hold separate budgets per route. It
+// also sets the observer's route label when WithRoute was not given.
+func WithRouteKey(route string) Option {
+	return func(c *config) error {
+		if route == "" {
+			return invalid("empty route key")
+		}
+		c.routeKey = route + " "
+		if c.route == "" {
+			c.route = route
+		}
+		return nil
+	}
+}
+
+// WithCost sets the cost of each request. The default is 1.
+func WithCost(f CostFunc) Option {
+	return func(c *config) error {
+		if f == nil {
+			return invalid("nil cost func")
+		}
+		c.cost = f
+		return nil
+	}
+}
+
+// WithTrustedProxies lists the proxies whose X-Forwarded-For and Forwarded
+// headers are believed. Only when the direct peer is inside one of prefixes
+// is the client IP taken from those headers: the rightmost address that is
+// not itself a trusted proxy. With no trusted proxies (the default) the
+// headers are ignored and the client IP is the peer's address.
+func WithTrustedProxies(prefixes ...netip.Prefix) Option {
+	return func(c *config) error {
+		for _, p := range prefixes {
+			if !p.IsValid() {
+				return invalid("invalid trusted proxy prefix %v", p)
+			}
+			c.trusted = append(c.trusted, p.Masked())
+		}
+		return nil
+	}
+}
+
+// WithIPPrefix aggregates client addresses before they become keys: IPv4
+// addresses to v4Bits (1..32, default 32: one key per address) and IPv6
+// addresses to v6Bits (1..128, default 64: one key per /64, the smallest
+// block a single subscriber usually holds).
+func WithIPPrefix(v4Bits, v6Bits int) Option {
+	return func(c *config) error {
+		if v4Bits < 1 || v4Bits > 32 || v6Bits < 1 || v6Bits > 128 {
+			return invalid("IP prefix lengths %d/%d outside 1..32/1..128", v4Bits, v6Bits)
+		}
+		c.v4Bits, c.v6Bits = v4Bits, v6Bits
+		return nil
+	}
+}
+
+// WithHeaders selects which header groups are sent; see [HeaderSet].
+func WithHeaders(h HeaderSet) Option {
+	return func(c *config) error {
+		if h&^(HeadersIETF|HeadersLegacy|HeadersDiagnostic) != 0 {
+			return invalid("unknown header set %#x", uint8(h))
+		}
+		c.headers = h
+		return nil
+	}
+}
+
+// WithPolicy describes the enforced policy for the RateLimit-Policy and
+// RateLimit fields. The default is Policy{Name: "default"}: quota from the
+// limiter's Decision.Limit, no window.
+func WithPolicy(p Policy) Option {
+	return func(c *config) error {
+		if p.Name == "" {
+			p.Name = "default"
+		}
+		if !printable(p.Name) {
+			return invalid("policy name %q is not printable ASCII", p.Name)
+		}
+		if p.Quota < 0 || p.Window < 0 {
+			return invalid("negative policy quota or window")
+		}
+		c.policy = p
+		return nil
+	}
+}
+
+// WithProblemDetails makes refusals carry an application/problem+json body
+// (RFC 9457) instead of a one-line text/plain body. The body states the
+// status and the retry delay; it never contains the key.
+func WithProblemDetails(on bool) Option {
+	return func(c *config) error { c.problem = on; return nil }
+}
+
+// WithRetryJitter adds a uniformly random delay in [0, max] to Retry-After
+// on refusals (before rounding up to whole seconds), so that refused
+// clients do not all come back in the same second.
+func WithRetryJitter(max time.Duration) Option {
+	return func(c *config) error {
+		if max < 0 {
+			return invalid("negative jitter %v", max)
+		}
+		c.jitter = max
+		return nil
+	}
+}
+
+// WithFailMode sets what happens when the limiter cannot decide. The default
+// is FailOpen.
+func WithFailMode(m FailMode) Option {
+	return func(c *config) error {
+		if m > FailClosed {
+			return invalid("unknown fail mode %d", m)
+		}
+		c.failMode = m
+		return nil
+	}
+}
+
+// WithDelayMode sets what happens to requests a shaping limiter admits with
+// a delay. The default is DelayHonour.
+func WithDelayMode(m DelayMode) Option {
+	return func(c *config) error {
+		if m > DelayRefuse {
+			return invalid("unknown delay mode %d", m)
+		}
+		c.delayMode = m
+		return nil
+	}
+}
+
+// WithDryRun turns shadow mode on: every request is decided, charged and
+// reported (a refusal as floodgate.OutcomeWouldDeny), headers are sent, but
+// nothing is refused and no delay is applied. Use it on a route before
+// enforcing a new limit there.
+func WithDryRun(on bool) Option {
+	return func(c *config) error { c.dryRun = on; return nil }
+}
+
+// WithShedRetryAfter sets the Retry-After sent with 503 when [Shed] sheds a
+// request (default 1s; rounded up to whole seconds).
+func WithShedRetryAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("shed Retry-After %v must be positive", d)
+		}
+		c.shedRetry = d
+		return nil
+	}
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func validHeaderName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func buildConfig(opts []Option) (config, error) {
+	c := defaultConfig()
+	for i, o := range opts {
+		if o == nil {
+			return c, invalid("option %d is nil", i)
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}

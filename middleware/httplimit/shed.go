@@ -1,0 +1,162 @@
+package httplimit
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Acquirer is a concurrency limiter as [Shed] sees it: something that hands
+// out slots for in-flight work and sheds what it cannot take. The adaptive
+// and priority limiters of floodgate fit it through a small adapter.
+//
+// Implementations must be safe for concurrent use.
+type Acquirer interface {
+	// Acquire claims a slot for one request. ok false means the request is
+	// shed (overload); err non-nil means the limiter could not decide. When
+	// ok is true, release must be called exactly once when the work ends,
+	// with success false when the work failed or timed out (a drop that an
+	// adaptive limit learns from). release may be nil when there is nothing
+	// to release.
+	Acquire(ctx context.Context) (release func(success bool), ok bool, err error)
+}
+
+// AcquirerFunc adapts a function to the [Acquirer] interface.
+type AcquirerFunc func(ctx context.Context) (release func(success bool), ok bool, err error)
+
+// Acquire calls f(ctx).
+func (f AcquirerFunc) Acquire(ctx context.Context) (func(success bool), bool, error) {
+	return f(ctx)
+}
+
+// scopeConcurrency is the X-RateLimit-Scope of Shed's refusals.
+const scopeConcurrency = "concurrency"
+
+type shedMW struct {
+	cfg config
+	a   Acquirer
+}
+
+// Shed returns a wrapper that sheds load with a concurrency limiter: a
+// request the Acquirer refuses gets 503 Service Unavailable with Retry-After
+// (WithShedRetryAfter, default 1 s, jittered by WithRetryJitter) and
+// Cache-Control: no-store; it is reported as floodgate.OutcomeShed.
+//
+// An admitted request's slot is released when its handler returns, with
+// success true unless the handler panicked, answered with a 5xx status, or
+// its context ended first.
+//
+// The options about keys, cost, policy and delays do not apply and are
+// ignored; WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
+// (only HeadersDiagnostic matters) and the observer labels do.
+// It returns an error wrapping [floodgate.ErrInvalidConfig] when a is nil or
+// an option is invalid.
+func Shed(a Acquirer, opts ...Option) (func(http.Handler) http.Handler, error) {
+	if a == nil {
+		return nil, invalid("nil acquirer")
+	}
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	m := &shedMW{cfg: cfg, a: a}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			next = http.DefaultServeMux
+		}
+		return &shedHandler{m: m, next: next}
+	}, nil
+}
+
+type shedHandler struct {
+	m    *shedMW
+	next http.Handler
+}
+
+func (h *shedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := &h.m.cfg
+	start := floodgate.Nanotime()
+	release, ok, err := h.m.acquire(r.Context())
+	ev := c.event(start, floodgate.Decision{})
+	switch {
+	case err != nil:
+		if c.failed(w, ev, err, scopeConcurrency) {
+			h.next.ServeHTTP(w, r)
+		}
+		return
+	case !ok && c.dryRun:
+		ev.Outcome = floodgate.OutcomeWouldDeny
+		c.observer.Observe(ev)
+		h.next.ServeHTTP(w, r)
+		return
+	case !ok:
+		ev.Outcome = floodgate.OutcomeShed
+		c.observer.Observe(ev)
+		c.refuse(w, http.StatusServiceUnavailable, c.shedRetry, reasonOverloaded, scopeConcurrency, nil)
+		return
+	}
+	ev.Outcome = floodgate.OutcomeAllowed
+	c.observer.Observe(ev)
+	if release == nil {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	done := false
+	defer func() {
+		success := done && sw.status < 500 && r.Context().Err() == nil
+		func() {
+			defer func() { _ = recover() }()
+			release(success)
+		}()
+	}()
+	h.next.ServeHTTP(sw, r)
+	done = true
+}
+
+func (m *shedMW) acquire(ctx context.Context) (release func(bool), ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			release, ok, err = nil, false, fmt.Errorf("%w: %v", ErrLimiterPanic, p)
+		}
+	}()
+	return m.a.Acquire(ctx)
+}
+
+// statusWriter records the status a handler answered with. It passes
+// Flush, Hijack and the http.ResponseController unwrapping through.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
