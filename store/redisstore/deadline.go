@@ -1,0 +1,78 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// deadlines hands out shared deadline contexts so that the per-decision
+// timeout costs no allocation: every call that starts within the same grain
+// (a fraction of the timeout, at most 2ms) shares one context whose deadline
+// is between timeout and timeout+grain after the call started. One context
+// and one timer are made per grain while calls come in, not one per call.
+type deadlines struct {
+	timeout time.Duration
+	grain   time.Duration
+	cur     atomic.Pointer[sharedDeadline]
+	mu      sync.Mutex
+}
+
+func newDeadlines(timeout time.Duration) *deadlines {
+	grain := min(timeout/10, 2*time.Millisecond)
+	grain = max(grain, 10*time.Microsecond)
+	return &deadlines{timeout: timeout, grain: grain}
+}
+
+// get returns a context that expires between timeout and timeout+grain from
+// now.
+func (d *deadlines) get() context.Context {
+	now := floodgate.Nanotime()
+	if c := d.cur.Load(); c != nil && c.at-now >= int64(d.timeout) {
+		return c
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.cur.Load(); c != nil && c.at-now >= int64(d.timeout) {
+		return c
+	}
+	life := d.timeout + d.grain
+	c := &sharedDeadline{
+		at:       now + int64(life),
+		deadline: time.Now().Add(life),
+		done:     make(chan struct{}),
+	}
+	time.AfterFunc(life, c.expire)
+	d.cur.Store(c)
+	return c
+}
+
+// sharedDeadline is a context.Context with a deadline and no parent, values
+// or cancel function.
+type sharedDeadline struct {
+	at       int64 // floodgate.Nanotime of the deadline
+	deadline time.Time
+	done     chan struct{}
+	expired  atomic.Bool
+}
+
+func (c *sharedDeadline) expire() {
+	c.expired.Store(true)
+	close(c.done)
+}
+
+func (c *sharedDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *sharedDeadline) Done() <-chan struct{}       { return c.done }
+func (c *sharedDeadline) Value(any) any               { return nil }
+
+func (c *sharedDeadline) Err() error {
+	if c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *sharedDeadline) String() string { return "redisstore.deadline" }

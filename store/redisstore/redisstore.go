@@ -1,0 +1,380 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// DefaultPrefix is the key prefix of a [Store] built without [WithPrefix].
+const DefaultPrefix = "floodgate:"
+
+// DefaultTimeout is the per-decision timeout of a [Store] built without
+// [WithTimeout].
+const DefaultTimeout = 50 * time.Millisecond
+
+// Store is a [store.Store] on Redis, Redis Cluster or Sentinel, through a
+// rueidis client. Every decision is one round trip: one EVALSHA of a script
+// that embeds the algorithm's Lua twin, reads the time from the Redis server,
+// and loads, steps and writes back the key's state atomically.
+//
+// A Store is safe for concurrent use. It holds no per-key state; it does not
+// own the client (closing the client is the caller's business).
+type Store struct {
+	client   rueidis.Client
+	prefix   string
+	timeout  time.Duration
+	policy   FailurePolicy
+	observer floodgate.Observer
+	name     string
+	dl       *deadlines
+
+	mu       sync.Mutex
+	policies atomic.Pointer[map[uint64]*policy]
+}
+
+type config struct {
+	prefix   string
+	timeout  time.Duration
+	policy   FailurePolicy
+	observer floodgate.Observer
+	name     string
+	err      error
+}
+
+// Option configures a [Store].
+type Option func(*config)
+
+// WithPrefix sets the prefix of every key the store writes (default
+// [DefaultPrefix], "floodgate:"). It must not contain '{' or '}': the store
+// puts its own hash tag right after it.
+func WithPrefix(prefix string) Option {
+	return func(c *config) {
+		if strings.ContainsAny(prefix, "{}") {
+			c.err = errors.Join(c.err, fmt.Errorf("%w: redisstore: prefix %q contains a brace", floodgate.ErrInvalidConfig, prefix))
+		}
+		c.prefix = prefix
+	}
+}
+
+// WithTimeout sets the per-decision timeout (default [DefaultTimeout], 50ms):
+// a decision that Redis has not answered by then is a failure, handled by the
+// [FailurePolicy]. A caller context with an earlier deadline wins. The timeout
+// must be positive.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.err = errors.Join(c.err, fmt.Errorf("%w: redisstore: timeout %v <= 0", floodgate.ErrInvalidConfig, d))
+		}
+		c.timeout = d
+	}
+}
+
+// WithFailurePolicy sets what happens when Redis cannot decide (default
+// [FailError]).
+func WithFailurePolicy(p FailurePolicy) Option {
+	return func(c *config) { c.policy = p }
+}
+
+// WithObserver reports every decision of the store to o (default none):
+// allowed, denied, delayed, and the outcomes of the failure policy
+// ([floodgate.OutcomeErrorOpen], [floodgate.OutcomeErrorClosed],
+// [floodgate.OutcomeFallback]). Event.Limiter is the name set with
+// [WithName].
+func WithObserver(o floodgate.Observer) Option {
+	return func(c *config) { c.observer = o }
+}
+
+// WithName names the store in observer events (Event.Limiter); default
+// "redis".
+func WithName(name string) Option {
+	return func(c *config) { c.name = name }
+}
+
+// New returns a Store on client. The client may be a single node, Sentinel
+// or Cluster client; a client built with DisableCache (client-side caching is
+// of no use here) saves a little memory. Errors wrap
+// [floodgate.ErrInvalidConfig].
+func New(client rueidis.Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: redisstore: nil client", floodgate.ErrInvalidConfig)
+	}
+	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, name: "redis"}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: redisstore: nil option", floodgate.ErrInvalidConfig)
+		}
+		o(&c)
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	if err := c.policy.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		client:   client,
+		prefix:   c.prefix,
+		timeout:  c.timeout,
+		policy:   c.policy,
+		observer: c.observer,
+		name:     c.name,
+		dl:       newDeadlines(c.timeout),
+	}
+	empty := map[uint64]*policy{}
+	s.policies.Store(&empty)
+	return s, nil
+}
+
+// Timeout returns the per-decision timeout.
+func (s *Store) Timeout() time.Duration { return s.timeout }
+
+// Key returns the Redis key that holds key's state for alg: the prefix, a
+// hash tag made of the 64-bit FNV-1a hash of key in hex (so that braces in
+// key never steer the Cluster slot, and the keys of one user key share a
+// slot across algorithms), the algorithm's namespace in hex, ':', and key
+// itself (so that two user keys never share a Redis key, whatever their
+// hashes).
+func (s *Store) Key(key string, alg store.Algorithm) string {
+	return s.redisKey(key, hex16(alg.Spec().Namespace))
+}
+
+func (s *Store) redisKey(key, nsHex string) string {
+	var b strings.Builder
+	b.Grow(len(s.prefix) + 2 + 16 + 16 + 1 + len(key))
+	b.WriteString(s.prefix)
+	var tag [18]byte
+	tag[0] = '{'
+	putHex16(tag[1:17], fnv64a(key))
+	tag[17] = '}'
+	b.Write(tag[:])
+	b.WriteString(nsHex)
+	b.WriteByte(':')
+	b.WriteString(key)
+	return b.String()
+}
+
+// prepare returns the cached policy for alg, preparing it on first use.
+func (s *Store) prepare(alg store.Algorithm) (*policy, error) {
+	if alg == nil {
+		return nil, fmt.Errorf("%w: redisstore: nil algorithm", floodgate.ErrInvalidConfig)
+	}
+	sp := alg.Spec()
+	if p := (*s.policies.Load())[sp.Namespace]; p != nil && p.same(&sp) {
+		return p, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.policies.Load()
+	if p := old[sp.Namespace]; p != nil && p.same(&sp) {
+		return p, nil
+	}
+	p, err := newPolicy(alg, s.policy)
+	if err != nil {
+		return nil, err
+	}
+	next := make(map[uint64]*policy, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[sp.Namespace] = p
+	s.policies.Store(&next)
+	return p, nil
+}
+
+// Apply implements [store.Store]: one EVALSHA that steps alg on key's state
+// with cost n at the Redis server's time. See [FailurePolicy] for what
+// happens when Redis cannot decide.
+func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+	start := floodgate.Nanotime()
+	p, err := s.prepare(alg)
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
+	var one [1]*policy
+	one[0] = p
+	d, err := s.eval(ctx, key, one[:], p.script, n, "", nil)
+	if err != nil {
+		return s.fail(ctx, key, one[:], n, err, start)
+	}
+	s.observe(d, start)
+	return d, nil
+}
+
+// eval runs the decision script for policies on key. now is "" for the
+// server's time or the injected time in microseconds (tests); with an
+// injected time the new states are decoded into states.
+func (s *Store) eval(ctx context.Context, key string, ps []*policy, script *rueidis.Lua, n int64, now string, states []store.State) (floodgate.Decision, error) {
+	cctx, cancel := s.callContext(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	var kbuf [4]string
+	var abuf [6]string
+	keys, args := kbuf[:0], abuf[:0]
+	args = append(args, strconv.FormatInt(n, 10), now)
+	for _, p := range ps {
+		keys = append(keys, s.redisKey(key, p.nsHex))
+		args = append(args, p.params)
+	}
+	arr, err := script.Exec(cctx, s.client, keys, args).ToArray()
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
+	return decode(arr, ps, states)
+}
+
+var errReply = errors.New("redisstore: malformed script reply")
+
+// decode turns the script's reply into a Decision (and, with an injected
+// time, the new states).
+func decode(arr []rueidis.RedisMessage, ps []*policy, states []store.State) (floodgate.Decision, error) {
+	if len(arr) < 6 {
+		return floodgate.Decision{}, errReply
+	}
+	var v [6]int64
+	for i := range v {
+		x, err := arr[i].AsInt64()
+		if err != nil {
+			return floodgate.Decision{}, fmt.Errorf("%w: %w", errReply, err)
+		}
+		v[i] = x
+	}
+	d := floodgate.Decision{
+		Allowed:    v[0] != 0,
+		Limit:      v[1],
+		Remaining:  v[2],
+		RetryAfter: store.Dur(v[3]),
+		ResetAfter: store.Dur(v[4]),
+		Delay:      store.Dur(v[5]),
+	}
+	if states == nil {
+		return d, nil
+	}
+	rest := arr[6:]
+	next := func() (int64, error) {
+		if len(rest) == 0 {
+			return 0, errReply
+		}
+		x, err := rest[0].AsInt64()
+		rest = rest[1:]
+		return x, err
+	}
+	for i, p := range ps {
+		var st store.State
+		for j := 0; j < p.spec.Words; j++ {
+			x, err := next()
+			if err != nil {
+				return d, err
+			}
+			st.W[j] = x
+		}
+		cnt, err := next()
+		if err != nil {
+			return d, err
+		}
+		for ; cnt > 0; cnt-- {
+			x, err := next()
+			if err != nil {
+				return d, err
+			}
+			st.Log = append(st.Log, x)
+		}
+		states[i] = st
+	}
+	return d, nil
+}
+
+// callContext bounds one call by the store's timeout. A context without a
+// Done channel (context.Background) gets a shared deadline context (no
+// allocation); a context whose deadline is no later than the timeout is used
+// as it is; any other one is wrapped with context.WithTimeout.
+func (s *Store) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return s.dl.get(), nil
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		return ctx, nil
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// fail applies the failure policy after err.
+func (s *Store) fail(ctx context.Context, key string, ps []*policy, n int64, cause error, start int64) (floodgate.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return floodgate.Decision{}, fmt.Errorf("redisstore: %w", err)
+	}
+	if errors.Is(cause, floodgate.ErrInvalidConfig) {
+		return floodgate.Decision{}, cause
+	}
+	cause = fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, cause)
+	limit := ps[0].limit
+	for _, p := range ps[1:] {
+		limit = min(limit, p.limit)
+	}
+	var d floodgate.Decision
+	var outcome floodgate.Outcome
+	switch s.policy.mode {
+	case modeOpen:
+		d = floodgate.Decision{Allowed: true, Limit: limit}
+		outcome = floodgate.OutcomeErrorOpen
+	case modeClosed:
+		d = floodgate.Decision{Allowed: n < 0, Limit: limit}
+		if n >= 0 {
+			d.RetryAfter = s.policy.retryAfter
+		}
+		outcome = floodgate.OutcomeErrorClosed
+	case modeFallback:
+		var err error
+		if len(ps) == 1 {
+			d, err = s.policy.local.Apply(ctx, key, ps[0].local, n)
+		} else {
+			d, err = s.applyLocal(ctx, key, ps, n)
+		}
+		if err != nil {
+			return floodgate.Decision{}, errors.Join(cause, fmt.Errorf("redisstore: fallback: %w", err))
+		}
+		outcome = floodgate.OutcomeFallback
+	default:
+		return floodgate.Decision{}, cause
+	}
+	if s.observer != nil {
+		s.observer.Observe(floodgate.Event{
+			Limiter:  s.name,
+			Outcome:  outcome,
+			Decision: d,
+			Err:      cause,
+			Latency:  time.Duration(floodgate.Nanotime() - start),
+		})
+	}
+	return d, nil
+}
+
+func (s *Store) observe(d floodgate.Decision, start int64) {
+	if s.observer == nil {
+		return
+	}
+	o := floodgate.OutcomeAllowed
+	switch {
+	case !d.Allowed:
+		o = floodgate.OutcomeDenied
+	case d.Delay > 0:
+		o = floodgate.OutcomeDelayed
+	}
+	s.observer.Observe(floodgate.Event{
+		Limiter:  s.name,
+		Outcome:  o,
+		Decision: d,
+		Latency:  time.Duration(floodgate.Nanotime() - start),
+	})
+}

@@ -1,0 +1,236 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+func tokenBucket(t testing.TB, r floodgate.Rate, burst int64) store.Algorithm {
+	t.Helper()
+	a, err := bucket.Config{Rate: r, Burst: burst}.Algorithm()
+	require.NoError(t, err)
+	return a
+}
+
+
+func TestNewValidates(t *testing.T) {
+	c := newClient(t, singleAddr)
+	_, err := New(nil)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	for name, opt := range map[string]Option{
+		"brace prefix":  WithPrefix("a{b"),
+		"zero timeout":  WithTimeout(0),
+		"nil option":    nil,
+		"nil fallback":  WithFailurePolicy(Fallback(nil, 2)),
+		"nil derive fn": WithFailurePolicy(FallbackWith(newLocalStore(), nil)),
+	} {
+		_, err := New(c, opt)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
+	}
+	s, err := New(c)
+	require.NoError(t, err)
+	assert.Equal(t, DefaultTimeout, s.Timeout())
+
+	// An algorithm without a Lua twin cannot run on Redis.
+	_, err = s.Apply(context.Background(), "k", Slowed(tokenBucket(t, floodgate.PerSecond(1), 1), 2), 1)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	_, err = s.Apply(context.Background(), "k", nil, 1)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	_, err = NewMultiLimiter(s)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	a := tokenBucket(t, floodgate.PerSecond(1), 1)
+	_, err = NewMultiLimiter(s, a, a)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "the same policy twice")
+}
+
+func TestTokenBucketOnRedis(t *testing.T) {
+	for name, c := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			s, err := New(c, WithPrefix(uniquePrefix(t)))
+			require.NoError(t, err)
+			l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 3})
+			require.NoError(t, err)
+			ctx := context.Background()
+			for i := range 3 {
+				d, err := l.Take(ctx, "user", 1)
+				require.NoError(t, err)
+				assert.True(t, d.Allowed)
+				assert.Equal(t, int64(3), d.Limit)
+				assert.Equal(t, int64(2-i), d.Remaining)
+			}
+			d, err := l.Take(ctx, "user", 1)
+			require.NoError(t, err)
+			assert.False(t, d.Allowed)
+			assert.Greater(t, d.RetryAfter, 59*time.Minute)
+			assert.LessOrEqual(t, d.RetryAfter, time.Hour)
+			require.NoError(t, l.Refund(ctx, "user", 2))
+			d, err = l.Peek(ctx, "user")
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), d.Remaining)
+		})
+	}
+}
+
+// The key carries a TTL equal to the time to full, and disappears when the
+// state is full again.
+func TestTTLIsTimeToFull(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s, err := New(c, WithPrefix(uniquePrefix(t)))
+	require.NoError(t, err)
+	alg := tokenBucket(t, floodgate.PerSecond(10), 10) // 100ms per token
+	ctx := context.Background()
+	for range 5 {
+		_, err := s.Apply(ctx, "k", alg, 1)
+		require.NoError(t, err)
+	}
+	key := s.Key("k", alg)
+	ttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, int64(400))
+	assert.LessOrEqual(t, ttl, int64(501))
+
+	_, err = s.Apply(ctx, "k", alg, -10) // refund everything: full again
+	require.NoError(t, err)
+	n, err := c.Do(ctx, c.B().Exists().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a full state is deleted")
+}
+
+func TestKeyLayout(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s, err := New(c)
+	require.NoError(t, err)
+	alg := tokenBucket(t, floodgate.PerSecond(1), 1)
+	for _, k := range []string{"", "{", "}", "a}b{", "{x}", "a{x}", "b{x}"} {
+		rk := s.Key(k, alg)
+		require.True(t, strings.HasPrefix(rk, DefaultPrefix+"{"), rk)
+		tag := rk[len(DefaultPrefix)+1:]
+		end := strings.IndexByte(tag, '}')
+		require.Equal(t, 16, end, "the hash tag is 16 hex digits: %q", rk)
+		assert.Equal(t, hex16(fnv64a(k)), tag[:end])
+		assert.True(t, strings.HasSuffix(rk, ":"+k))
+	}
+	assert.NotEqual(t, s.Key("a{x}", alg)[:len(DefaultPrefix)+18], s.Key("b{x}", alg)[:len(DefaultPrefix)+18],
+		"braces in the user key do not choose the slot")
+}
+
+func hostileKeys(t testing.TB) []string {
+	bin := make([]byte, 64<<10)
+	_, err := rand.Read(bin)
+	require.NoError(t, err)
+	return []string{"", "{", "}", "a}b{", "{}", "{a}", "a{b}c", "\r\n", "x\r\ny\r\n", "\x00", string(bin), string(bin[:100]) + "{tag}"}
+}
+
+// Hostile keys: no CROSSSLOT, no collision, no panic, on a single node and on
+// the cluster, with single and multi-policy calls.
+func TestHostileKeys(t *testing.T) {
+	keys := hostileKeys(t)
+	for name, c := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(2*time.Second))
+			require.NoError(t, err)
+			one := tokenBucket(t, floodgate.PerHour(1), 1)
+			m, err := NewMultiLimiter(s, tokenBucket(t, floodgate.PerHour(1), 2), tokenBucket(t, floodgate.PerHour(2), 1))
+			require.NoError(t, err)
+			ctx := context.Background()
+			for i, k := range keys {
+				d, err := s.Apply(ctx, k, one, 1)
+				require.NoError(t, err, "key %d", i)
+				require.True(t, d.Allowed, "key %d shares state with an earlier key", i)
+				d, err = m.Take(ctx, k, 1)
+				require.NoError(t, err, "key %d", i)
+				require.True(t, d.Allowed, "key %d (multi) shares state with an earlier key", i)
+			}
+			for i, k := range keys {
+				d, err := s.Apply(ctx, k, one, 1)
+				require.NoError(t, err, "key %d", i)
+				assert.False(t, d.Allowed, "key %d", i)
+				d, err = m.Take(ctx, k, 1)
+				require.NoError(t, err, "key %d", i)
+				assert.False(t, d.Allowed, "key %d", i)
+			}
+		})
+	}
+}
+
+// Two policies on one key in one script: all-or-nothing.
+func TestMultiAllOrNothing(t *testing.T) {
+	for name, c := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			s, err := New(c, WithPrefix(uniquePrefix(t)))
+			require.NoError(t, err)
+			perSec := tokenBucket(t, floodgate.PerSecond(10), 10)
+			perHour := tokenBucket(t, floodgate.PerHour(15), 15)
+			m, err := NewMultiLimiter(s, perSec, perHour)
+			require.NoError(t, err)
+			assert.Equal(t, int64(10), m.MaxCost())
+			ctx := context.Background()
+
+			d, err := m.Take(ctx, "u", 10)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			assert.Equal(t, int64(0), d.Remaining, "the per-second policy is the tightest")
+			assert.Equal(t, int64(10), d.Limit)
+
+			// The per-second policy denies: the hourly one must not be charged.
+			for range 5 {
+				d, err = m.Take(ctx, "u", 5)
+				require.NoError(t, err)
+				require.False(t, d.Allowed)
+				assert.Positive(t, d.RetryAfter)
+			}
+			hd, err := s.Apply(ctx, "u", perHour, 0)
+			require.NoError(t, err)
+			assert.Equal(t, int64(5), hd.Remaining, "a denied multi call consumed from the hourly policy")
+
+			// Refunding gives back to both.
+			require.NoError(t, m.Refund(ctx, "u", 5))
+			hd, err = s.Apply(ctx, "u", perHour, 0)
+			require.NoError(t, err)
+			assert.Equal(t, int64(10), hd.Remaining)
+
+			_, err = m.Take(ctx, "u", 11)
+			assert.ErrorIs(t, err, floodgate.ErrInvalidCost)
+		})
+	}
+}
+
+// The observer sees allowed and denied decisions with the store's name.
+func TestObserverOutcomes(t *testing.T) {
+	c := newClient(t, singleAddr)
+	var got []floodgate.Outcome
+	obs := floodgate.ObserverFunc(func(e floodgate.Event) {
+		assert.Equal(t, "api", e.Limiter)
+		got = append(got, e.Outcome)
+	})
+	s, err := New(c, WithPrefix(uniquePrefix(t)), WithObserver(obs), WithName("api"))
+	require.NoError(t, err)
+	alg := tokenBucket(t, floodgate.PerHour(1), 1)
+	for range 2 {
+		_, err := s.Apply(context.Background(), "k", alg, 1)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []floodgate.Outcome{floodgate.OutcomeAllowed, floodgate.OutcomeDenied}, got)
+}
+
+// A context the caller cancelled is the caller's error, under any policy.
+func TestCallerContextWins(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s, err := New(c, WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailOpen()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = s.Apply(ctx, "k", tokenBucket(t, floodgate.PerHour(1), 1), 1)
+	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+}

@@ -1,0 +1,249 @@
+package redisstore
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// The Redis script that runs one decision. It embeds the Lua twin of every
+// policy it checks (one for a plain store call, several for a multi-policy
+// limiter) and does, in one round trip and atomically:
+//
+//  1. read the time: Redis TIME in microseconds, or ARGV[2] when a test
+//     injects it;
+//  2. load each policy's state from its key (a fresh key is the zero state);
+//  3. step every policy with the cost ARGV[1]; when one denies, step the
+//     others again with cost 0 (a peek) so that nothing is consumed anywhere;
+//  4. write every state back with a TTL equal to its time to full
+//     (State.W[0] - now), or delete the key when the state is full;
+//  5. return the merged decision {allowed, limit, remaining, retry_after_us,
+//     reset_after_us, delay_us}; with an injected time the new states follow.
+//
+// ARGV[2+i] describes policy i: "words maxlog p1 p2 ..." (the Params).
+//
+// State encoding in the key: the words as decimal integers joined by ",",
+// then, for algorithms with a log, ";" and the log entries joined by ",".
+// Redis 7 replicates the effects of scripts, so calling TIME before writing is
+// allowed (redis.replicate_commands is called where it still exists).
+const scriptHead = `-- floodgate redisstore decision script
+local steps = {}
+`
+
+const scriptBody = `
+local n = tonumber(ARGV[1])
+local test = ARGV[2] ~= ''
+local now
+if test then
+  now = tonumber(ARGV[2])
+else
+  if redis.replicate_commands then redis.replicate_commands() end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local k = #KEYS
+local meta, params, raw = {}, {}, {}
+for i = 1, k do
+  local a = {}
+  for x in string.gmatch(ARGV[2 + i], '%S+') do a[#a + 1] = tonumber(x) end
+  local p = {}
+  for j = 3, #a do p[j - 2] = a[j] end
+  meta[i], params[i] = a, p
+  raw[i] = redis.call('GET', KEYS[i])
+end
+local function load(i)
+  local words, maxlog = meta[i][1], meta[i][2]
+  local s = {}
+  for j = 1, words do s[j] = 0 end
+  if maxlog > 0 then s.log = {} end
+  local v = raw[i]
+  if v then
+    local wpart, lpart = string.match(v, '^([^;]*);?(.*)$')
+    local j = 1
+    for x in string.gmatch(wpart, '[^,]+') do
+      if j <= words then s[j] = tonumber(x) end
+      j = j + 1
+    end
+    if maxlog > 0 then
+      for x in string.gmatch(lpart, '[^,]+') do s.log[#s.log + 1] = tonumber(x) end
+    end
+  end
+  return s
+end
+local states, ds, allowed = {}, {}, true
+for i = 1, k do
+  local s2, d = steps[i](load(i), now, n, params[i])
+  states[i], ds[i] = s2, d
+  if d[1] == 0 then allowed = false end
+end
+if not allowed and k > 1 then
+  for i = 1, k do
+    if ds[i][1] ~= 0 then
+      states[i], ds[i] = steps[i](load(i), now, 0, params[i])
+    end
+  end
+end
+for i = 1, k do
+  local s = states[i]
+  if s[1] <= now then
+    redis.call('DEL', KEYS[i])
+  else
+    local parts = {}
+    for j = 1, meta[i][1] do parts[j] = string.format('%d', s[j]) end
+    local v = table.concat(parts, ',')
+    if meta[i][2] > 0 and s.log and #s.log > 0 then
+      local lp = {}
+      for j = 1, #s.log do lp[j] = string.format('%d', s.log[j]) end
+      v = v .. ';' .. table.concat(lp, ',')
+    end
+    local ttl = math.floor((s[1] - now + 999) / 1000)
+    if test and ttl < 60000 then ttl = 60000 end
+    redis.call('SET', KEYS[i], v, 'PX', ttl)
+  end
+end
+local acc = {ds[1][1], ds[1][2], ds[1][3], ds[1][4], ds[1][5], ds[1][6]}
+for i = 2, k do
+  local d = ds[i]
+  if d[1] == 0 then acc[1] = 0 end
+  if d[3] < acc[3] or (d[3] == acc[3] and d[2] < acc[2]) then acc[2], acc[3] = d[2], d[3] end
+  if d[4] > acc[4] then acc[4] = d[4] end
+  if d[5] > acc[5] then acc[5] = d[5] end
+  if d[6] > acc[6] then acc[6] = d[6] end
+end
+if acc[1] == 0 then acc[6] = 0 end
+if test then
+  for i = 1, k do
+    local s = states[i]
+    for j = 1, meta[i][1] do acc[#acc + 1] = s[j] end
+    local lg = s.log or {}
+    acc[#acc + 1] = #lg
+    for j = 1, #lg do acc[#acc + 1] = lg[j] end
+  end
+end
+return acc
+`
+
+// buildScript returns the script text for the policies described by specs,
+// in that order.
+func buildScript(specs []store.Spec) string {
+	var b strings.Builder
+	b.WriteString(scriptHead)
+	for i, sp := range specs {
+		fmt.Fprintf(&b, "-- policy %d: %s\nsteps[%d] = (function()\n%s\nend)()\n", i+1, sp.Name, i+1, sp.Lua.Source)
+	}
+	b.WriteString(scriptBody)
+	return b.String()
+}
+
+// scripts caches one rueidis.Lua per combination of (Name, Source), shared
+// by every Store of the process: the script text does not depend on the
+// algorithm's parameters (they travel in ARGV), so a thousand token buckets
+// with different rates share one script.
+var scripts sync.Map // string -> *rueidis.Lua
+
+func scriptFor(specs []store.Spec) *rueidis.Lua {
+	var kb strings.Builder
+	for _, sp := range specs {
+		kb.WriteString(sp.Name)
+		kb.WriteByte(0)
+		kb.WriteString(sp.Lua.Source)
+		kb.WriteByte(1)
+	}
+	key := kb.String()
+	if l, ok := scripts.Load(key); ok {
+		return l.(*rueidis.Lua)
+	}
+	// NewLuaScript (not NewLuaScriptRetryable): the EVALSHA/EVAL of a
+	// consuming script is never retried by rueidis after a connection error,
+	// because a command that was written may have run.
+	l, _ := scripts.LoadOrStore(key, rueidis.NewLuaScript(buildScript(specs)))
+	return l.(*rueidis.Lua)
+}
+
+// policy is an algorithm prepared for the Redis store: everything a call
+// needs that does not depend on the key, computed once.
+type policy struct {
+	alg    store.Algorithm
+	spec   store.Spec
+	nsHex  string // the namespace in 16 hex digits: part of the Redis key
+	params string // ARGV for this policy: "words maxlog p1 p2 ..."
+	limit  int64  // the capacity (Limit of a fresh state), for fail-open/closed decisions
+	local  store.Algorithm
+	script *rueidis.Lua
+}
+
+func newPolicy(alg store.Algorithm, fp FailurePolicy) (*policy, error) {
+	if alg == nil {
+		return nil, fmt.Errorf("%w: redisstore: nil algorithm", floodgate.ErrInvalidConfig)
+	}
+	sp := alg.Spec()
+	if sp.Words < 1 || sp.Words > store.MaxWords {
+		return nil, fmt.Errorf("%w: redisstore: algorithm %q uses %d words, want 1..%d", floodgate.ErrInvalidConfig, sp.Name, sp.Words, store.MaxWords)
+	}
+	if strings.TrimSpace(sp.Lua.Source) == "" {
+		return nil, fmt.Errorf("%w: redisstore: algorithm %q has no Lua twin", floodgate.ErrInvalidConfig, sp.Name)
+	}
+	var pb strings.Builder
+	pb.WriteString(strconv.Itoa(sp.Words))
+	pb.WriteByte(' ')
+	pb.WriteString(strconv.Itoa(sp.MaxLog))
+	for _, p := range sp.Lua.Params {
+		pb.WriteByte(' ')
+		pb.WriteString(strconv.FormatInt(p, 10))
+	}
+	_, d := alg.Step(store.State{}, floodgate.Nanotime()/1000, 0)
+	p := &policy{
+		alg:    alg,
+		spec:   sp,
+		nsHex:  hex16(sp.Namespace),
+		params: pb.String(),
+		limit:  d.Limit,
+		script: scriptFor([]store.Spec{sp}),
+	}
+	if fp.mode == modeFallback {
+		l, err := fp.derive(alg)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: fallback for %q: %w", sp.Name, err)
+		}
+		p.local = l
+	}
+	return p, nil
+}
+
+// same reports whether alg is the algorithm p was prepared for (same
+// namespace, name and twin).
+func (p *policy) same(sp *store.Spec) bool {
+	return p.spec.Namespace == sp.Namespace && p.spec.Name == sp.Name && p.spec.Lua.Source == sp.Lua.Source
+}
+
+const hexDigits = "0123456789abcdef"
+
+func hex16(v uint64) string {
+	var b [16]byte
+	putHex16(b[:], v)
+	return string(b[:])
+}
+
+func putHex16(b []byte, v uint64) {
+	for i := 15; i >= 0; i-- {
+		b[i] = hexDigits[v&0xf]
+		v >>= 4
+	}
+}
+
+// fnv64a is FNV-1a, 64 bits: stable across processes and machines (the key
+// of one user must map to one Redis key everywhere), allocation-free.
+func fnv64a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
