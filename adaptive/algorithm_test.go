@@ -1,0 +1,223 @@
+package adaptive
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+const ms = time.Millisecond
+
+// step is one window fed to an algorithm and the limit expected after it,
+// computed by hand from the update rule in the type's documentation.
+type step struct {
+	s     Sample
+	limit int     // returned limit
+	exact float64 // internal estimate, when the algorithm keeps a float (0: unchecked)
+}
+
+func TestAIMDTable(t *testing.T) {
+	a, err := NewAIMD(AIMDConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, a, nil, []step{
+		{s: Sample{RTT: 10 * ms, InFlight: 10, Count: 10}, limit: 21},            // 2*10 >= 20: +1
+		{s: Sample{RTT: 10 * ms, InFlight: 10, Count: 10}, limit: 21},            // 2*10 < 21: app-limited
+		{s: Sample{RTT: 10 * ms, InFlight: 11, Count: 10}, limit: 22},            // 2*11 >= 21: +1
+		{s: Sample{RTT: 10 * ms, InFlight: 22, Dropped: 1, Count: 10}, limit: 20}, // floor(22*0.9)=19 -> min 20
+	})
+	b, _ := NewAIMD(AIMDConfig{InitialLimit: 100, MinLimit: 1, Backoff: 0.5, Timeout: time.Second})
+	run(t, b, nil, []step{
+		{s: Sample{Dropped: 10, Count: 10}, limit: 50},                           // floor(100*0.5)
+		{s: Sample{RTT: 1500 * ms, InFlight: 50, Count: 10}, limit: 25},          // mean RTT above the timeout is a drop
+		{s: Sample{RTT: time.Second, InFlight: 25, Count: 10}, limit: 26},        // at the timeout is not
+		{s: Sample{Dropped: 1, Count: 10}, limit: 13},                            // floor(26*0.5)
+		{s: Sample{Dropped: 1, Count: 10}, limit: 6},                             // floor(13*0.5)
+		{s: Sample{Dropped: 1, Count: 10}, limit: 3}, {s: Sample{Dropped: 1, Count: 10}, limit: 1},
+		{s: Sample{Dropped: 1, Count: 10}, limit: 1}, // never below MinLimit
+	})
+	c, _ := NewAIMD(AIMDConfig{InitialLimit: 199})
+	run(t, c, nil, []step{
+		{s: Sample{RTT: ms, InFlight: 199, Count: 10}, limit: 200},
+		{s: Sample{RTT: ms, InFlight: 200, Count: 10}, limit: 200}, // MaxLimit
+	})
+}
+
+func TestGradient2Table(t *testing.T) {
+	g, err := NewGradient2(Gradient2Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, g, func() float64 { return g.limit }, []step{
+		// Baseline 100ms; gradient = min(1, 1.5*100/100) = 1: target 20+4,
+		// limit = 0.8*20 + 0.2*24 = 20.8.
+		{s: Sample{RTT: 100 * ms, InFlight: 20, Count: 10}, limit: 20, exact: 20.8},
+		// 0.8*20.8 + 0.2*24.8 = 21.6
+		{s: Sample{RTT: 100 * ms, InFlight: 20, Count: 10}, limit: 21, exact: 21.6},
+		// Baseline (warm-up mean) = (100+100+250)/3 = 150ms; gradient =
+		// 1.5*150/250 = 0.9; no queue added; 0.8*21.6 + 0.2*(0.9*21.6) = 21.168.
+		{s: Sample{RTT: 250 * ms, InFlight: 21, Count: 10}, limit: 21, exact: 21.168},
+		// A drop: 0.8*21.168 + 0.2*(21.168/2) = 19.0512 -> MinLimit 20.
+		{s: Sample{RTT: 100 * ms, InFlight: 21, Dropped: 1, Count: 10}, limit: 20, exact: 20},
+		// App-limited (9 < 20/2): unchanged.
+		{s: Sample{RTT: 50 * ms, InFlight: 9, Count: 10}, limit: 20, exact: 20},
+		// Gradient floor: baseline (100+100+250+50)/4 = 125, then
+		// (500+1000)/5 = 300; 1.5*300/1000 = 0.45 -> 0.5:
+		// 0.8*20 + 0.2*10 = 18 -> MinLimit 20.
+		{s: Sample{RTT: 1000 * ms, InFlight: 20, Count: 10}, limit: 20, exact: 20},
+	})
+	if got := g.Baseline(); math.Abs(got-float64(300*ms)) > 1 {
+		t.Fatalf("baseline = %v, want 300ms", time.Duration(got))
+	}
+
+	// Smoothing 1, no minimum: the rule without smoothing, and the recovery
+	// of the baseline when latency falls back (long/short > 2).
+	h, _ := NewGradient2(Gradient2Config{InitialLimit: 100, MinLimit: 1, Smoothing: 1, RTTTolerance: 1, QueueSize: 2})
+	run(t, h, func() float64 { return h.limit }, []step{
+		{s: Sample{RTT: 100 * ms, InFlight: 100, Count: 10}, limit: 102, exact: 102}, // gradient 1: +2
+		{s: Sample{RTT: 200 * ms, InFlight: 100, Count: 10}, limit: 76, exact: 76.5}, // baseline 150: gradient 0.75
+		// baseline (100+200+20)/3 = 106.67; long/short = 5.33 > 2 -> *0.95
+		// = 101.33; gradient = min(1, 101.33/20) = 1: 76.5 + 2
+		{s: Sample{RTT: 20 * ms, InFlight: 76, Count: 10}, limit: 78, exact: 78.5},
+	})
+	if got, want := h.Baseline(), float64(320*ms)/3*0.95; math.Abs(got-want) > 1 {
+		t.Fatalf("baseline = %v, want %v", time.Duration(got), time.Duration(want))
+	}
+}
+
+// TestGradient2BaselineIgnoresSelfInflictedLatency: after the warm-up, a
+// slower RTT from a window in which the limiter was full does not move the
+// baseline; one from a window with room does.
+func TestGradient2BaselineIgnoresSelfInflictedLatency(t *testing.T) {
+	g, _ := NewGradient2(Gradient2Config{LongWindow: 9}) // EMA factor 0.2
+	for range gradientWarmup {
+		g.Update(Sample{RTT: 100 * ms, InFlight: 5, Count: 10})
+	}
+	g.Update(Sample{RTT: 200 * ms, InFlight: int(g.limit), Count: 10})
+	if got := g.Baseline(); got != float64(100*ms) {
+		t.Fatalf("baseline after a full window = %v, want 100ms", time.Duration(got))
+	}
+	g.Update(Sample{RTT: 200 * ms, InFlight: int(g.limit) - 1, Count: 10})
+	if got, want := g.Baseline(), float64(120*ms); math.Abs(got-want) > 1 {
+		t.Fatalf("baseline after a window with room = %v, want 120ms", time.Duration(got))
+	}
+	g.Update(Sample{RTT: 60 * ms, InFlight: int(g.limit), Count: 10})
+	if got, want := g.Baseline(), float64(108*ms); math.Abs(got-want) > 1 {
+		t.Fatalf("baseline after a faster full window = %v, want 108ms", time.Duration(got))
+	}
+}
+
+func TestVegasTable(t *testing.T) {
+	v, err := NewVegas(VegasConfig{Rand: rand.New(rand.NewPCG(1, 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, v, func() float64 { return v.limit }, []step{
+		{s: Sample{RTT: 100 * ms, InFlight: 20, Count: 10}, limit: 20}, // first RTT: the no-load RTT
+		// queue = ceil(20*(1-100/100)) = 0 <= threshold lg(20)=1: +beta = +6
+		{s: Sample{RTT: 100 * ms, InFlight: 20, Count: 10}, limit: 26},
+		// queue = ceil(26*(1-100/125)) = ceil(5.2) = 6: alpha 3 <= 6 <= beta 6: stays
+		{s: Sample{RTT: 125 * ms, InFlight: 26, Count: 10}, limit: 26},
+		// queue = ceil(26*0.5) = 13 > beta: -lg = -1
+		{s: Sample{RTT: 200 * ms, InFlight: 26, Count: 10}, limit: 25},
+		// queue = ceil(25*(1-100/105)) = ceil(1.19) = 2: threshold 1 < 2 < alpha 3: +lg
+		{s: Sample{RTT: 105 * ms, InFlight: 25, Count: 10}, limit: 26},
+		// A drop lowers the limit even with a new minimum RTT (the reference
+		// would take the new minimum and keep 26).
+		{s: Sample{RTT: 50 * ms, InFlight: 26, Dropped: 3, Count: 10}, limit: 25},
+		{s: Sample{RTT: 90 * ms, InFlight: 25, Count: 10}, limit: 25},  // new minimum
+		{s: Sample{RTT: 180 * ms, InFlight: 12, Count: 10}, limit: 25}, // 2*12 < 25: app-limited
+	})
+	if got := v.NoLoadRTT(); got != float64(90*ms) {
+		t.Fatalf("no-load RTT = %v, want 90ms", time.Duration(got))
+	}
+
+	// Above 100 lg is 2: alpha 6, beta 12, threshold 2; smoothing 0.5.
+	w, _ := NewVegas(VegasConfig{InitialLimit: 150, Smoothing: 0.5, Rand: rand.New(rand.NewPCG(1, 1))})
+	run(t, w, func() float64 { return w.limit }, []step{
+		{s: Sample{RTT: 100 * ms, InFlight: 150, Count: 10}, limit: 150},
+		// queue 0: target 150+12, smoothed 0.5*150 + 0.5*162 = 156
+		{s: Sample{RTT: 100 * ms, InFlight: 150, Count: 10}, limit: 156, exact: 156},
+		// queue = ceil(156*(1-100/200)) = 78 > 12: target 154, smoothed 155
+		{s: Sample{RTT: 200 * ms, InFlight: 156, Count: 10}, limit: 155, exact: 155},
+	})
+
+	// ProbeMultiplier 1 at limit 1: every measured window is a probe, so the
+	// no-load RTT follows the latest RTT, up as well as down.
+	p, _ := NewVegas(VegasConfig{InitialLimit: 1, MaxLimit: 1, ProbeMultiplier: 1, Rand: rand.New(rand.NewPCG(1, 1))})
+	p.Update(Sample{RTT: 100 * ms, InFlight: 1, Count: 10})
+	p.Update(Sample{RTT: 200 * ms, InFlight: 1, Count: 10})
+	if got := p.NoLoadRTT(); got != float64(200*ms) {
+		t.Fatalf("probed no-load RTT = %v, want 200ms", time.Duration(got))
+	}
+}
+
+func TestLog10Root(t *testing.T) {
+	for _, c := range []struct{ x, want int }{{0, 1}, {1, 1}, {9, 1}, {10, 1}, {99, 1}, {100, 2}, {999, 2}, {1000, 31}, {4000, 63}} {
+		if got := log10Root(c.x); got != c.want {
+			t.Errorf("log10Root(%d) = %d, want %d", c.x, got, c.want)
+		}
+	}
+}
+
+func TestFixed(t *testing.T) {
+	f, err := NewFixed(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.InitialLimit() != 7 || f.Update(Sample{Dropped: 10, Count: 10}) != 7 {
+		t.Fatal("fixed limit moved")
+	}
+	if _, err := NewFixed(0); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		t.Fatalf("NewFixed(0) err = %v", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	bad := []error{
+		AIMDConfig{Backoff: 1}.Validate(),
+		AIMDConfig{Backoff: 0.4}.Validate(),
+		AIMDConfig{MinLimit: 50, MaxLimit: 10}.Validate(),
+		AIMDConfig{InitialLimit: 5}.Validate(), // below the default minimum 20
+		AIMDConfig{Timeout: -1}.Validate(),
+		Gradient2Config{Smoothing: 1.5}.Validate(),
+		Gradient2Config{RTTTolerance: 0.5}.Validate(),
+		Gradient2Config{LongWindow: -1}.Validate(),
+		Gradient2Config{QueueSize: -1}.Validate(),
+		Gradient2Config{InitialLimit: 500}.Validate(),
+		Gradient2Config{Smoothing: math.NaN()}.Validate(),
+		VegasConfig{Smoothing: -1}.Validate(),
+		VegasConfig{ProbeMultiplier: -1}.Validate(),
+		VegasConfig{InitialLimit: 2000}.Validate(),
+		VegasConfig{MaxLimit: -3}.Validate(),
+	}
+	for i, err := range bad {
+		if !errors.Is(err, floodgate.ErrInvalidConfig) {
+			t.Errorf("case %d: err = %v, want ErrInvalidConfig", i, err)
+		}
+	}
+	for i, err := range []error{AIMDConfig{}.Validate(), Gradient2Config{}.Validate(), VegasConfig{}.Validate()} {
+		if err != nil {
+			t.Errorf("defaults %d: %v", i, err)
+		}
+	}
+}
+
+func run(t *testing.T, a Algorithm, exact func() float64, steps []step) {
+	t.Helper()
+	for i, st := range steps {
+		if got := a.Update(st.s); got != st.limit {
+			t.Fatalf("step %d: limit = %d, want %d", i, got, st.limit)
+		}
+		if st.exact != 0 && exact != nil {
+			if got := exact(); math.Abs(got-st.exact) > 1e-9 {
+				t.Fatalf("step %d: estimate = %v, want %v", i, got, st.exact)
+			}
+		}
+	}
+}

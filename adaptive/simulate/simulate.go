@@ -1,0 +1,274 @@
+// Package simulate is a deterministic discrete-event simulation of a server
+// behind a concurrency limiter, in simulated time. It drives an
+// [adaptive.Limiter] (or anything that hands out [adaptive.Token]s, such as a
+// priority limiter) with Poisson traffic from several classes, serves the
+// admitted requests on a server with a fixed number of workers and a bounded
+// queue, and reports per-window figures: offered load, admissions, sheds,
+// successes, drops, p99 latency, limit and in-flight.
+//
+// # The server model
+//
+// The server has Workers workers; a request takes Service +-Jitter (uniform)
+// of a worker's time. Requests that find every worker busy wait in a FIFO
+// queue of at most Queue requests, so latency grows with queueing past
+// Workers (the server's capacity C). A request that finds the queue full is
+// refused at once: its token ends with Dropped. A served request's token ends
+// with Success when it completes. Latency is measured from arrival to
+// completion; requests shed by the limiter are not timed.
+//
+// # Time and determinism
+//
+// The simulation owns its clock (see [Sim.Clock]); give it to the limiter
+// with adaptive.WithClock. Nothing sleeps and every random draw comes from
+// the seeded source, so a run is a pure function of its Config. A Sim runs on
+// one goroutine and is not safe for concurrent use.
+package simulate
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/adaptive"
+)
+
+// Server is the simulated server.
+type Server struct {
+	// Workers is the number of requests served at once: the capacity C.
+	Workers int
+	// Queue is how many requests may wait for a worker; more are refused.
+	Queue int
+	// Service is the mean service time of one request.
+	Service time.Duration
+	// Jitter in [0, 1) spreads service times uniformly over
+	// Service*(1 +- Jitter).
+	Jitter float64
+}
+
+// Capacity returns the server's throughput in requests per second when every
+// worker is busy.
+func (s Server) Capacity() float64 { return float64(s.Workers) / s.Service.Seconds() }
+
+// Config describes one run.
+type Config struct {
+	// Server is the simulated server.
+	Server Server
+	// Classes is the number of traffic classes (>= 1).
+	Classes int
+	// Rate returns the offered load of class c during window w, in requests
+	// per second.
+	Rate func(w, c int) float64
+	// Windows is the number of reporting windows to run.
+	Windows int
+	// Window is the length of a reporting window. Default 1s.
+	Window time.Duration
+	// Seed seeds the random source.
+	Seed uint64
+}
+
+// Target is what the simulation drives.
+type Target struct {
+	// Acquire asks for a slot for a request of class c.
+	Acquire func(c int) (*adaptive.Token, error)
+	// Limit and InFlight are read at the end of every window.
+	Limit    func() int
+	InFlight func() int
+}
+
+// ForLimiter returns the Target for a plain limiter (classes are ignored).
+func ForLimiter(l *adaptive.Limiter) Target {
+	return Target{
+		Acquire:  func(int) (*adaptive.Token, error) { return l.Acquire(bg) },
+		Limit:    l.Limit,
+		InFlight: l.InFlight,
+	}
+}
+
+// Window holds the figures of one reporting window; the per-class slices are
+// indexed by class.
+type Window struct {
+	// Index is the window's number, from 0.
+	Index int
+	// Offered counts arrivals; Admitted and Shed split them by the limiter's
+	// verdict.
+	Offered, Admitted, Shed []int
+	// Succeeded and Dropped count requests that completed or were refused by
+	// the server during the window (they may have arrived earlier).
+	Succeeded, Dropped []int
+	// P99 is the 99th percentile latency of the window's successes per class
+	// (0 when none); P99All is over every class.
+	P99    []time.Duration
+	P99All time.Duration
+	// Limit and InFlight are the limiter's figures at the end of the window.
+	Limit, InFlight int
+}
+
+// Total sums a per-class slice.
+func Total(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// Sim is one simulation.
+type Sim struct {
+	cfg   Config
+	now   atomic.Int64 // simulated Unix ns
+	rng   *rand.Rand
+	epoch int64
+}
+
+// New returns a simulation for cfg; the clock starts at a fixed date.
+func New(cfg Config) *Sim {
+	if cfg.Window <= 0 {
+		cfg.Window = time.Second
+	}
+	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	s.epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	s.now.Store(s.epoch)
+	return s
+}
+
+// Clock returns the simulated clock.
+func (s *Sim) Clock() floodgate.Clock {
+	return floodgate.ClockFunc(func() time.Time { return time.Unix(0, s.now.Load()) })
+}
+
+// job is one admitted request at the server.
+type job struct {
+	tok     *adaptive.Token
+	class   int
+	arrival int64
+	done    int64
+}
+
+type jobHeap []*job
+
+func (h jobHeap) Len() int           { return len(h) }
+func (h jobHeap) Less(i, j int) bool { return h[i].done < h[j].done }
+func (h jobHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *jobHeap) Push(x any)        { *h = append(*h, x.(*job)) }
+func (h *jobHeap) Pop() any {
+	old := *h
+	j := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return j
+}
+
+// Run drives t for cfg.Windows windows and returns their figures.
+func (s *Sim) Run(t Target) []Window {
+	cfg := s.cfg
+	nc := max(cfg.Classes, 1)
+	win := int64(cfg.Window)
+	var (
+		busy    int
+		queue   []*job
+		running jobHeap
+		out     = make([]Window, 0, cfg.Windows)
+		next    = make([]int64, nc)
+	)
+	service := func() int64 {
+		f := 1 + cfg.Server.Jitter*(2*s.rng.Float64()-1)
+		return int64(float64(cfg.Server.Service) * f)
+	}
+	for w := 0; w < cfg.Windows; w++ {
+		start := s.epoch + int64(w)*win
+		end := start + win
+		cur := Window{Index: w}
+		for _, p := range []*[]int{&cur.Offered, &cur.Admitted, &cur.Shed, &cur.Succeeded, &cur.Dropped} {
+			*p = make([]int, nc)
+		}
+		lat := make([][]time.Duration, nc)
+		// Poisson arrivals are memoryless: draw each class's next arrival
+		// afresh from the window's start with the window's rate.
+		for c := range nc {
+			next[c] = s.arrival(start, cfg.Rate(w, c))
+		}
+		for {
+			// The next event: the earliest arrival or completion in the window.
+			c, at := -1, end
+			for k := range nc {
+				if next[k] < at {
+					c, at = k, next[k]
+				}
+			}
+			if len(running) > 0 && running[0].done <= at {
+				j := heap.Pop(&running).(*job)
+				s.now.Store(j.done)
+				j.tok.Success()
+				cur.Succeeded[j.class]++
+				lat[j.class] = append(lat[j.class], time.Duration(j.done-j.arrival))
+				busy--
+				if len(queue) > 0 {
+					q := queue[0]
+					queue = queue[1:]
+					q.done = j.done + service()
+					heap.Push(&running, q)
+					busy++
+				}
+				continue
+			}
+			if c < 0 {
+				break
+			}
+			s.now.Store(at)
+			next[c] = s.arrival(at, cfg.Rate(w, c))
+			cur.Offered[c]++
+			tok, err := t.Acquire(c)
+			if err != nil {
+				cur.Shed[c]++
+				continue
+			}
+			cur.Admitted[c]++
+			j := &job{tok: tok, class: c, arrival: at}
+			switch {
+			case busy < cfg.Server.Workers:
+				busy++
+				j.done = at + service()
+				heap.Push(&running, j)
+			case len(queue) < cfg.Server.Queue:
+				queue = append(queue, j)
+			default:
+				tok.Dropped()
+				cur.Dropped[c]++
+			}
+		}
+		s.now.Store(end)
+		cur.P99 = make([]time.Duration, nc)
+		var all []time.Duration
+		for c := range nc {
+			cur.P99[c] = P99(lat[c])
+			all = append(all, lat[c]...)
+		}
+		cur.P99All = P99(all)
+		cur.Limit, cur.InFlight = t.Limit(), t.InFlight()
+		out = append(out, cur)
+	}
+	return out
+}
+
+// arrival draws the next arrival after from a Poisson process of rate per
+// second; a rate <= 0 means none.
+func (s *Sim) arrival(from int64, rate float64) int64 {
+	if rate <= 0 {
+		return math.MaxInt64
+	}
+	return from + int64(s.rng.ExpFloat64()/rate*1e9) + 1
+}
+
+// P99 returns the 99th percentile (nearest rank) of d, 0 when empty. It
+// sorts d.
+func P99(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	k := int(math.Ceil(0.99*float64(len(d)))) - 1
+	return d[max(k, 0)]
+}
