@@ -26,18 +26,18 @@ func TestAIMDTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, a, nil, []step{
-		{s: Sample{RTT: 10 * ms, InFlight: 10, Count: 10}, limit: 21},            // 2*10 >= 20: +1
-		{s: Sample{RTT: 10 * ms, InFlight: 10, Count: 10}, limit: 21},            // 2*10 < 21: app-limited
-		{s: Sample{RTT: 10 * ms, InFlight: 11, Count: 10}, limit: 22},            // 2*11 >= 21: +1
+		{s: Sample{RTT: 10 * ms, InFlight: 10, Count: 10}, limit: 21},             // 2*10 >= 20: +1
+		{s: Sample{RTT: 10 * ms, InFlight: 10, Count: 10}, limit: 21},             // 2*10 < 21: app-limited
+		{s: Sample{RTT: 10 * ms, InFlight: 11, Count: 10}, limit: 22},             // 2*11 >= 21: +1
 		{s: Sample{RTT: 10 * ms, InFlight: 22, Dropped: 1, Count: 10}, limit: 20}, // floor(22*0.9)=19 -> min 20
 	})
 	b, _ := NewAIMD(AIMDConfig{InitialLimit: 100, MinLimit: 1, Backoff: 0.5, Timeout: time.Second})
 	run(t, b, nil, []step{
-		{s: Sample{Dropped: 10, Count: 10}, limit: 50},                           // floor(100*0.5)
-		{s: Sample{RTT: 1500 * ms, InFlight: 50, Count: 10}, limit: 25},          // mean RTT above the timeout is a drop
-		{s: Sample{RTT: time.Second, InFlight: 25, Count: 10}, limit: 26},        // at the timeout is not
-		{s: Sample{Dropped: 1, Count: 10}, limit: 13},                            // floor(26*0.5)
-		{s: Sample{Dropped: 1, Count: 10}, limit: 6},                             // floor(13*0.5)
+		{s: Sample{Dropped: 10, Count: 10}, limit: 50},                    // floor(100*0.5)
+		{s: Sample{RTT: 1500 * ms, InFlight: 50, Count: 10}, limit: 25},   // mean RTT above the timeout is a drop
+		{s: Sample{RTT: time.Second, InFlight: 25, Count: 10}, limit: 26}, // at the timeout is not
+		{s: Sample{Dropped: 1, Count: 10}, limit: 13},                     // floor(26*0.5)
+		{s: Sample{Dropped: 1, Count: 10}, limit: 6},                      // floor(13*0.5)
 		{s: Sample{Dropped: 1, Count: 10}, limit: 3}, {s: Sample{Dropped: 1, Count: 10}, limit: 1},
 		{s: Sample{Dropped: 1, Count: 10}, limit: 1}, // never below MinLimit
 	})
