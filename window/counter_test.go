@@ -24,7 +24,7 @@ func TestSlidingCounterTable(t *testing.T) {
 		{at: S + 2*S/10, n: 1, allowed: true, rem: 0, rset: 2*S - 2*S/10},
 		// Peeks: the weight of prev is rounded up, Remaining never promises
 		// more than the estimate allows.
-		{at: S + S/2, n: 0, allowed: true, rem: 3, rset: 3*S/2},
+		{at: S + S/2, n: 0, allowed: true, rem: 3, rset: 3 * S / 2},
 		{at: S + S/2 + 1, n: 0, allowed: true, rem: 3, rset: 3*S/2 - 1},
 		{at: S + 6*S/10, n: 0, allowed: true, rem: 4, rset: 14 * S / 10},
 		// Refunds come off the current window first, then the previous one.

@@ -7,8 +7,10 @@
 //   - [NewFixed], the fixed window: one counter per key per window, the
 //     windows aligned to the Unix epoch (a 1-minute window starts on the
 //     minute, on every node), reset when the window ends.
+//
 //   - [NewSlidingLog], the sliding log: the exact rule "at most Limit in any
 //     window-long interval", kept as the log of admission times.
+//
 //   - [NewSlidingCounter], the sliding-window counter: the counts of the
 //     current and previous aligned windows, the previous one weighted by the
 //     share of it the sliding window still covers (the approximation
