@@ -1,0 +1,89 @@
+// Package leaky is a keyed leaky bucket with the semantics of nginx's
+// limit_req module, so that a limit ported from an nginx configuration gives
+// the same verdicts, request for request and millisecond for millisecond.
+//
+// # From nginx to Config
+//
+//	nginx                                   leaky
+//	--------------------------------------  ------------------------------------------
+//	limit_req_zone $key zone=z rate=10r/s   Config{Rate: floodgate.PerSecond(10)}, key passed to Take
+//	limit_req_zone ... rate=30r/m           Config{Rate: floodgate.PerMinute(30)} (or ParseRate("30r/m"))
+//	limit_req zone=z                        Burst: 0 (the default): one request per 1/rate, no excess
+//	limit_req zone=z burst=20               Burst: 20: excess requests delayed (Decision.Delay)
+//	limit_req zone=z burst=20 nodelay       Burst: 20, NoDelay: true
+//	limit_req zone=z burst=20 delay=8       Burst: 20, Delay: 8 (two-stage)
+//	limit_req_dry_run on                    DryRun: true
+//	$limit_req_status                       Keyed.TakeResult(...).Status (PASSED, DELAYED, ...)
+//	limit_req_status 429                    the middleware's job: a denial is Allowed == false
+//	several limit_req in one location       floodgate.All(limiters...) (Delay = the largest)
+//	the request waits in nginx              Shape(ctx, limiter, key, 1), or wait Decision.Delay yourself
+//
+// # The arithmetic (nginx's, in integers)
+//
+// The rate is kept in milli-requests per second, truncated as nginx does (see
+// [Config.MilliRate]: 1r/m is 16, so one request per 62.5 s). Each key keeps
+// last, the millisecond of its last admitted request, and excess, in
+// milli-requests. A request at millisecond now computes
+//
+//	ms     = now - last        (a clock that went back by less than 60 s counts as 0,
+//	                            by more as 1 ms, after which last is re-based)
+//	excess = max(0, excess - rate*ms/1000 + 1000)
+//
+// and is rejected when excess > burst*1000. A rejected request changes
+// nothing. An admitted one stores excess (and last = now, if ms != 0), and is
+// delayed by (excess - delay*1000) * 1000 / rate milliseconds when excess is
+// above delay*1000 (delay is Burst with NoDelay, Delay otherwise). A fresh key
+// admits its first request with excess 0.
+//
+// Consequences worth knowing:
+//
+//   - From idle, Burst+1 requests pass at once, not Burst: the first is within
+//     the rate, Burst more are in excess. [Config.Capacity] reports Burst+1,
+//     and it is every Decision's Limit. With burst=20 nodelay, 21 requests
+//     pass in the same millisecond and the 22nd is rejected.
+//   - Default mode (no nodelay, no delay=): the first request passes at once
+//     and every excess request is admitted with a Delay that spaces them at
+//     the rate: with rate=1r/s burst=5, Delays 0, 1s, 2s, ..., 5s, then
+//     rejections.
+//   - delay=N: the first N+1 requests from idle (the first plus N in excess,
+//     [Config.UndelayedCapacity]) pass undelayed, the next Burst-N are
+//     delayed, the rest rejected.
+//   - Time has millisecond granularity: two requests in the same millisecond
+//     see no leak between them.
+//
+// A request of cost n counts as n requests arriving in the same millisecond
+// and is admitted only if all n are (n may be 1..Burst+1; other costs are
+// refused with [floodgate.ErrInvalidCost]). A refund of n subtracts exactly
+// the n*1000 milli-requests a take adds; it may leave up to one request of
+// credit (excess down to -1000) so that a refund right after a take from an
+// idle key restores the idle key.
+//
+// # Decision
+//
+// Limit is Burst+1. Remaining is how many requests would pass at once now
+// (delayed or not). RetryAfter (denials only) is the exact wait until the same
+// request passes. ResetAfter is how long until the key is idle again (the next
+// request would be treated as the first of a fresh key); it is zero exactly
+// when Remaining == Limit. Delay is set on admitted requests in default and
+// delay=N modes, in whole milliseconds like nginx.
+//
+// # Dry run
+//
+// With DryRun, Take always admits and never delays, while the state evolves
+// exactly as if the limit were enforced: requests that would pass or be
+// delayed are charged, those that would be rejected are not.
+// [Keyed.TakeResult] reports the nginx status (PASSED, DELAYED, REJECTED,
+// DELAYED_DRY_RUN, REJECTED_DRY_RUN) and the verdict the limit reached.
+//
+// # Units, state, stores and concurrency
+//
+// Steps take time in Unix microseconds and keep three words of state: W[0] is
+// the µs at which the key is idle again (the store may drop it from then on),
+// W[1] last (Unix ms), W[2] excess (milli-requests). The zero State is a
+// fresh key. The same step exists in Lua (Spec().Lua) for the Redis store,
+// exact in doubles (every integer stays below 2^53).
+//
+// Nothing in this package reads a clock except [Shape], and nothing but
+// [Shape] sleeps. [Algorithm] and [Keyed] are safe for concurrent use; the
+// store serialises the steps of one key.
+package leaky

@@ -1,0 +1,114 @@
+package leaky_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// Times in the tests are Unix µs; t0 is 2026-01-01T00:00:00Z.
+const (
+	t0  = int64(1_767_225_600_000_000)
+	us  = int64(1)
+	ms  = 1000 * us
+	sec = 1000 * ms
+)
+
+// mapStore is the smallest correct store: a mutex, a map, an explicit
+// clock. Like a real store it drops a key once its W[0] has passed, which
+// by contract changes no decision.
+type mapStore struct {
+	mu  sync.Mutex
+	now int64
+	m   map[string]store.State
+}
+
+func newMapStore(now int64) *mapStore { return &mapStore{now: now, m: map[string]store.State{}} }
+
+func (s *mapStore) set(now int64) {
+	s.mu.Lock()
+	s.now = now
+	s.mu.Unlock()
+}
+
+func (s *mapStore) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return floodgate.Decision{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := fmt.Sprintf("%x/%s", alg.Spec().Namespace, key)
+	st := s.m[k]
+	if st.W[0] <= s.now {
+		st = store.State{}
+	}
+	st, d := alg.Step(st, s.now, n)
+	s.m[k] = st
+	return d, nil
+}
+
+func mustAlg(t testing.TB, c leaky.Config) *leaky.Algorithm {
+	t.Helper()
+	a, err := c.Algorithm()
+	require.NoError(t, err)
+	return a
+}
+
+// step is one request of a table: at (Unix µs), cost n, expected decision.
+type step struct {
+	at   int64
+	n    int64
+	want floodgate.Decision
+}
+
+// pass, delayed and deny build expected decisions; limit is filled in by
+// runSteps.
+func pass(rem int64, reset time.Duration) floodgate.Decision {
+	return floodgate.Decision{Allowed: true, Remaining: rem, ResetAfter: reset}
+}
+
+func delayed(rem int64, reset, delay time.Duration) floodgate.Decision {
+	return floodgate.Decision{Allowed: true, Remaining: rem, ResetAfter: reset, Delay: delay}
+}
+
+func deny(rem int64, retry, reset time.Duration) floodgate.Decision {
+	return floodgate.Decision{Remaining: rem, RetryAfter: retry, ResetAfter: reset}
+}
+
+// runSteps applies steps in order to one key with the pure step and checks
+// every decision exactly. It returns the final state.
+func runSteps(t *testing.T, c leaky.Config, steps []step) store.State {
+	t.Helper()
+	a := mustAlg(t, c)
+	var s store.State
+	for i, st := range steps {
+		var d floodgate.Decision
+		s, d = a.Step(s, st.at, st.n)
+		want := st.want
+		want.Limit = c.Capacity()
+		require.Equal(t, want, d, "step %d: at t0%+dus n=%d", i, st.at-t0, st.n)
+		checkInvariants(t, d)
+	}
+	return s
+}
+
+func checkInvariants(t testing.TB, d floodgate.Decision) {
+	t.Helper()
+	require.GreaterOrEqual(t, d.Remaining, int64(0))
+	require.LessOrEqual(t, d.Remaining, d.Limit)
+	require.Equal(t, d.Allowed, d.RetryAfter == 0, "RetryAfter must be 0 exactly when allowed: %+v", d)
+	require.Equal(t, d.Remaining == d.Limit, d.ResetAfter == 0, "ResetAfter must be 0 exactly when full: %+v", d)
+	if !d.Allowed {
+		require.Zero(t, d.Delay)
+	}
+}
+
+func dur(x int64) time.Duration { return time.Duration(x) * time.Microsecond }

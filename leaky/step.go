@@ -1,0 +1,227 @@
+package leaky
+
+import (
+	"math"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// Algorithm is the leaky bucket as a [store.Algorithm]: nginx limit_req's
+// arithmetic as a pure step over three words of state. Build it with
+// [Config.Algorithm]. It is immutable and safe for concurrent use.
+//
+// State words (see the package documentation for the arithmetic):
+//
+//	W[0]  Unix µs at which the key is back to idle (excess fully leaked:
+//	      the next request would be the first one of a fresh key)
+//	W[1]  last: Unix ms of the last admitted request (nginx's lr->last)
+//	W[2]  excess in milli-requests (nginx's lr->excess); a refund may take
+//	      it down to -1000, one request of credit, never below
+type Algorithm struct {
+	rate  int64 // milli-requests per second
+	burst int64 // milli-requests
+	delay int64 // milli-requests served undelayed
+	limit int64 // Burst + 1
+	msCap int64 // elapsed ms beyond which every state is idle
+	spec  store.Spec
+}
+
+// Bound on |last| (ms) so that every product stays inside int64 in Go and
+// exact in Lua: 2^50 ms is some 35,000 years.
+const maxLastMs = int64(1) << 50
+
+// nginx treats a clock that went back by more than this as having advanced
+// by 1 ms (and re-bases), and a smaller step back as no time at all.
+const backJumpMs = 60_000
+
+// Spec implements [store.Algorithm].
+func (a *Algorithm) Spec() store.Spec { return a.spec }
+
+// Step implements [store.Algorithm]: a request of cost n at now (Unix µs).
+// n > 0 takes, n < 0 refunds -n requests, n == 0 peeks. See the package
+// documentation.
+func (a *Algorithm) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+	last := min(max(s.W[1], -maxLastMs), maxLastMs)
+	exc := min(max(s.W[2], -milli), a.burst)
+	n = min(max(n, -(a.limit+1)), a.limit+1)
+
+	nowMs := min(max(floorDiv(now, milli), -maxLastMs), maxLastMs)
+	ms := nowMs - last
+	switch {
+	case ms < -backJumpMs:
+		// nginx counts 1 ms; we also re-base last (below, even on a
+		// denial) so that the key leaks normally from now on instead of
+		// waiting for the clock to catch up. This credits nothing now.
+		last, ms = nowMs-1, 1
+	case ms < 0:
+		ms = 0
+	case ms > a.msCap:
+		ms = a.msCap
+	}
+	// leaked is the excess left now, before this request; it may be
+	// negative (the bucket has been idle for a while).
+	leaked := exc - a.rate*ms/milli
+	// base is the excess a request of cost 1 would have now: nginx's
+	// "excess - rate * ms / 1000 + 1000", floored at 0.
+	base := max(0, leaked+milli)
+
+	if n == 0 || (n > 0 && base+(n-1)*milli > a.burst) {
+		// Peek, or denial: nothing changes but normalisation.
+		s.W[0], s.W[1], s.W[2] = a.idleAt(last, exc), last, exc
+		d := a.decide(n == 0, base, last, exc, now)
+		if n > 0 {
+			d.RetryAfter = store.Dur(a.retryAfter(last, exc, n, now))
+		}
+		return s, d
+	}
+	var e1 int64
+	if n > 0 {
+		// n requests arriving together: the first as in nginx, the n-1
+		// others in the same millisecond (+1000 each).
+		e1 = base + (n-1)*milli
+	} else {
+		// Refund: give back exactly the n*1000 milli-requests a take adds,
+		// never more than one request of credit below empty.
+		e1 = max(-milli, leaked+n*milli)
+	}
+	if ms != 0 { // nginx moves last only when time moved
+		last = nowMs
+	}
+	s.W[0] = a.idleAt(last, e1)
+	s.W[1] = last
+	s.W[2] = e1
+	d := a.decide(true, max(0, e1+milli), last, e1, now)
+	if n > 0 && e1 > a.delay {
+		d.Delay = store.Dur((e1 - a.delay) * milli / a.rate * 1000)
+	}
+	return s, d
+}
+
+// idleAt is the Unix µs from which a state (last, exc) has fully leaked:
+// rate*ms/1000 >= exc+1000.
+func (a *Algorithm) idleAt(last, exc int64) int64 {
+	return (last + ceilDiv(milli*(exc+milli), a.rate)) * 1000
+}
+
+// retryAfter is how long (µs) until a request of cost n is admitted, given
+// that it is denied now.
+func (a *Algorithm) retryAfter(last, exc, n, now int64) int64 {
+	allow := a.burst - (n-1)*milli // the largest base that admits n
+	if allow < 0 {
+		// n > Capacity: never admitted; the Limiter refuses such costs.
+		return max(1, satSub(a.idleAt(last, exc), now))
+	}
+	need := exc + milli - allow // leak needed, > 0 since denied
+	at := (last + ceilDiv(need*milli, a.rate)) * 1000
+	return max(1, satSub(at, now))
+}
+
+// decide builds an allowed or denied decision from the excess a unit
+// request would have now (base) and the state (last, exc).
+func (a *Algorithm) decide(allowed bool, base, last, exc, now int64) floodgate.Decision {
+	d := floodgate.Decision{Allowed: allowed, Limit: a.limit}
+	if base <= a.burst {
+		d.Remaining = (a.burst-base)/milli + 1
+	}
+	if d.Remaining < a.limit {
+		d.ResetAfter = store.Dur(satSub(a.idleAt(last, exc), now))
+	}
+	return d
+}
+
+// floorDiv is floor(x/y) for y > 0 (Go's / truncates toward zero).
+func floorDiv(x, y int64) int64 {
+	q := x / y
+	if x%y < 0 {
+		q--
+	}
+	return q
+}
+
+// ceilDiv is ceil(x/y) for x >= 0, y > 0.
+func ceilDiv(x, y int64) int64 { return (x + y - 1) / y }
+
+// satSub is a-b saturated to the int64 range.
+func satSub(a, b int64) int64 {
+	d := a - b
+	if (a >= 0) != (b >= 0) && (d >= 0) != (a >= 0) {
+		if a >= 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return d
+}
+
+// stepLua is the Lua twin of Algorithm.Step, for stores that run scripts.
+// p = {rate, burst, delay, msCap, limit} (milli-requests, ms). Every value
+// stays an integer below 2^53; fdiv corrects the rounding of a/b so that it
+// is the exact floor, like Go's division on the same (non-negative) values.
+const stepLua = `
+return function(s, now, n, p)
+  local rate, burst, dly, mscap, limit = p[1], p[2], p[3], p[4], p[5]
+  local function fdiv(a, b)
+    local q = math.floor(a / b)
+    if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+    return q
+  end
+  local function cdiv(a, b) return fdiv(a + b - 1, b) end
+  local maxlast = 1125899906842624
+  local last = s[2] or 0
+  if last < -maxlast then last = -maxlast elseif last > maxlast then last = maxlast end
+  local exc = s[3] or 0
+  if exc < -1000 then exc = -1000 elseif exc > burst then exc = burst end
+  if n < -(limit + 1) then n = -(limit + 1) elseif n > limit + 1 then n = limit + 1 end
+  local nowms = fdiv(now, 1000)
+  if nowms < -maxlast then nowms = -maxlast elseif nowms > maxlast then nowms = maxlast end
+  local ms = nowms - last
+  if ms < -60000 then last = nowms - 1; ms = 1
+  elseif ms < 0 then ms = 0 elseif ms > mscap then ms = mscap end
+  local leaked = exc - fdiv(rate * ms, 1000)
+  local base = leaked + 1000
+  if base < 0 then base = 0 end
+  local function idleat(l, e) return (l + cdiv(1000 * (e + 1000), rate)) * 1000 end
+  local function decide(allowed, b, l, e)
+    local rem = 0
+    if b <= burst then rem = fdiv(burst - b, 1000) + 1 end
+    local reset = 0
+    if rem < limit then
+      reset = idleat(l, e) - now
+      if reset < 0 then reset = 0 end
+    end
+    return {allowed, limit, rem, 0, reset, 0}
+  end
+  if n == 0 or (n > 0 and base + (n - 1) * 1000 > burst) then
+    s[1] = idleat(last, exc)
+    s[2] = last
+    s[3] = exc
+    if n == 0 then return s, decide(1, base, last, exc) end
+    local d = decide(0, base, last, exc)
+    local allow = burst - (n - 1) * 1000
+    local at
+    if allow < 0 then at = idleat(last, exc)
+    else at = (last + cdiv((exc + 1000 - allow) * 1000, rate)) * 1000 end
+    local ra = at - now
+    if ra < 1 then ra = 1 end
+    d[4] = ra
+    return s, d
+  end
+  local e1
+  if n > 0 then
+    e1 = base + (n - 1) * 1000
+  else
+    e1 = leaked + n * 1000
+    if e1 < -1000 then e1 = -1000 end
+  end
+  if ms ~= 0 then last = nowms end
+  s[1] = idleat(last, e1)
+  s[2] = last
+  s[3] = e1
+  local b1 = e1 + 1000
+  if b1 < 0 then b1 = 0 end
+  local d = decide(1, b1, last, e1)
+  if n > 0 and e1 > dly then d[6] = fdiv((e1 - dly) * 1000, rate) * 1000 end
+  return s, d
+end
+`
