@@ -1,0 +1,397 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Waiter is a local throttle for outgoing calls: WaitN blocks until n units
+// are available or ctx ends, and fails fast when the wait would pass ctx's
+// deadline. The keyless bucket.Limiter satisfies it.
+type Waiter interface {
+	WaitN(ctx context.Context, n int) error
+}
+
+// RetryPolicy makes the client interceptor retry unary calls refused with
+// codes.ResourceExhausted or codes.Unavailable. Only methods that Retryable
+// accepts are retried: list the idempotent ones.
+//
+// The delay before attempt k+1 is drawn uniformly from [0, min(MaxDelay,
+// BaseDelay x 2^(k-1))] ("full jitter"), and is never shorter than the
+// server's pushback. A retry whose delay would pass the call's deadline is
+// not attempted: the last error is returned at once.
+type RetryPolicy struct {
+	// MaxAttempts is the total number of attempts, the first included:
+	// 2..10. Zero disables retries.
+	MaxAttempts int
+	// BaseDelay is the cap of the first backoff draw; default 100ms.
+	BaseDelay time.Duration
+	// MaxDelay caps every backoff draw; default 10s.
+	MaxDelay time.Duration
+	// Retryable reports whether a method ("/package.Service/Method") may be
+	// sent twice. Required when MaxAttempts > 0.
+	Retryable func(fullMethod string) bool
+}
+
+// ClientOption configures [NewClient]. An option given a value it cannot use
+// makes NewClient return an error wrapping [floodgate.ErrInvalidConfig].
+type ClientOption func(*clientConfig) error
+
+type clientConfig struct {
+	waiter      Waiter
+	limiter     floodgate.Limiter
+	limiterKey  KeyFunc
+	cost        CostFunc
+	pushback    bool
+	maxPushback time.Duration
+	retry       RetryPolicy
+	throttleSet bool
+}
+
+// WithThrottle throttles outgoing calls with w (for example a keyless
+// bucket.Limiter): every call waits for its cost before it is sent.
+func WithThrottle(w Waiter) ClientOption {
+	return func(c *clientConfig) error {
+		if w == nil {
+			return invalid("nil waiter")
+		}
+		if c.throttleSet {
+			return invalid("more than one throttle (WithThrottle, WithThrottleLimiter)")
+		}
+		c.throttleSet, c.waiter = true, w
+		return nil
+	}
+}
+
+// WithThrottleLimiter throttles outgoing calls with a keyed limiter: every
+// call waits (floodgate.Wait) for its cost under key(ctx, method). A nil key
+// func keys by the full method name.
+func WithThrottleLimiter(l floodgate.Limiter, key KeyFunc) ClientOption {
+	return func(c *clientConfig) error {
+		if l == nil {
+			return invalid("nil limiter")
+		}
+		if c.throttleSet {
+			return invalid("more than one throttle (WithThrottle, WithThrottleLimiter)")
+		}
+		c.throttleSet, c.limiter, c.limiterKey = true, l, key
+		return nil
+	}
+}
+
+// WithClientCost sets the cost each call takes from the throttle; the
+// default is 1. Streams are charged once, when they open.
+func WithClientCost(f CostFunc) ClientOption {
+	return func(c *clientConfig) error {
+		if f == nil {
+			return invalid("nil cost func")
+		}
+		c.cost = f
+		return nil
+	}
+}
+
+// WithPushback turns server pushback on or off (on by default). When on, a
+// call refused with codes.ResourceExhausted or codes.Unavailable that
+// carries a RetryInfo detail or a grpc-retry-pushback-ms trailer holds every
+// later call of this client until the delay has passed (the longer of the
+// two when both are present, capped by [WithMaxPushback]).
+func WithPushback(on bool) ClientOption {
+	return func(c *clientConfig) error { c.pushback = on; return nil }
+}
+
+// WithMaxPushback caps the delay a server may impose (default one minute),
+// so that a wrong or hostile server cannot stall the client for hours.
+func WithMaxPushback(d time.Duration) ClientOption {
+	return func(c *clientConfig) error {
+		if d <= 0 {
+			return invalid("max pushback %v <= 0", d)
+		}
+		c.maxPushback = d
+		return nil
+	}
+}
+
+// WithRetry retries refused unary calls by p. Without it nothing is retried
+// by this interceptor (gRPC's own retry policy, from the service config,
+// still works and honours the pushback trailer; do not enable both for the
+// same methods, or attempts multiply).
+func WithRetry(p RetryPolicy) ClientOption {
+	return func(c *clientConfig) error {
+		if p.MaxAttempts == 0 {
+			c.retry = RetryPolicy{}
+			return nil
+		}
+		if p.MaxAttempts < 2 || p.MaxAttempts > 10 {
+			return invalid("retry MaxAttempts %d outside 2..10", p.MaxAttempts)
+		}
+		if p.Retryable == nil {
+			return invalid("retry policy without Retryable")
+		}
+		if p.BaseDelay < 0 || p.MaxDelay < 0 {
+			return invalid("negative retry delay")
+		}
+		if p.BaseDelay == 0 {
+			p.BaseDelay = 100 * time.Millisecond
+		}
+		if p.MaxDelay == 0 {
+			p.MaxDelay = 10 * time.Second
+		}
+		if p.MaxDelay < p.BaseDelay {
+			return invalid("retry MaxDelay %v < BaseDelay %v", p.MaxDelay, p.BaseDelay)
+		}
+		c.retry = p
+		return nil
+	}
+}
+
+// Client holds the state of the client-side interceptors: the throttle and
+// the time until which the server asked this client to hold its calls. Use
+// one Client per connection (or per group of connections to the same
+// service), and register both its interceptors so that unary calls and
+// streams share the pushback. A Client is safe for concurrent use.
+type Client struct {
+	cfg   clientConfig
+	until atomic.Int64 // Unix ns before which no call is sent; 0: none
+}
+
+// NewClient returns the client-side interceptors configured by opts. With
+// no option it only honours server pushback.
+func NewClient(opts ...ClientOption) (*Client, error) {
+	c := &Client{cfg: clientConfig{pushback: true, maxPushback: time.Minute}}
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil client option")
+		}
+		if err := o(&c.cfg); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// PushbackUntil returns the time until which the server asked this client
+// to hold its calls; the zero Time when no pushback is in force.
+func (c *Client) PushbackUntil() time.Time {
+	u := c.until.Load()
+	if u == 0 || u <= time.Now().UnixNano() {
+		return time.Time{}
+	}
+	return time.Unix(0, u)
+}
+
+// Unary returns the unary client interceptor: it waits for pushback and the
+// throttle, sends the call, records the server's pushback, and retries by
+// the [RetryPolicy].
+//
+// A call that cannot be sent in time fails without reaching the network:
+// codes.DeadlineExceeded when the wait would pass its deadline,
+// codes.Canceled or codes.DeadlineExceeded when its context ends while
+// waiting.
+func (c *Client) Unary() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		retry := c.cfg.retry.MaxAttempts > 1 && c.cfg.retry.Retryable(method)
+		var trailer metadata.MD
+		if c.cfg.pushback || retry {
+			opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
+		}
+		for attempt := 1; ; attempt++ {
+			if err := c.before(ctx, method); err != nil {
+				return err
+			}
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err == nil {
+				return nil
+			}
+			pushback := c.record(err, trailer)
+			if !retry || attempt >= c.cfg.retry.MaxAttempts || !retryable(err) {
+				return err
+			}
+			wait := max(c.backoff(attempt), pushback)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				return err
+			}
+			if serr := sleep(ctx, wait); serr != nil {
+				return serr
+			}
+			trailer = nil
+		}
+	}
+}
+
+// Stream returns the stream client interceptor: it waits for pushback and
+// the throttle before opening the stream, and records the pushback a
+// refused stream carries. Streams are not retried.
+func (c *Client) Stream() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if err := c.before(ctx, method); err != nil {
+			return nil, err
+		}
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			c.record(err, nil)
+			return nil, err
+		}
+		if !c.cfg.pushback {
+			return cs, nil
+		}
+		return &watchedStream{ClientStream: cs, c: c}, nil
+	}
+}
+
+// watchedStream records the pushback of a stream that ends refused.
+type watchedStream struct {
+	grpc.ClientStream
+	c *Client
+}
+
+func (s *watchedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil && err != io.EOF {
+		s.c.record(err, s.ClientStream.Trailer())
+	}
+	return err
+}
+
+// before waits for the pushback to pass and for the throttle to admit the
+// call.
+func (c *Client) before(ctx context.Context, method string) error {
+	if err := c.waitPushback(ctx); err != nil {
+		return err
+	}
+	if !c.cfg.throttleSet {
+		return nil
+	}
+	n := 1
+	if c.cfg.cost != nil {
+		n = c.cfg.cost(ctx, method)
+	}
+	var err error
+	if c.cfg.waiter != nil {
+		err = c.cfg.waiter.WaitN(ctx, n)
+	} else {
+		key := method
+		if c.cfg.limiterKey != nil {
+			key = c.cfg.limiterKey(ctx, method)
+		}
+		_, err = floodgate.Wait(ctx, c.cfg.limiter, key, n)
+	}
+	if err != nil {
+		return localError(err, "local rate limit")
+	}
+	return nil
+}
+
+var errPushbackDeadline = status.Error(codes.DeadlineExceeded, "grpclimit: server pushback would outlast the call's deadline")
+
+// waitPushback holds the call until the pushback has passed.
+func (c *Client) waitPushback(ctx context.Context) error {
+	for {
+		until := c.until.Load()
+		if until == 0 {
+			return nil
+		}
+		wait := time.Duration(until - time.Now().UnixNano())
+		if wait <= 0 {
+			return nil
+		}
+		if dl, ok := ctx.Deadline(); ok && dl.UnixNano() < until {
+			return errPushbackDeadline
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		// Loop: a refusal seen meanwhile may have moved the pushback on.
+	}
+}
+
+// record reads the pushback a refused call carries and, when pushback is
+// on, holds later calls until it has passed. It returns the delay (0 when
+// there is none).
+func (c *Client) record(err error, trailer metadata.MD) time.Duration {
+	if !retryable(err) {
+		return 0
+	}
+	d, ok := RetryDelay(err)
+	if v := trailer.Get(PushbackTrailer); len(v) == 1 {
+		if ms, perr := strconv.ParseInt(v[0], 10, 64); perr == nil && ms >= 0 {
+			ok = true
+			if ms > int64(c.cfg.maxPushback/time.Millisecond) {
+				d = c.cfg.maxPushback
+			} else {
+				d = max(d, time.Duration(ms)*time.Millisecond)
+			}
+		}
+	}
+	if !ok || d <= 0 {
+		return 0
+	}
+	d = min(d, c.cfg.maxPushback)
+	if c.cfg.pushback {
+		until := time.Now().UnixNano() + int64(d)
+		for {
+			cur := c.until.Load()
+			if cur >= until || c.until.CompareAndSwap(cur, until) {
+				break
+			}
+		}
+	}
+	return d
+}
+
+// backoff draws the full-jitter delay after the given attempt (1-based).
+func (c *Client) backoff(attempt int) time.Duration {
+	p := c.cfg.retry
+	ceil := p.MaxDelay
+	if shift := attempt - 1; shift < 32 && p.BaseDelay<<shift < p.MaxDelay && p.BaseDelay<<shift > 0 {
+		ceil = p.BaseDelay << shift
+	}
+	return time.Duration(rand.Int64N(int64(ceil) + 1))
+}
+
+// retryable reports whether err is a refusal that pushback and retries apply
+// to.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.ResourceExhausted, codes.Unavailable:
+		return true
+	}
+	return false
+}
+
+// sleep waits for d or until ctx ends, returning the context's status then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// localError turns a throttle's error into a status: the context's code
+// when the wait ended with (or would pass) the context, Internal otherwise
+// (a misconfigured local limiter; its text is the caller's own).
+func localError(err error, what string) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "grpclimit: "+what+": "+err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "grpclimit: "+what+": "+err.Error())
+	}
+	return status.Error(codes.Internal, "grpclimit: "+what+": "+err.Error())
+}

@@ -1,0 +1,157 @@
+package grpclimit
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// mapStore is a minimal store.Store for the tests: one mutex, one map, a
+// clock that tests may drive.
+type mapStore struct {
+	mu  sync.Mutex
+	now func() time.Time
+	m   map[mapKey]store.State
+}
+
+type mapKey struct {
+	ns  uint64
+	key string
+}
+
+func newMapStore(now func() time.Time) *mapStore {
+	if now == nil {
+		now = time.Now
+	}
+	return &mapStore{now: now, m: map[mapKey]store.State{}}
+}
+
+func (s *mapStore) Apply(_ context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := mapKey{alg.Spec().Namespace, key}
+	st, d := alg.Step(s.m[k], store.Micros(s.now()), n)
+	s.m[k] = st
+	return d, nil
+}
+
+// newBucket returns a keyed token bucket on a fresh in-test store.
+func newBucket(t testing.TB, r floodgate.Rate, burst int64) *store.Limiter {
+	t.Helper()
+	l, err := bucket.NewKeyed(newMapStore(nil), bucket.Config{Rate: r, Burst: burst})
+	require.NoError(t, err)
+	return l
+}
+
+// take is one recorded call to a limiter.
+type take struct {
+	at       time.Time
+	key      string
+	n        int
+	decision floodgate.Decision
+	err      error
+}
+
+// recLimiter records every Take of the limiter it wraps.
+type recLimiter struct {
+	l     floodgate.Limiter
+	mu    sync.Mutex
+	takes []take
+}
+
+func (r *recLimiter) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
+	at := time.Now()
+	d, err := r.l.Take(ctx, key, n)
+	r.mu.Lock()
+	r.takes = append(r.takes, take{at: at, key: key, n: n, decision: d, err: err})
+	r.mu.Unlock()
+	return d, err
+}
+
+func (r *recLimiter) all() []take {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]take(nil), r.takes...)
+}
+
+// events records what an observer receives.
+type events struct {
+	mu sync.Mutex
+	ev []floodgate.Event
+}
+
+func (e *events) Observe(ev floodgate.Event) {
+	e.mu.Lock()
+	e.ev = append(e.ev, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) all() []floodgate.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]floodgate.Event(nil), e.ev...)
+}
+
+func (e *events) count(o floodgate.Outcome) int {
+	n := 0
+	for _, ev := range e.all() {
+		if ev.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// serve starts a real gRPC server with the health service on a 127.0.0.1
+// listener and returns a client connection to it. Both are closed when the
+// test ends.
+func serve(t testing.TB, srvOpts []grpc.ServerOption, dialOpts ...grpc.DialOption) (*grpc.ClientConn, *health.Server) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer(srvOpts...)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	dialOpts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)
+	conn, err := grpc.NewClient(lis.Addr().String(), dialOpts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = conn.Close()
+		srv.Stop()
+		<-done
+	})
+	return conn, hs
+}
+
+func testCtx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// peerCtx returns a context whose gRPC peer has the TCP address addr.
+func peerCtx(t testing.TB, addr string) context.Context {
+	t.Helper()
+	a, err := net.ResolveTCPAddr("tcp", addr)
+	require.NoError(t, err)
+	return peer.NewContext(context.Background(), &peer.Peer{Addr: a})
+}

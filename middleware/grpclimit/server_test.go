@@ -1,0 +1,530 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+const checkMethod = "/grpc.health.v1.Health/Check"
+
+func pushbackOf(t *testing.T, md metadata.MD) time.Duration {
+	t.Helper()
+	v := md.Get(PushbackTrailer)
+	require.Len(t, v, 1, "exactly one %s trailer", PushbackTrailer)
+	ms, err := strconv.ParseInt(v[0], 10, 64)
+	require.NoError(t, err)
+	require.Positive(t, ms)
+	return time.Duration(ms) * time.Millisecond
+}
+
+func TestUnaryResourceExhaustedAfterBurst(t *testing.T) {
+	// One token a minute: nothing refills during the test, however slow
+	// the machine.
+	rec := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 5)}
+	obs := &events{}
+	ic, err := New(rec, WithName("per-peer"), WithTier("edge"), WithObserver(obs))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	hc := healthpb.NewHealthClient(conn)
+	ctx := testCtx(t)
+
+	for i := range 5 {
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err, "call %d within the burst", i)
+	}
+	var trailer metadata.MD
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	st := status.Convert(err)
+	require.Equal(t, codes.ResourceExhausted, st.Code())
+	assert.Equal(t, MsgRateLimited, st.Message(), "fixed message, no key or internal text")
+	assert.NotContains(t, st.Message(), "127.0.0.1")
+
+	ra, ok := RetryDelay(err)
+	require.True(t, ok, "RetryInfo detail present")
+	takes := rec.all()
+	require.Len(t, takes, 6)
+	denied := takes[5].decision
+	require.False(t, denied.Allowed)
+	assert.Equal(t, denied.RetryAfter, ra, "RetryInfo is the decision's RetryAfter")
+	assert.Greater(t, ra, 50*time.Second)
+	pb := pushbackOf(t, trailer)
+	assert.GreaterOrEqual(t, pb, ra, "pushback rounds up, never early")
+	assert.Less(t, pb-ra, time.Millisecond)
+
+	for _, tk := range takes {
+		assert.Equal(t, "127.0.0.1", tk.key, "default key is the peer IP without port")
+		assert.Equal(t, 1, tk.n)
+	}
+	evs := obs.all()
+	require.Len(t, evs, 6)
+	for i, ev := range evs {
+		want := floodgate.OutcomeAllowed
+		if i == 5 {
+			want = floodgate.OutcomeDenied
+		}
+		assert.Equal(t, want, ev.Outcome, "event %d", i)
+		assert.Equal(t, "per-peer", ev.Limiter)
+		assert.Equal(t, "edge", ev.Tier)
+		assert.Equal(t, checkMethod, ev.Route)
+		assert.Positive(t, ev.Latency)
+		assert.Equal(t, takes[i].decision, ev.Decision)
+	}
+}
+
+// TestClientRetryPolicyWaitsForPushback runs gRPC's own retry (service config
+// retryPolicy) against the interceptor and measures, on the server, that the
+// retry came no earlier than the pushback the refusal carried.
+func TestClientRetryPolicyWaitsForPushback(t *testing.T) {
+	// Burst 1 at 2/s: a call right after the bucket is drained is refused
+	// with a pushback of up to 500ms.
+	bucket := newBucket(t, floodgate.PerSecond(2), 1)
+	rec := &recLimiter{l: bucket}
+	ic, err := New(rec)
+	require.NoError(t, err)
+	const svcConfig = `{"methodConfig":[{"name":[{"service":"grpc.health.v1.Health"}],
+	  "retryPolicy":{"maxAttempts":3,"initialBackoff":"0.001s","maxBackoff":"0.001s",
+	  "backoffMultiplier":1,"retryableStatusCodes":["RESOURCE_EXHAUSTED"]}}]}`
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())},
+		grpc.WithDefaultServiceConfig(svcConfig))
+	hc := healthpb.NewHealthClient(conn)
+	ctx := testCtx(t)
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{}) // connect
+	require.NoError(t, err)
+
+	// Drain the peer's bucket, then call at once. On a machine so loaded
+	// that the bucket refilled in between, the first attempt is admitted
+	// and proves nothing: try again (a few times at most).
+	for try := 0; ; try++ {
+		require.Less(t, try, 5, "could not get a refused first attempt")
+		for {
+			d, err := bucket.Take(ctx, "127.0.0.1", 1)
+			require.NoError(t, err)
+			if !d.Allowed {
+				break
+			}
+		}
+		before := len(rec.all())
+		_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err, "the retry after the pushback is admitted")
+		takes := rec.all()[before:]
+		if takes[0].decision.Allowed {
+			continue
+		}
+		require.Len(t, takes, 2, "one refusal, one admitted retry")
+		pushback := time.Duration(pushbackMillis(takes[0].decision.RetryAfter)) * time.Millisecond
+		gap := takes[1].at.Sub(takes[0].at)
+		t.Logf("pushback %v, retry came %v later", pushback, gap)
+		assert.GreaterOrEqual(t, gap, pushback, "the client waited at least the pushback")
+		assert.True(t, takes[1].decision.Allowed)
+		return
+	}
+}
+
+func TestStreamResourceExhausted(t *testing.T) {
+	ic, err := New(newBucket(t, floodgate.PerMinute(1), 1))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.StreamInterceptor(ic.Stream())})
+	hc := healthpb.NewHealthClient(conn)
+	ctx := testCtx(t)
+
+	wctx, cancel := context.WithCancel(ctx)
+	w1, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	resp, err := w1.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+	cancel()
+
+	w2, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w2.Recv()
+	st := status.Convert(err)
+	require.Equal(t, codes.ResourceExhausted, st.Code())
+	assert.Equal(t, MsgRateLimited, st.Message())
+	ra, ok := RetryDelay(err)
+	require.True(t, ok)
+	pb := pushbackOf(t, w2.Trailer())
+	assert.GreaterOrEqual(t, pb, ra)
+}
+
+func TestFailModes(t *testing.T) {
+	const secret = "dial tcp 10.9.8.7:6379: connection refused (password=hunter2)"
+	limiters := map[string]floodgate.Limiter{
+		"error": floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
+			return floodgate.Decision{}, errors.New(secret)
+		}),
+		"panic": floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
+			panic(secret)
+		}),
+	}
+	for name, l := range limiters {
+		for _, mode := range []FailMode{FailOpen, FailClosed} {
+			t.Run(name+"/"+map[FailMode]string{FailOpen: "open", FailClosed: "closed"}[mode], func(t *testing.T) {
+				obs := &events{}
+				ic, err := New(l, WithFailMode(mode), WithObserver(obs))
+				require.NoError(t, err)
+				conn, _ := serve(t, []grpc.ServerOption{
+					grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()),
+				})
+				hc := healthpb.NewHealthClient(conn)
+				ctx := testCtx(t)
+				// Several calls: the server survives every one of them.
+				for range 3 {
+					var trailer metadata.MD
+					_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+					if mode == FailOpen {
+						require.NoError(t, err)
+						continue
+					}
+					st := status.Convert(err)
+					require.Equal(t, codes.Unavailable, st.Code())
+					assert.Equal(t, MsgLimiterUnavailable, st.Message())
+					assert.NotContains(t, st.Message(), "hunter2")
+					for _, d := range st.Details() {
+						assert.NotContains(t, strings.ToLower(fmtAny(d)), "hunter2")
+					}
+					ra, ok := RetryDelay(err)
+					require.True(t, ok)
+					assert.Equal(t, time.Second, ra)
+					assert.Equal(t, time.Second, pushbackOf(t, trailer))
+				}
+				w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+				require.NoError(t, err)
+				_, err = w.Recv()
+				if mode == FailOpen {
+					require.NoError(t, err)
+				} else {
+					require.Equal(t, codes.Unavailable, status.Code(err))
+				}
+				want := floodgate.OutcomeErrorOpen
+				if mode == FailClosed {
+					want = floodgate.OutcomeErrorClosed
+				}
+				assert.Equal(t, 4, obs.count(want))
+				for _, ev := range obs.all() {
+					require.Error(t, ev.Err, "the observer gets the cause")
+					assert.Contains(t, ev.Err.Error(), "hunter2")
+				}
+			})
+		}
+	}
+}
+
+func fmtAny(v any) string {
+	if s, ok := v.(interface{ String() string }); ok {
+		return s.String()
+	}
+	return ""
+}
+
+func TestMetadataKeys(t *testing.T) {
+	rec := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 2)}
+	ic, err := New(rec, WithMetadataKey("X-Service-Token"))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	hc := healthpb.NewHealthClient(conn)
+	ctx := testCtx(t)
+
+	call := func(token string) codes.Code {
+		c := ctx
+		if token != "" {
+			c = metadata.AppendToOutgoingContext(ctx, "x-service-token", token)
+		}
+		_, err := hc.Check(c, &healthpb.HealthCheckRequest{})
+		return status.Code(err)
+	}
+	// Token A spends its own budget.
+	assert.Equal(t, codes.OK, call("token-a"))
+	assert.Equal(t, codes.OK, call("token-a"))
+	assert.Equal(t, codes.ResourceExhausted, call("token-a"))
+	// Token B is untouched.
+	assert.Equal(t, codes.OK, call("token-b"))
+	// No token: the peer's budget, separate from every token's.
+	assert.Equal(t, codes.OK, call(""))
+	assert.Equal(t, codes.OK, call(""))
+	assert.Equal(t, codes.ResourceExhausted, call(""))
+	// A token spelling the peer's address does not reach the peer's budget
+	// (which is spent) nor anyone's: it lives in the metadata namespace.
+	assert.Equal(t, codes.OK, call("127.0.0.1"))
+
+	keys := map[string]int{}
+	for _, tk := range rec.all() {
+		keys[tk.key]++
+	}
+	assert.Equal(t, map[string]int{
+		"md:token-a": 3, "md:token-b": 1, "127.0.0.1": 3, "md:127.0.0.1": 1,
+	}, keys)
+}
+
+func TestKeysHostileAndIPv6(t *testing.T) {
+	c, err := buildConfig([]Option{WithMetadataKey("x-token")})
+	require.NoError(t, err)
+	hostile := []string{strings.Repeat("A", 64<<10), "a\x00b", "a\r\nb", "sp ace", "é"}
+	seen := map[string]bool{}
+	for _, v := range hostile {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-token", v))
+		k := c.key(ctx, checkMethod)
+		assert.True(t, strings.HasPrefix(k, "md#"), "hostile value %q is digested", v[:min(len(v), 8)])
+		assert.LessOrEqual(t, len(k), 40)
+		assert.False(t, seen[k], "digests stay distinct")
+		seen[k] = true
+	}
+
+	v6 := peerCtx(t, "[2001:db8:1:2:3:4:5:6]:443")
+	assert.Equal(t, "2001:db8:1:2::/64", c.key(v6, checkMethod))
+	mapped := peerCtx(t, "[::ffff:192.0.2.7]:1")
+	assert.Equal(t, "192.0.2.7", c.key(mapped, checkMethod), "IPv4-mapped addresses are unmapped")
+	assert.Equal(t, UnknownPeer, c.key(context.Background(), checkMethod))
+
+	c2, err := buildConfig([]Option{WithIPPrefix(24, 48)})
+	require.NoError(t, err)
+	assert.Equal(t, "192.0.2.0/24", c2.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
+	assert.Equal(t, "2001:db8:1::/48", c2.key(v6, checkMethod))
+}
+
+func TestOptionsValidation(t *testing.T) {
+	l := newBucket(t, floodgate.PerSecond(1), 1)
+	bad := map[string][]Option{
+		"two key sources": {WithMetadataKey("a"), WithKeyFunc(func(context.Context, string) string { return "" })},
+		"reserved md":     {WithMetadataKey("grpc-timeout")},
+		"bad md name":     {WithMetadataKey("a b")},
+		"empty md name":   {WithMetadataKey("")},
+		"nil observer":    {WithObserver(nil)},
+		"nil key func":    {WithKeyFunc(nil)},
+		"nil cost":        {WithCost(nil)},
+		"nil route":       {WithRoute(nil)},
+		"nil filter":      {WithFilter(nil)},
+		"fail mode":       {WithFailMode(7)},
+		"prefix":          {WithIPPrefix(0, 64)},
+		"shed retry":      {WithShedRetryAfter(0)},
+		"empty name":      {WithName("")},
+		"nil option":      {nil},
+	}
+	for name, opts := range bad {
+		_, err := New(l, opts...)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
+		_, err = UnaryServerInterceptor(l, opts...)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
+		_, err = StreamServerInterceptor(l, opts...)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
+	}
+	_, err := New(nil)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	_, err = NewShedder(nil)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+}
+
+// TestDryRunCountsLikeEnforcement sends the same calls to an enforcing and a
+// shadow interceptor: the shadow one lets everything through and reports a
+// would-deny for exactly each call the enforcing one refused.
+func TestDryRunCountsLikeEnforcement(t *testing.T) {
+	const calls = 12
+	run := func(dry bool) (*events, int) {
+		obs := &events{}
+		ic, err := New(newBucket(t, floodgate.PerMinute(1), 4), WithDryRun(dry), WithObserver(obs))
+		require.NoError(t, err)
+		conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+		hc := healthpb.NewHealthClient(conn)
+		failures := 0
+		for range calls {
+			if _, err := hc.Check(testCtx(t), &healthpb.HealthCheckRequest{}); err != nil {
+				require.Equal(t, codes.ResourceExhausted, status.Code(err))
+				failures++
+			}
+		}
+		return obs, failures
+	}
+	enforced, refused := run(false)
+	shadow, shadowFailures := run(true)
+	assert.Equal(t, calls-4, refused)
+	assert.Zero(t, shadowFailures, "dry-run never refuses")
+	assert.Equal(t, refused, enforced.count(floodgate.OutcomeDenied))
+	assert.Equal(t, refused, shadow.count(floodgate.OutcomeWouldDeny))
+	assert.Zero(t, shadow.count(floodgate.OutcomeDenied))
+	assert.Equal(t, 4, shadow.count(floodgate.OutcomeAllowed))
+}
+
+func TestShedder(t *testing.T) {
+	var inFlight, releasedOK, releasedFail atomic.Int64
+	acq := AcquirerFunc(func(context.Context) (func(bool), bool, error) {
+		if inFlight.Add(1) > 1 {
+			inFlight.Add(-1)
+			return nil, false, nil
+		}
+		return func(ok bool) {
+			inFlight.Add(-1)
+			if ok {
+				releasedOK.Add(1)
+			} else {
+				releasedFail.Add(1)
+			}
+		}, true, nil
+	})
+	obs := &events{}
+	ic, err := NewShedder(acq, WithObserver(obs), WithShedRetryAfter(1500*time.Millisecond))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{
+		grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()),
+	})
+	hc := healthpb.NewHealthClient(conn)
+	ctx := testCtx(t)
+
+	// A Watch holds the only slot while it is open.
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w.Recv()
+	require.NoError(t, err)
+
+	var trailer metadata.MD
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	st := status.Convert(err)
+	require.Equal(t, codes.Unavailable, st.Code())
+	assert.Equal(t, MsgOverloaded, st.Message())
+	ra, ok := RetryDelay(err)
+	require.True(t, ok)
+	assert.Equal(t, 1500*time.Millisecond, ra)
+	assert.Equal(t, 1500*time.Millisecond, pushbackOf(t, trailer))
+
+	cancel()
+	require.Eventually(t, func() bool { return inFlight.Load() == 0 }, 5*time.Second, time.Millisecond)
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), releasedOK.Load(), "a cancelled watch and a served check are no overload signal")
+	assert.Equal(t, 1, obs.count(floodgate.OutcomeShed))
+	assert.Equal(t, 2, obs.count(floodgate.OutcomeAllowed))
+}
+
+func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
+	var got []bool
+	acq := AcquirerFunc(func(context.Context) (func(bool), bool, error) {
+		return func(ok bool) { got = append(got, ok) }, true, nil
+	})
+	ic, err := NewShedder(acq)
+	require.NoError(t, err)
+	unary := ic.Unary()
+	info := &grpc.UnaryServerInfo{FullMethod: checkMethod}
+	ctx := context.Background()
+
+	_, err = unary(ctx, nil, info, func(context.Context, any) (any, error) {
+		return nil, status.Error(codes.DeadlineExceeded, "slow")
+	})
+	require.Error(t, err)
+	_, err = unary(ctx, nil, info, func(context.Context, any) (any, error) {
+		return nil, status.Error(codes.InvalidArgument, "bad request")
+	})
+	require.Error(t, err)
+	assert.PanicsWithValue(t, "handler bug", func() {
+		_, _ = unary(ctx, nil, info, func(context.Context, any) (any, error) { panic("handler bug") })
+	}, "a handler's panic is not ours to swallow")
+	assert.Equal(t, []bool{false, true, false}, got)
+
+	// A panicking acquirer follows the fail mode.
+	boom := AcquirerFunc(func(context.Context) (func(bool), bool, error) { panic("acquirer bug") })
+	for _, mode := range []FailMode{FailOpen, FailClosed} {
+		ic, err := NewShedder(boom, WithFailMode(mode))
+		require.NoError(t, err)
+		_, err = ic.Unary()(ctx, nil, info, func(context.Context, any) (any, error) { return "ok", nil })
+		if mode == FailOpen {
+			assert.NoError(t, err)
+		} else {
+			assert.Equal(t, codes.Unavailable, status.Code(err))
+			assert.Equal(t, MsgLimiterUnavailable, status.Convert(err).Message())
+		}
+	}
+}
+
+func TestFilterCostAndRoute(t *testing.T) {
+	rec := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 10)}
+	obs := &events{}
+	ic, err := New(rec,
+		WithFilter(Methods(checkMethod)),
+		WithCost(func(context.Context, string) int { return 4 }),
+		WithRoute(func(m string) string { return "health" }),
+		WithKeyFunc(func(ctx context.Context, _ string) string { return "tenant-1" }),
+		WithObserver(obs))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{
+		grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()),
+	})
+	hc := healthpb.NewHealthClient(conn)
+	ctx := testCtx(t)
+
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "4+4+4 > 10")
+	// Watch is not selected by the filter: never limited, never reported.
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w.Recv()
+	require.NoError(t, err)
+
+	takes := rec.all()
+	require.Len(t, takes, 3)
+	for _, tk := range takes {
+		assert.Equal(t, 4, tk.n)
+		assert.Equal(t, "tenant-1", tk.key)
+	}
+	for _, ev := range obs.all() {
+		assert.Equal(t, "health", ev.Route)
+	}
+	assert.Len(t, obs.all(), 3)
+}
+
+// delayLimiter admits with a Delay, like a leaky bucket in delay mode, and
+// counts refunds.
+type delayLimiter struct {
+	delay    time.Duration
+	refunded atomic.Int64
+}
+
+func (d *delayLimiter) Take(context.Context, string, int) (floodgate.Decision, error) {
+	return floodgate.Decision{Allowed: true, Limit: 1, Delay: d.delay}, nil
+}
+
+func (d *delayLimiter) Refund(_ context.Context, _ string, n int) error {
+	d.refunded.Add(int64(n))
+	return nil
+}
+
+func TestDelayHonouredOrRefused(t *testing.T) {
+	dl := &delayLimiter{delay: 80 * time.Millisecond}
+	obs := &events{}
+	ic, err := New(dl, WithObserver(obs))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	hc := healthpb.NewHealthClient(conn)
+
+	start := time.Now()
+	_, err = hc.Check(testCtx(t), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond, "the call was held for its delay")
+	assert.Equal(t, 1, obs.count(floodgate.OutcomeDelayed))
+
+	// A deadline shorter than the delay: refused at once, units given back.
+	short, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+	defer cancel()
+	_, err = hc.Check(short, &healthpb.HealthCheckRequest{})
+	code := status.Code(err)
+	require.True(t, code == codes.ResourceExhausted || code == codes.DeadlineExceeded, "got %v", code)
+	require.Eventually(t, func() bool { return dl.refunded.Load() == 1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, 1, obs.count(floodgate.OutcomeDenied))
+}
