@@ -65,13 +65,15 @@ func (c Config) Algorithm() (store.Algorithm, error) {
 	g := gcra{t: t, tau: t * c.Burst, burst: c.Burst}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "token-bucket/%d/%d", t, c.Burst)
+	// A pointer: stores call Spec and Step through the interface on every
+	// request, and a value receiver would copy the whole struct each time.
 	g.spec = store.Spec{
 		Name:      "token-bucket",
 		Namespace: h.Sum64(),
 		Words:     1,
 		Lua:       store.Lua{Source: gcraLua, Params: []int64{t, c.Burst}},
 	}
-	return g, nil
+	return &g, nil
 }
 
 // NewKeyed returns a keyed token bucket limiter on s.
@@ -93,10 +95,10 @@ type gcra struct {
 	spec          store.Spec
 }
 
-func (g gcra) Spec() store.Spec { return g.spec }
+func (g *gcra) Spec() store.Spec { return g.spec }
 
 // Step is the pure step; see the package documentation for the rules.
-func (g gcra) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (g *gcra) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
 	tat := s.W[0]
 	if tat < now {
 		tat = now
@@ -125,7 +127,7 @@ func (g gcra) Step(s store.State, now int64, n int64) (store.State, floodgate.De
 	return s, g.decide(newTat, now, true)
 }
 
-func (g gcra) decide(tat, now int64, allowed bool) floodgate.Decision {
+func (g *gcra) decide(tat, now int64, allowed bool) floodgate.Decision {
 	rem := (g.tau - (tat - now)) / g.t
 	rem = max(0, min(rem, g.burst))
 	return floodgate.Decision{

@@ -1,0 +1,302 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// Store is the in-memory [store.Store]. Create it with [New]; it is safe for
+// concurrent use. Close it when done to stop the background sweeper.
+//
+// Each Apply hashes (key, namespace) to a shard, locks the shard, reads the
+// clock once, runs the algorithm's step on the key's state and writes the new
+// state back before unlocking: concurrent Apply calls on one key are
+// serialised.
+//
+// A key whose new state is back to full (State.W[0] <= now) is not kept: it is
+// indistinguishable from a fresh key. When a shard is at its share of
+// MaxKeys, inserting a new key first drops an entry that is already full (no
+// decision changes); when none is found among a few sampled entries, the
+// sampled entry closest to full is evicted and counted in
+// [Stats].Evictions: that key starts again from full capacity, which errs on
+// the side of admitting.
+type Store struct {
+	shards []paddedShard
+	mask   uint64
+	seedA  maphash.Seed // the table id
+	seedB  maphash.Seed // the independent check hash
+	clock  floodgate.Clock
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+	sweeps    atomic.Uint64
+}
+
+type shard struct {
+	mu      sync.Mutex
+	keys    int // live entries across tables
+	limit   int // this shard's share of MaxKeys
+	evicted uint64
+	expired uint64
+	// tables[w-1] holds states of w words, tables[MaxWords+w-1] states of w
+	// words with a log.
+	tables [2 * store.MaxWords]table
+}
+
+// paddedShard keeps two shards off the same pair of cache lines.
+type paddedShard struct {
+	shard
+	_ [(128 - unsafe.Sizeof(shard{})%128) % 128]byte
+}
+
+// evictProbes is how many occupied slots eviction samples.
+const evictProbes = 16
+
+// New returns a store configured by opts. It returns an error wrapping
+// [floodgate.ErrInvalidConfig] when an option is invalid. Unless
+// WithSweepInterval(0) is given, it starts a background sweeper that
+// [Store.Close] stops.
+func New(opts ...Option) (*Store, error) {
+	c := defaultConfig()
+	if err := c.apply(opts); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		shards: make([]paddedShard, c.shards),
+		mask:   uint64(c.shards - 1),
+		seedA:  maphash.MakeSeed(),
+		seedB:  maphash.MakeSeed(),
+		clock:  c.clock,
+	}
+	per, extra := c.maxKeys/c.shards, c.maxKeys%c.shards
+	for i := range s.shards {
+		s.shards[i].limit = per
+		if i < extra {
+			s.shards[i].limit++
+		}
+	}
+	if c.sweep > 0 {
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.sweepLoop(c.sweep)
+	}
+	return s, nil
+}
+
+// now reads the store's clock in Unix microseconds.
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro()
+	}
+	return floodgate.Nanotime() / 1000
+}
+
+// mix is a bijective 64-bit finaliser (from MurmurHash3).
+func mix(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// ids returns the table id and the check hash of (key, ns). For one key, two
+// namespaces always get different ids (mix is a bijection).
+func (s *Store) ids(key string, ns uint64) (id, chk uint64) {
+	id = mix(maphash.String(s.seedA, key) ^ ns)
+	if id == 0 {
+		id = 1 // 0 marks an empty slot
+	}
+	chk = mix(maphash.String(s.seedB, key) + ns*0x9e3779b97f4a7c15)
+	return id, chk
+}
+
+// Apply implements [store.Store]. It returns [floodgate.ErrClosed] after
+// Close, the context's error when ctx is already done (the step itself never
+// blocks, so a context is checked only on entry), and an error wrapping
+// [floodgate.ErrInvalidConfig] for an algorithm whose Spec a store cannot
+// keep.
+func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+	if s.closed.Load() {
+		return floodgate.Decision{}, floodgate.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return floodgate.Decision{}, err
+	}
+	if alg == nil {
+		return floodgate.Decision{}, fmt.Errorf("%w: memstore: nil algorithm", floodgate.ErrInvalidConfig)
+	}
+	sp := alg.Spec()
+	if sp.Words < 1 || sp.Words > store.MaxWords || sp.MaxLog < 0 {
+		return floodgate.Decision{}, fmt.Errorf("%w: memstore: algorithm %q needs %d words and a log of %d, want 1..%d words and a log >= 0",
+			floodgate.ErrInvalidConfig, sp.Name, sp.Words, sp.MaxLog, store.MaxWords)
+	}
+	ti := sp.Words - 1
+	if sp.MaxLog > 0 {
+		ti += store.MaxWords
+	}
+	id, chk := s.ids(key, sp.Namespace)
+	sh := &s.shards[id&s.mask].shard
+
+	sh.mu.Lock()
+	now := s.now()
+	t := &sh.tables[ti]
+	var st store.State
+	i := t.find(id, chk)
+	if i >= 0 {
+		t.load(i, &st)
+	}
+	st, d := alg.Step(st, now, n)
+	switch {
+	case st.W[0] <= now:
+		// Back to full: the same as a fresh key, keep nothing.
+		if i >= 0 {
+			t.remove(uint64(i))
+			sh.keys--
+		}
+	case i >= 0:
+		t.store(i, &st)
+	default:
+		sh.insert(t, ti, id, chk, &st, now)
+	}
+	sh.mu.Unlock()
+	return d, nil
+}
+
+// insert adds a new key to table t (tables[ti]), evicting one first when the
+// shard is at its limit.
+func (sh *shard) insert(t *table, ti int, id, chk uint64, st *store.State, now int64) {
+	if sh.keys >= sh.limit {
+		sh.evictOne(ti, id, now)
+	}
+	if t.size == 0 {
+		t.init(ti%store.MaxWords+1, ti >= store.MaxWords)
+	}
+	t.insert(id, chk, st)
+	sh.keys++
+}
+
+// evictOne drops one entry of the shard, preferring table ti.
+func (sh *shard) evictOne(ti int, start uint64, now int64) {
+	v := &sh.tables[ti]
+	for k := 0; v.n == 0 && k < len(sh.tables); k++ {
+		v = &sh.tables[k]
+	}
+	if v.n == 0 {
+		return // limit 0 cannot happen: New gives every shard >= 1
+	}
+	i, full := v.victim(start, now, evictProbes)
+	v.remove(i)
+	sh.keys--
+	if full {
+		sh.expired++
+	} else {
+		sh.evicted++
+	}
+}
+
+// Sweep drops every key whose state is back to full now. The background
+// sweeper calls it; it may also be called directly. It locks one shard at a
+// time.
+func (s *Store) Sweep() {
+	for i := range s.shards {
+		sh := &s.shards[i].shard
+		sh.mu.Lock()
+		now := s.now()
+		for k := range sh.tables {
+			if t := &sh.tables[k]; t.n > 0 {
+				r := t.sweep(now)
+				sh.keys -= r
+				sh.expired += uint64(r)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	s.sweeps.Add(1)
+}
+
+func (s *Store) sweepLoop(every time.Duration) {
+	defer close(s.done)
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tk.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Close stops the background sweeper, waits for it to return and frees the
+// keys. Apply calls made after Close return [floodgate.ErrClosed]. Close is
+// idempotent and always returns nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		if s.stop != nil {
+			close(s.stop)
+			<-s.done
+		}
+		for i := range s.shards {
+			sh := &s.shards[i].shard
+			sh.mu.Lock()
+			for k := range sh.tables {
+				sh.tables[k].reset()
+			}
+			sh.keys = 0
+			sh.mu.Unlock()
+		}
+	})
+	return nil
+}
+
+// Stats is a snapshot of a store's counters.
+type Stats struct {
+	// Keys is the number of keys held now.
+	Keys int
+	// Slots is the number of table slots allocated (Keys / Slots is the
+	// load; the memory is about 8 x (2 + words) bytes a slot).
+	Slots int
+	// Evictions counts keys dropped, to respect MaxKeys, while their state
+	// was not full: those keys restarted from full capacity.
+	Evictions uint64
+	// Expired counts keys dropped because their state was back to full (by
+	// the sweeper or to make room); dropping them changed no decision.
+	Expired uint64
+	// Sweeps counts completed sweeps.
+	Sweeps uint64
+	// Shards is the number of shards.
+	Shards int
+}
+
+// Stats returns the store's counters. It locks each shard in turn, so the
+// snapshot is not atomic across shards.
+func (s *Store) Stats() Stats {
+	st := Stats{Shards: len(s.shards), Sweeps: s.sweeps.Load()}
+	for i := range s.shards {
+		sh := &s.shards[i].shard
+		sh.mu.Lock()
+		st.Keys += sh.keys
+		st.Evictions += sh.evicted
+		st.Expired += sh.expired
+		for k := range sh.tables {
+			st.Slots += int(sh.tables[k].size)
+		}
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+var _ store.Store = (*Store)(nil)

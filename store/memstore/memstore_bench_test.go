@@ -1,0 +1,170 @@
+package memstore_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
+)
+
+const benchKeys = 1_000_000
+
+// benchLimiter is a keyed token bucket on a fresh store. The rate is high
+// enough that most Takes are admitted; admitted or not, the work is the same.
+func benchLimiter(b *testing.B) (*memstore.Store, *store.Limiter) {
+	b.Helper()
+	s, err := memstore.New(memstore.WithSweepInterval(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	lim, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, lim
+}
+
+func BenchmarkTakeHotKey(b *testing.B) {
+	_, lim := benchLimiter(b)
+	ctx := context.Background()
+	lim.Take(ctx, "hot", 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := lim.Take(ctx, "hot", 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkTakeHotKeyParallel(b *testing.B) {
+	_, lim := benchLimiter(b)
+	ctx := context.Background()
+	lim.Take(ctx, "hot", 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := lim.Take(ctx, "hot", 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// zipfKeys returns benchKeys keys, already inserted in the store, and a
+// sequence of indices into them drawn from a Zipf distribution (s = 1.1).
+func zipfKeys(b *testing.B, lim *store.Limiter) ([]string, []uint32) {
+	b.Helper()
+	keys := make([]string, benchKeys)
+	ctx := context.Background()
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+		if _, err := lim.Take(ctx, keys[i], 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, benchKeys-1)
+	seq := make([]uint32, 1<<20)
+	for i := range seq {
+		seq[i] = uint32(z.Uint64())
+	}
+	return keys, seq
+}
+
+func BenchmarkTakeZipf1M(b *testing.B) {
+	_, lim := benchLimiter(b)
+	keys, seq := zipfKeys(b, lim)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		if _, err := lim.Take(ctx, keys[seq[i&(len(seq)-1)]], 1); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkTakeZipf1MParallel(b *testing.B) {
+	_, lim := benchLimiter(b)
+	keys, seq := zipfKeys(b, lim)
+	ctx := context.Background()
+	var next atomic.Uint32
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1) * 7919)
+		for pb.Next() {
+			if _, err := lim.Take(ctx, keys[seq[i&(len(seq)-1)]], 1); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+// heapAfterGC returns the live heap after a full collection.
+func heapAfterGC() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// bytesPerKey inserts n token-bucket keys and returns the store's live heap
+// per key. The keys themselves are not kept (the store never keeps them).
+func bytesPerKey(tb testing.TB, n int) float64 {
+	tb.Helper()
+	before := heapAfterGC()
+	s, err := memstore.New(memstore.WithSweepInterval(0))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer s.Close()
+	lim, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 10})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	buf := []byte("client-")
+	for i := range n {
+		key := strconv.AppendInt(buf[:7], int64(i), 10)
+		if _, err := lim.Take(ctx, string(key), 1); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if got := s.Stats().Keys; got != n {
+		tb.Fatalf("store holds %d keys, want %d", got, n)
+	}
+	after := heapAfterGC()
+	runtime.KeepAlive(s)
+	return float64(after-before) / float64(n)
+}
+
+// BenchmarkBytesPerKey reports the live heap per token-bucket key after
+// 1,000,000 inserts (metric bytes/key); ns/op is the insert cost.
+func BenchmarkBytesPerKey(b *testing.B) {
+	var per float64
+	start := time.Now()
+	runs := 0
+	for b.Loop() {
+		per = bytesPerKey(b, benchKeys)
+		runs++
+	}
+	b.ReportMetric(per, "bytes/key")
+	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(runs*benchKeys), "ns/insert")
+}

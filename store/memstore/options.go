@@ -1,0 +1,111 @@
+package memstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Defaults used by [New] when no option overrides them.
+const (
+	// DefaultMaxKeys is the default bound on the number of keys kept
+	// (about 160 MB of token buckets at the published bytes per key).
+	DefaultMaxKeys = 1 << 22
+	// DefaultShards is the default number of shards (each with its own lock).
+	DefaultShards = 256
+	// DefaultSweepInterval is how often, by default, the background sweeper
+	// drops the keys whose state is back to full.
+	DefaultSweepInterval = time.Minute
+	// maxShards bounds WithShards.
+	maxShards = 1 << 16
+)
+
+// Option configures a [Store]. Options are applied in order; a later option
+// overrides an earlier one of the same kind.
+type Option func(*config) error
+
+type config struct {
+	shards    int
+	shardsSet bool
+	maxKeys   int
+	sweep     time.Duration
+	clock     floodgate.Clock
+}
+
+func defaultConfig() config {
+	return config{shards: DefaultShards, maxKeys: DefaultMaxKeys, sweep: DefaultSweepInterval}
+}
+
+// WithShards sets the number of shards, a power of two between 1 and 65536.
+// More shards mean less lock contention; [DefaultShards] suits most uses.
+func WithShards(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > maxShards || n&(n-1) != 0 {
+			return fmt.Errorf("%w: memstore: shards must be a power of two in 1..%d, got %d", floodgate.ErrInvalidConfig, maxShards, n)
+		}
+		c.shards, c.shardsSet = n, true
+		return nil
+	}
+}
+
+// WithMaxKeys bounds the number of keys the store keeps (n >= 1). The bound
+// is split evenly between the shards, so the total never exceeds n but one
+// shard may evict while another still has room. See [Store] for what is
+// evicted.
+func WithMaxKeys(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: memstore: max keys must be >= 1, got %d", floodgate.ErrInvalidConfig, n)
+		}
+		c.maxKeys = n
+		return nil
+	}
+}
+
+// WithSweepInterval sets how often a background goroutine drops the keys
+// whose state is back to full. d == 0 disables the background sweeper (call
+// [Store.Sweep] yourself, or rely on the MaxKeys eviction); d < 0 is an error.
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: memstore: sweep interval must be >= 0, got %v", floodgate.ErrInvalidConfig, d)
+		}
+		c.sweep = d
+		return nil
+	}
+}
+
+// WithClock makes the store read time from clock instead of
+// [floodgate.Nanotime] (for tests). The clock is read once per Apply, under
+// the key's lock, and converted to Unix microseconds.
+func WithClock(clock floodgate.Clock) Option {
+	return func(c *config) error {
+		if clock == nil {
+			return fmt.Errorf("%w: memstore: nil clock", floodgate.ErrInvalidConfig)
+		}
+		c.clock = clock
+		return nil
+	}
+}
+
+func (c *config) apply(opts []Option) error {
+	for i, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: memstore: option %d is nil", floodgate.ErrInvalidConfig, i)
+		}
+		if err := o(c); err != nil {
+			return err
+		}
+	}
+	if c.maxKeys < c.shards {
+		if c.shardsSet {
+			return fmt.Errorf("%w: memstore: %d shards for at most %d keys: want shards <= max keys", floodgate.ErrInvalidConfig, c.shards, c.maxKeys)
+		}
+		// Fewer keys than default shards: one shard per key at most.
+		for c.shards > c.maxKeys {
+			c.shards /= 2
+		}
+	}
+	return nil
+}
