@@ -219,13 +219,13 @@ func (s *Store) eval(ctx context.Context, key string, ps []*policy, script *ruei
 	if cancel != nil {
 		defer cancel()
 	}
-	var kbuf [4]string
-	var abuf [6]string
+	var kbuf [maxPolicies]string
+	var abuf [32]string
 	keys, args := kbuf[:0], abuf[:0]
 	args = append(args, strconv.FormatInt(n, 10), now)
 	for _, p := range ps {
 		keys = append(keys, s.redisKey(key, p.nsHex))
-		args = append(args, p.params)
+		args = append(args, p.args...)
 	}
 	arr, err := script.Exec(cctx, s.client, keys, args).ToArray()
 	if err != nil {

@@ -23,7 +23,6 @@ func tokenBucket(t testing.TB, r floodgate.Rate, burst int64) store.Algorithm {
 	return a
 }
 
-
 func TestNewValidates(t *testing.T) {
 	c := newClient(t, singleAddr)
 	_, err := New(nil)

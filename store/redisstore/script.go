@@ -26,7 +26,7 @@ import (
 //  5. return the merged decision {allowed, limit, remaining, retry_after_us,
 //     reset_after_us, delay_us}; with an injected time the new states follow.
 //
-// ARGV[2+i] describes policy i: "words maxlog p1 p2 ..." (the Params).
+// Then each policy in turn: words, maxlog, the number of Params, the Params.
 //
 // State encoding in the key: the words as decimal integers joined by ",",
 // then, for algorithms with a log, ";" and the log entries joined by ",".
@@ -48,30 +48,35 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local k = #KEYS
-local meta, params, raw = {}, {}, {}
+local words, maxlog, params, raw = {}, {}, {}, {}
+local a = 3
 for i = 1, k do
-  local a = {}
-  for x in string.gmatch(ARGV[2 + i], '%S+') do a[#a + 1] = tonumber(x) end
+  local np = tonumber(ARGV[a + 2])
+  words[i], maxlog[i] = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local p = {}
-  for j = 3, #a do p[j - 2] = a[j] end
-  meta[i], params[i] = a, p
+  for j = 1, np do p[j] = tonumber(ARGV[a + 2 + j]) end
+  params[i] = p
+  a = a + 3 + np
   raw[i] = redis.call('GET', KEYS[i])
 end
 local function load(i)
-  local words, maxlog = meta[i][1], meta[i][2]
+  local w, ml, v = words[i], maxlog[i], raw[i]
+  if w == 1 and ml == 0 then
+    return {v and tonumber(v) or 0}
+  end
   local s = {}
-  for j = 1, words do s[j] = 0 end
-  if maxlog > 0 then s.log = {} end
-  local v = raw[i]
+  for j = 1, w do s[j] = 0 end
+  if ml > 0 then s.log = {} end
   if v then
     local wpart, lpart = string.match(v, '^([^;]*);?(.*)$')
     local j = 1
     for x in string.gmatch(wpart, '[^,]+') do
-      if j <= words then s[j] = tonumber(x) end
+      if j <= w then s[j] = tonumber(x) end
       j = j + 1
     end
-    if maxlog > 0 then
-      for x in string.gmatch(lpart, '[^,]+') do s.log[#s.log + 1] = tonumber(x) end
+    if ml > 0 then
+      local lg = s.log
+      for x in string.gmatch(lpart, '[^,]+') do lg[#lg + 1] = tonumber(x) end
     end
   end
   return s
@@ -94,33 +99,42 @@ for i = 1, k do
   if s[1] <= now then
     redis.call('DEL', KEYS[i])
   else
-    local parts = {}
-    for j = 1, meta[i][1] do parts[j] = string.format('%d', s[j]) end
-    local v = table.concat(parts, ',')
-    if meta[i][2] > 0 and s.log and #s.log > 0 then
-      local lp = {}
-      for j = 1, #s.log do lp[j] = string.format('%d', s.log[j]) end
-      v = v .. ';' .. table.concat(lp, ',')
+    local v
+    if words[i] == 1 and maxlog[i] == 0 then
+      v = string.format('%d', s[1])
+    else
+      local parts = {}
+      for j = 1, words[i] do parts[j] = string.format('%d', s[j]) end
+      v = table.concat(parts, ',')
+      if maxlog[i] > 0 and s.log and #s.log > 0 then
+        local lp = {}
+        for j = 1, #s.log do lp[j] = string.format('%d', s.log[j]) end
+        v = v .. ';' .. table.concat(lp, ',')
+      end
     end
     local ttl = math.floor((s[1] - now + 999) / 1000)
     if test and ttl < 60000 then ttl = 60000 end
     redis.call('SET', KEYS[i], v, 'PX', ttl)
   end
 end
-local acc = {ds[1][1], ds[1][2], ds[1][3], ds[1][4], ds[1][5], ds[1][6]}
-for i = 2, k do
-  local d = ds[i]
-  if d[1] == 0 then acc[1] = 0 end
-  if d[3] < acc[3] or (d[3] == acc[3] and d[2] < acc[2]) then acc[2], acc[3] = d[2], d[3] end
-  if d[4] > acc[4] then acc[4] = d[4] end
-  if d[5] > acc[5] then acc[5] = d[5] end
-  if d[6] > acc[6] then acc[6] = d[6] end
+local acc = ds[1]
+if k > 1 then
+  acc = {acc[1], acc[2], acc[3], acc[4], acc[5], acc[6]}
+  for i = 2, k do
+    local d = ds[i]
+    if d[1] == 0 then acc[1] = 0 end
+    if d[3] < acc[3] or (d[3] == acc[3] and d[2] < acc[2]) then acc[2], acc[3] = d[2], d[3] end
+    if d[4] > acc[4] then acc[4] = d[4] end
+    if d[5] > acc[5] then acc[5] = d[5] end
+    if d[6] > acc[6] then acc[6] = d[6] end
+  end
+  if acc[1] == 0 then acc[6] = 0 end
 end
-if acc[1] == 0 then acc[6] = 0 end
 if test then
+  acc = {acc[1], acc[2], acc[3], acc[4], acc[5], acc[6]}
   for i = 1, k do
     local s = states[i]
-    for j = 1, meta[i][1] do acc[#acc + 1] = s[j] end
+    for j = 1, words[i] do acc[#acc + 1] = s[j] end
     local lg = s.log or {}
     acc[#acc + 1] = #lg
     for j = 1, #lg do acc[#acc + 1] = lg[j] end
@@ -171,9 +185,9 @@ func scriptFor(specs []store.Spec) *rueidis.Lua {
 type policy struct {
 	alg    store.Algorithm
 	spec   store.Spec
-	nsHex  string // the namespace in 16 hex digits: part of the Redis key
-	params string // ARGV for this policy: "words maxlog p1 p2 ..."
-	limit  int64  // the capacity (Limit of a fresh state), for fail-open/closed decisions
+	nsHex  string   // the namespace in 16 hex digits: part of the Redis key
+	args   []string // ARGV for this policy: words, maxlog, len(params), params...
+	limit  int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
 	local  store.Algorithm
 	script *rueidis.Lua
 }
@@ -189,20 +203,16 @@ func newPolicy(alg store.Algorithm, fp FailurePolicy) (*policy, error) {
 	if strings.TrimSpace(sp.Lua.Source) == "" {
 		return nil, fmt.Errorf("%w: redisstore: algorithm %q has no Lua twin", floodgate.ErrInvalidConfig, sp.Name)
 	}
-	var pb strings.Builder
-	pb.WriteString(strconv.Itoa(sp.Words))
-	pb.WriteByte(' ')
-	pb.WriteString(strconv.Itoa(sp.MaxLog))
+	args := []string{strconv.Itoa(sp.Words), strconv.Itoa(sp.MaxLog), strconv.Itoa(len(sp.Lua.Params))}
 	for _, p := range sp.Lua.Params {
-		pb.WriteByte(' ')
-		pb.WriteString(strconv.FormatInt(p, 10))
+		args = append(args, strconv.FormatInt(p, 10))
 	}
 	_, d := alg.Step(store.State{}, floodgate.Nanotime()/1000, 0)
 	p := &policy{
 		alg:    alg,
 		spec:   sp,
 		nsHex:  hex16(sp.Namespace),
-		params: pb.String(),
+		args:   args,
 		limit:  d.Limit,
 		script: scriptFor([]store.Spec{sp}),
 	}

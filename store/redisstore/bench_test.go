@@ -1,0 +1,144 @@
+package redisstore
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+)
+
+// The benchmarks run against the local redis-server (FLOODGATE_REDIS_ADDR or
+// the one TestMain started). Compare, in one run:
+//
+//	BenchmarkPing/serial      vs BenchmarkDecision/serial      (latency, <= 1.2x)
+//	BenchmarkPing/parallel64  vs BenchmarkDecision/parallel64  (throughput, >= 50%)
+//
+// parallel64 runs 64 goroutines (SetParallelism(64/GOMAXPROCS)). Decisions go
+// to 1024 keys (a busy limiter sees many keys) with a token bucket that admits
+// most of them.
+
+func benchClient(b *testing.B) *Store {
+	c := newClient(b, singleAddr)
+	s, err := New(c, WithPrefix(uniquePrefix(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+var benchKeys = func() []string {
+	k := make([]string, 1024)
+	for i := range k {
+		k[i] = "user-" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+func setParallel64(b *testing.B) {
+	p := 64 / max(1, testingProcs())
+	b.SetParallelism(max(1, p))
+}
+
+func BenchmarkPing(b *testing.B) {
+	s := benchClient(b)
+	c := s.client
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel64", func(b *testing.B) {
+		b.ReportAllocs()
+		setParallel64(b)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+func BenchmarkDecision(b *testing.B) {
+	s := benchClient(b)
+	l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := l.Take(ctx, benchKeys[i&1023], 1); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("parallel64", func(b *testing.B) {
+		b.ReportAllocs()
+		setParallel64(b)
+		var next atomic.Uint32
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(97))
+			for pb.Next() {
+				if _, err := l.Take(ctx, benchKeys[i&1023], 1); err != nil {
+					b.Error(err)
+					return
+				}
+				i++
+			}
+		})
+	})
+	// A caller context that can be cancelled and has no deadline (an HTTP
+	// request's) costs the allocations of context.WithTimeout.
+	b.Run("serial-cancelable-ctx", func(b *testing.B) {
+		b.ReportAllocs()
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		i := 0
+		for b.Loop() {
+			if _, err := l.Take(cctx, benchKeys[i&1023], 1); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+func BenchmarkMultiDecision(b *testing.B) {
+	s := benchClient(b)
+	m, err := NewMultiLimiter(s, tokenBucket(b, floodgate.PerSecond(1_000_000), 1_000_000), tokenBucket(b, floodgate.PerHour(1_000_000_000), 1_000_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("parallel64", func(b *testing.B) {
+		b.ReportAllocs()
+		setParallel64(b)
+		var next atomic.Uint32
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(97))
+			for pb.Next() {
+				if _, err := m.Take(ctx, benchKeys[i&1023], 1); err != nil {
+					b.Error(err)
+					return
+				}
+				i++
+			}
+		})
+	})
+}
+
+func testingProcs() int { return runtime.GOMAXPROCS(0) }
