@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -154,4 +155,43 @@ func peerCtx(t testing.TB, addr string) context.Context {
 	a, err := net.ResolveTCPAddr("tcp", addr)
 	require.NoError(t, err)
 	return peer.NewContext(context.Background(), &peer.Peer{Addr: a})
+}
+
+// refusedThenRetried drains the peer's bucket b, then makes call at once, and
+// returns the two takes that call caused: a refusal and the admitted retry.
+// On a machine so loaded that the bucket refilled in between, the first
+// attempt is admitted and proves nothing: it tries again, a few times.
+func refusedThenRetried(t *testing.T, b floodgate.Limiter, rec *recLimiter, call func() error) (first, retry take) {
+	t.Helper()
+	for try := 0; try < 5; try++ {
+		for {
+			d, err := b.Take(context.Background(), "127.0.0.1", 1)
+			require.NoError(t, err)
+			if !d.Allowed {
+				break
+			}
+		}
+		before := len(rec.all())
+		require.NoError(t, call(), "the retry after the pushback is admitted")
+		takes := rec.all()[before:]
+		if takes[0].decision.Allowed {
+			continue
+		}
+		require.Len(t, takes, 2, "one refusal, one admitted retry")
+		return takes[0], takes[1]
+	}
+	t.Fatal("could not get a refused first attempt")
+	return take{}, take{}
+}
+
+// assertWaitedPushback checks that retry reached the server no earlier than
+// the pushback the first attempt's refusal carried.
+func assertWaitedPushback(t *testing.T, first, retry take) {
+	t.Helper()
+	pushback := time.Duration(pushbackMillis(first.decision.RetryAfter)) * time.Millisecond
+	gap := retry.at.Sub(first.at)
+	t.Logf("pushback %v, retry came %v later", pushback, gap)
+	assert.Positive(t, pushback)
+	assert.GreaterOrEqual(t, gap, pushback, "the client waited at least the pushback")
+	assert.True(t, retry.decision.Allowed)
 }

@@ -106,33 +106,11 @@ func TestClientRetryPolicyWaitsForPushback(t *testing.T) {
 	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{}) // connect
 	require.NoError(t, err)
 
-	// Drain the peer's bucket, then call at once. On a machine so loaded
-	// that the bucket refilled in between, the first attempt is admitted
-	// and proves nothing: try again (a few times at most).
-	for try := 0; ; try++ {
-		require.Less(t, try, 5, "could not get a refused first attempt")
-		for {
-			d, err := bucket.Take(ctx, "127.0.0.1", 1)
-			require.NoError(t, err)
-			if !d.Allowed {
-				break
-			}
-		}
-		before := len(rec.all())
-		_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
-		require.NoError(t, err, "the retry after the pushback is admitted")
-		takes := rec.all()[before:]
-		if takes[0].decision.Allowed {
-			continue
-		}
-		require.Len(t, takes, 2, "one refusal, one admitted retry")
-		pushback := time.Duration(pushbackMillis(takes[0].decision.RetryAfter)) * time.Millisecond
-		gap := takes[1].at.Sub(takes[0].at)
-		t.Logf("pushback %v, retry came %v later", pushback, gap)
-		assert.GreaterOrEqual(t, gap, pushback, "the client waited at least the pushback")
-		assert.True(t, takes[1].decision.Allowed)
-		return
-	}
+	first, retry := refusedThenRetried(t, bucket, rec, func() error {
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	})
+	assertWaitedPushback(t, first, retry)
 }
 
 func TestStreamResourceExhausted(t *testing.T) {

@@ -1,0 +1,319 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+)
+
+// refusal builds a status error like a server would send, with a RetryInfo
+// detail when retry > 0.
+func refusal(code codes.Code, retry time.Duration) error {
+	st := status.New(code, "refused")
+	if retry > 0 {
+		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
+	}
+	return st.Err()
+}
+
+// setTrailer does what grpc.Trailer does after a real call.
+func setTrailer(opts []grpc.CallOption, md metadata.MD) {
+	for _, o := range opts {
+		if tr, ok := o.(grpc.TrailerCallOption); ok {
+			*tr.TrailerAddr = md
+		}
+	}
+}
+
+// script is a fake invoker: call i returns results[i] (the last one once
+// past the end) and records when it was made.
+type script struct {
+	results []func(opts []grpc.CallOption) error
+	at      []time.Time
+}
+
+func (s *script) invoke(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+	s.at = append(s.at, time.Now())
+	i := min(len(s.at), len(s.results)) - 1
+	return s.results[i](opts)
+}
+
+func ok(opts []grpc.CallOption) error { return nil }
+
+func refused(code codes.Code, retry time.Duration, trailerMs string) func([]grpc.CallOption) error {
+	return func(opts []grpc.CallOption) error {
+		if trailerMs != "" {
+			setTrailer(opts, metadata.Pairs(PushbackTrailer, trailerMs))
+		}
+		return refusal(code, retry)
+	}
+}
+
+func newClient(t *testing.T, opts ...ClientOption) *Client {
+	t.Helper()
+	c, err := NewClient(opts...)
+	require.NoError(t, err)
+	return c
+}
+
+func TestClientPushbackHoldsLaterCalls(t *testing.T) {
+	cases := []struct {
+		name  string
+		first func([]grpc.CallOption) error
+		opts  []ClientOption
+		hold  time.Duration
+	}{
+		{"retry info", refused(codes.ResourceExhausted, 200*time.Millisecond, ""), nil, 200 * time.Millisecond},
+		{"trailer", refused(codes.Unavailable, 0, "300"), nil, 300 * time.Millisecond},
+		{"longer of both", refused(codes.ResourceExhausted, 700*time.Millisecond, "300"), nil, 700 * time.Millisecond},
+		{"capped", refused(codes.ResourceExhausted, 0, "999999999999"), []ClientOption{WithMaxPushback(2 * time.Second)}, 2 * time.Second},
+		{"off", refused(codes.ResourceExhausted, time.Second, "1000"), []ClientOption{WithPushback(false)}, 0},
+		{"not a refusal", refused(codes.Internal, time.Second, "1000"), nil, 0},
+		{"malformed trailer", refused(codes.Unavailable, 0, "-5"), nil, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newClient(t, tc.opts...)
+				s := &script{results: []func([]grpc.CallOption) error{tc.first, ok}}
+				u := c.Unary()
+				err := u(context.Background(), checkMethod, nil, nil, nil, s.invoke)
+				require.Error(t, err)
+				if tc.hold > 0 {
+					assert.Equal(t, time.Now().Add(tc.hold), c.PushbackUntil())
+				} else {
+					assert.True(t, c.PushbackUntil().IsZero())
+				}
+				require.NoError(t, u(context.Background(), checkMethod, nil, nil, nil, s.invoke))
+				require.Len(t, s.at, 2)
+				assert.Equal(t, tc.hold, s.at[1].Sub(s.at[0]), "the next call went out exactly after the pushback")
+			})
+		})
+	}
+}
+
+func TestClientPushbackPastDeadlineFailsFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t)
+		s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, time.Second, ""), ok}}
+		u := c.Unary()
+		require.Error(t, u(context.Background(), checkMethod, nil, nil, nil, s.invoke))
+
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := u(ctx, checkMethod, nil, nil, nil, s.invoke)
+		assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+		assert.Zero(t, time.Since(start), "no sleeping into the deadline")
+		assert.Len(t, s.at, 1, "the call never went out")
+
+		// Cancelled while held.
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			cancel2()
+		}()
+		err = u(ctx2, checkMethod, nil, nil, nil, s.invoke)
+		assert.Equal(t, codes.Canceled, status.Code(err))
+		assert.Len(t, s.at, 1)
+	})
+}
+
+func TestClientRetry(t *testing.T) {
+	policy := RetryPolicy{
+		MaxAttempts: 4,
+		BaseDelay:   100 * time.Millisecond,
+		MaxDelay:    250 * time.Millisecond,
+		Retryable:   func(m string) bool { return m == checkMethod },
+	}
+	t.Run("succeeds after refusals, waiting at least the pushback", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newClient(t, WithRetry(policy))
+			pb := refused(codes.ResourceExhausted, 50*time.Millisecond, "")
+			s := &script{results: []func([]grpc.CallOption) error{pb, pb, pb, ok}}
+			require.NoError(t, c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke))
+			require.Len(t, s.at, 4)
+			for i, ceil := range []time.Duration{100, 200, 250} {
+				gap := s.at[i+1].Sub(s.at[i])
+				assert.GreaterOrEqual(t, gap, 50*time.Millisecond, "retry %d honours the pushback", i+1)
+				assert.LessOrEqual(t, gap, ceil*time.Millisecond, "retry %d within the capped backoff", i+1)
+			}
+		})
+	})
+	t.Run("bounded attempts", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newClient(t, WithRetry(policy))
+			s := &script{results: []func([]grpc.CallOption) error{refused(codes.Unavailable, 0, "")}}
+			err := c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke)
+			assert.Equal(t, codes.Unavailable, status.Code(err))
+			assert.Len(t, s.at, 4)
+		})
+	})
+	t.Run("non-idempotent method is not retried", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newClient(t, WithRetry(policy))
+			s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, 0, ""), ok}}
+			err := c.Unary()(context.Background(), "/pkg.Bank/Transfer", nil, nil, nil, s.invoke)
+			assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+			assert.Len(t, s.at, 1)
+		})
+	})
+	t.Run("other codes are not retried", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newClient(t, WithRetry(policy))
+			s := &script{results: []func([]grpc.CallOption) error{refused(codes.InvalidArgument, 0, ""), ok}}
+			err := c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke)
+			assert.Equal(t, codes.InvalidArgument, status.Code(err))
+			assert.Len(t, s.at, 1)
+		})
+	})
+	t.Run("retry past the deadline is not attempted", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newClient(t, WithRetry(policy))
+			s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, 5*time.Second, ""), ok}}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			err := c.Unary()(ctx, checkMethod, nil, nil, nil, s.invoke)
+			assert.Equal(t, codes.ResourceExhausted, status.Code(err), "the server's answer, not a timeout")
+			assert.Zero(t, time.Since(start))
+			assert.Len(t, s.at, 1)
+		})
+	})
+}
+
+type fakeWaiter struct {
+	ns  []int
+	err error
+}
+
+func (w *fakeWaiter) WaitN(_ context.Context, n int) error {
+	w.ns = append(w.ns, n)
+	return w.err
+}
+
+func TestClientThrottle(t *testing.T) {
+	w := &fakeWaiter{}
+	c := newClient(t, WithThrottle(w), WithClientCost(func(context.Context, string) int { return 3 }))
+	s := &script{results: []func([]grpc.CallOption) error{ok}}
+	require.NoError(t, c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke))
+	assert.Equal(t, []int{3}, w.ns)
+
+	w.err = floodgate.ErrWouldExceedDeadline
+	err := c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+	w.err = errors.New("misconfigured")
+	err = c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke)
+	assert.Equal(t, codes.Internal, status.Code(err))
+	assert.Len(t, s.at, 1, "throttled calls never went out")
+
+	_, err = NewClient(WithThrottle(w), WithThrottleLimiter(newBucket(t, floodgate.PerSecond(1), 1), nil))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	for _, o := range []ClientOption{
+		WithThrottle(nil), WithThrottleLimiter(nil, nil), WithClientCost(nil), WithMaxPushback(0),
+		WithRetry(RetryPolicy{MaxAttempts: 1, Retryable: func(string) bool { return true }}),
+		WithRetry(RetryPolicy{MaxAttempts: 3}),
+		WithRetry(RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Millisecond, Retryable: func(string) bool { return true }}),
+		nil,
+	} {
+		_, err := NewClient(o)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	}
+}
+
+func TestClientThrottleLimiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := bucket.NewKeyed(newMapStore(time.Now), bucket.Config{Rate: floodgate.PerSecond(10), Burst: 1})
+		require.NoError(t, err)
+		c := newClient(t, WithThrottleLimiter(l, nil))
+		s := &script{results: []func([]grpc.CallOption) error{ok}}
+		for range 3 {
+			require.NoError(t, c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke))
+		}
+		require.Len(t, s.at, 3)
+		assert.Equal(t, 100*time.Millisecond, s.at[1].Sub(s.at[0]))
+		assert.Equal(t, 100*time.Millisecond, s.at[2].Sub(s.at[1]))
+	})
+}
+
+// fakeStream is a client stream refused on its first RecvMsg.
+type fakeStream struct {
+	grpc.ClientStream
+	err     error
+	trailer metadata.MD
+}
+
+func (f *fakeStream) RecvMsg(any) error    { return f.err }
+func (f *fakeStream) Trailer() metadata.MD { return f.trailer }
+
+func TestClientStreamPushback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t)
+		var opened []time.Time
+		streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+			opened = append(opened, time.Now())
+			return &fakeStream{err: refusal(codes.ResourceExhausted, 0), trailer: metadata.Pairs(PushbackTrailer, "400")}, nil
+		}
+		s := c.Stream()
+		cs, err := s(context.Background(), &grpc.StreamDesc{}, nil, "/x.Y/Watch", streamer)
+		require.NoError(t, err)
+		require.Error(t, cs.RecvMsg(nil))
+		_, err = s(context.Background(), &grpc.StreamDesc{}, nil, "/x.Y/Watch", streamer)
+		require.NoError(t, err)
+		require.Len(t, opened, 2)
+		assert.Equal(t, 400*time.Millisecond, opened[1].Sub(opened[0]))
+
+		// A stream that ends normally sets nothing.
+		c2 := newClient(t)
+		eof := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+			return &fakeStream{err: io.EOF}, nil
+		}
+		cs, err = c2.Stream()(context.Background(), &grpc.StreamDesc{}, nil, "/x.Y/Watch", eof)
+		require.NoError(t, err)
+		assert.Equal(t, io.EOF, cs.RecvMsg(nil))
+		assert.True(t, c2.PushbackUntil().IsZero())
+	})
+}
+
+// TestClientAgainstRealServer: the client interceptor meets the server
+// interceptor over loopback; after a refusal the next call reaches the
+// server no earlier than the pushback allows, and the interceptor's own
+// retry turns the refusal into a success.
+func TestClientAgainstRealServer(t *testing.T) {
+	b := newBucket(t, floodgate.PerSecond(2), 1)
+	rec := &recLimiter{l: b}
+	ic, err := New(rec)
+	require.NoError(t, err)
+	cl := newClient(t, WithRetry(RetryPolicy{
+		MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond,
+		Retryable: func(string) bool { return true },
+	}))
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())},
+		grpc.WithUnaryInterceptor(cl.Unary()))
+	hc := healthpb.NewHealthClient(conn)
+	ctx := testCtx(t)
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+
+	first, retry := refusedThenRetried(t, b, rec, func() error {
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	})
+	assertWaitedPushback(t, first, retry)
+}
