@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/middleware/httplimit/internal/sfv"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
 // testStore is a minimal store.Store: one mutex, one map, a settable clock.
@@ -49,6 +50,18 @@ func (s *testStore) keys() []string {
 		out = append(out, k[strings.IndexByte(k, '/')+1:])
 	}
 	return out
+}
+
+// newMemBucket is a token bucket on the embedded memstore with the given
+// clock.
+func newMemBucket(t testing.TB, clock func() time.Time, rate floodgate.Rate, burst int64) *store.Limiter {
+	t.Helper()
+	s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(clock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return newBucket(t, s, rate, burst)
 }
 
 // frozen returns a clock stuck at one instant: no refill during a test, so

@@ -163,24 +163,22 @@ func parseForwardedFor(elem string) (netip.Addr, bool) {
 }
 
 // ipKey turns a client address into its key: the address itself, or the
-// prefix it is aggregated to.
+// prefix it is aggregated to. plain, when set, already spells the address.
 func (c *config) ipKey(a netip.Addr, plain string) string {
 	a = a.WithZone("")
+	bits := c.v6Bits
 	if a.Is4() {
-		if c.v4Bits == 32 {
-			if plain != "" {
-				return plain
-			}
-			return a.String()
+		if c.v4Bits == 32 && plain != "" {
+			return plain
 		}
-		p, _ := a.Prefix(c.v4Bits)
-		return p.String()
+		bits = c.v4Bits
 	}
-	if c.v6Bits == 128 {
-		return a.String()
+	var arr [64]byte
+	if bits == a.BitLen() {
+		return string(a.AppendTo(arr[:0]))
 	}
-	p, _ := a.Prefix(c.v6Bits)
-	return p.String()
+	p, _ := a.Prefix(bits)
+	return string(p.AppendTo(arr[:0]))
 }
 
 // headerKey turns a header value into a key in its own namespace. Values

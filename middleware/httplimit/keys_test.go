@@ -139,8 +139,7 @@ func TestRotatingForgedXFFIsLimited(t *testing.T) {
 // budget.
 func TestForgedVictimIPDoesNotTouchVictim(t *testing.T) {
 	const victim, attacker, proxy = "127.0.0.2", "127.0.0.1", "127.0.0.3"
-	st := newTestStore(frozen())
-	l := newBucket(t, st, floodgate.PerMinute(1), 3)
+	l := newMemBucket(t, frozen(), floodgate.PerMinute(1), 3)
 	mw := mustMW(t, l, WithTrustedProxies(netip.MustParsePrefix(proxy+"/32")))
 	srv := serve(t, mw(&okHandler{}))
 
@@ -263,7 +262,7 @@ func FuzzKey(f *testing.F) {
 // TestConcurrentRequests drives many goroutines through one middleware on a
 // real server: the admitted count is exactly the burst.
 func TestConcurrentRequests(t *testing.T) {
-	l := newBucket(t, newTestStore(frozen()), floodgate.PerMinute(1), 25)
+	l := newMemBucket(t, frozen(), floodgate.PerMinute(1), 25)
 	h := &okHandler{}
 	srv := serve(t, mustMW(t, l)(h))
 	c := clientFrom(t, "127.0.0.1")

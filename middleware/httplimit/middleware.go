@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -243,12 +244,17 @@ func sleep(ctx context.Context, d time.Duration, timer **time.Timer) error {
 	}
 }
 
+// headerBlock holds everything the informational headers of one response
+// need: the one-element []string values the header map points to and the
+// bytes of the formatted numbers. One allocation per response, whatever the
+// number of fields.
+type headerBlock struct {
+	vals [7]string
+	buf  [128]byte
+}
+
 // setHeaders writes the informational header groups. retry is the delay
 // before more quota is available on a refusal, zero on admission.
-//
-// Every value is formatted into one stack buffer, turned into one string,
-// and the header map gets sub-slices of one []string: two allocations in
-// all, whatever the number of fields.
 func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string, retry time.Duration) {
 	c := &m.cfg
 	if c.headers&(HeadersIETF|HeadersLegacy|HeadersDiagnostic) == 0 {
@@ -262,65 +268,57 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 		t = min(ceilSeconds(retry), maxSF)
 	}
 
-	var arr [192]byte
-	buf := arr[:0]
-	var ends [6]int
+	blk := new(headerBlock)
+	buf := blk.buf[:0]
+	var ends [7]int
 	var names [7]string
-	var static [7]string
 	n := 0
-	mark := func(name string) {
-		names[n] = name
-		ends[n] = len(buf)
-		n++
-	}
 	if c.headers&HeadersIETF != 0 {
-		if m.policyStatic != "" {
-			names[n], static[n] = hRateLimitPolicy, m.policyStatic
-			ends[n] = len(buf)
-			n++
-		} else {
+		if m.policyStatic == "" {
 			buf = append(buf, m.policyQ...)
 			buf = strconv.AppendInt(buf, limit, 10)
 			buf = append(buf, m.policyW...)
-			mark(hRateLimitPolicy)
 		}
+		names[n], ends[n] = hRateLimitPolicy, len(buf)
+		n++
 		buf = append(buf, m.rlPrefix...)
 		buf = strconv.AppendInt(buf, remaining, 10)
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, t, 10)
-		mark(hRateLimit)
+		names[n], ends[n] = hRateLimit, len(buf)
+		n++
 	}
 	if c.headers&HeadersLegacy != 0 {
 		buf = strconv.AppendInt(buf, limit, 10)
-		mark(hLimit)
+		names[n], ends[n] = hLimit, len(buf)
+		n++
 		buf = strconv.AppendInt(buf, remaining, 10)
-		mark(hRemaining)
+		names[n], ends[n] = hRemaining, len(buf)
+		n++
 		buf = strconv.AppendInt(buf, reset, 10)
-		mark(hReset)
+		names[n], ends[n] = hReset, len(buf)
+		n++
 	}
-	s := string(buf)
-	diag := c.headers&HeadersDiagnostic != 0
-	total := n
-	if diag {
-		total += 2
-	}
-	vals := make([]string, total)
+	// buf is never written again: strings may point into it. (When a long
+	// policy name made it outgrow blk.buf, it lives in its own heap array,
+	// equally immutable from here on.)
 	prev := 0
 	for i := 0; i < n; i++ {
-		if static[i] != "" {
-			vals[i] = static[i]
+		if ends[i] == prev {
+			blk.vals[i] = m.policyStatic // the one field that can be empty
 		} else {
-			vals[i] = s[prev:ends[i]]
-			prev = ends[i]
+			blk.vals[i] = unsafe.String(&buf[prev], ends[i]-prev)
 		}
-		h[names[i]] = vals[i : i+1 : i+1]
+		prev = ends[i]
+		h[names[i]] = blk.vals[i : i+1 : i+1]
 	}
-	if diag {
-		vals[n], vals[n+1] = c.tier, scope
+	if c.headers&HeadersDiagnostic != 0 {
 		if c.tier != "" {
-			h[hTier] = vals[n : n+1 : n+1]
+			blk.vals[n] = c.tier
+			h[hTier] = blk.vals[n : n+1 : n+1]
 		}
-		h[hScope] = vals[n+1 : n+2 : n+2]
+		blk.vals[n+1] = scope
+		h[hScope] = blk.vals[n+1 : n+2 : n+2]
 	}
 }
 

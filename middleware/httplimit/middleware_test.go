@@ -16,8 +16,7 @@ import (
 )
 
 func TestStatusCodesAndHeaders(t *testing.T) {
-	st := newTestStore(frozen())
-	l := newBucket(t, st, floodgate.PerMinute(10), 5) // one token per 6 s
+	l := newMemBucket(t, frozen(), floodgate.PerMinute(10), 5) // one token per 6 s
 	obs := &counter{}
 	h := &okHandler{}
 	mw := mustMW(t, l, WithPolicy(Policy{Name: "per-ip", Window: time.Minute}), WithObserver(obs),
@@ -122,7 +121,7 @@ func TestProblemDetailsNeverEchoesKey(t *testing.T) {
 // exactly the denials enforcement made.
 func TestDryRunCountsLikeEnforced(t *testing.T) {
 	run := func(dry bool) (status map[int]int, obs *counter, calls int64) {
-		l := newBucket(t, newTestStore(frozen()), floodgate.PerSecond(1), 4)
+		l := newMemBucket(t, frozen(), floodgate.PerSecond(1), 4)
 		obs = &counter{}
 		h := &okHandler{}
 		srv := serve(t, mustMW(t, l, WithObserver(obs), WithDryRun(dry))(h))
@@ -203,7 +202,7 @@ func TestFailModes(t *testing.T) {
 }
 
 func TestHeaderGroups(t *testing.T) {
-	l := newBucket(t, newTestStore(frozen()), floodgate.PerSecond(1), 1)
+	l := newMemBucket(t, frozen(), floodgate.PerSecond(1), 1)
 	srv := serve(t, mustMW(t, l, WithHeaders(HeadersNone))(&okHandler{}))
 	c := clientFrom(t, "127.0.0.1")
 	for i, want := range []int{200, 429} {

@@ -1,0 +1,100 @@
+package httplimit
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store/memstore"
+)
+
+// The middleware's overhead is the difference between a sub-benchmark and
+// "bare" (the same handler, unwrapped), in-process with an httptest
+// recorder, on the embedded memstore token bucket.
+
+func benchLimiter(b *testing.B, rate floodgate.Rate, burst int64) floodgate.Limiter {
+	s, err := memstore.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	l, err := bucket.NewKeyed(s, bucket.Config{Rate: rate, Burst: burst})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// bareHandler sets one header, as nearly every real handler does, so that
+// the header map exists before the middleware adds its fields.
+var bareHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header()["Content-Type"] = plainText
+	w.WriteHeader(http.StatusNoContent)
+})
+
+var plainText = []string{"text/plain"}
+
+func runBench(b *testing.B, h http.Handler, reqs []*http.Request) {
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, reqs[i%len(reqs)])
+		i++
+	}
+}
+
+func benchRequests(n int, remote func(i int) string, hdr map[string]string) []*http.Request {
+	out := make([]*http.Request, n)
+	for i := range out {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote(i)
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		out[i] = r
+	}
+	return out
+}
+
+func BenchmarkOverhead(b *testing.B) {
+	v4 := func(i int) string { return fmt.Sprintf("10.0.%d.%d:4000", i>>8&255, i&255) }
+	v6 := func(i int) string { return fmt.Sprintf("[2001:db8:%x::1]:4000", i) }
+	lots := floodgate.PerSecond(1_000_000)
+	mw := func(l floodgate.Limiter, opts ...Option) http.Handler {
+		m, err := Middleware(l, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m(bareHandler)
+	}
+	b.Run("bare", func(b *testing.B) {
+		runBench(b, bareHandler, benchRequests(1024, v4, nil))
+	})
+	b.Run("ipv4/1key", func(b *testing.B) {
+		runBench(b, mw(benchLimiter(b, lots, 1<<30)), benchRequests(1, v4, nil))
+	})
+	b.Run("ipv4/1024keys", func(b *testing.B) {
+		runBench(b, mw(benchLimiter(b, lots, 1<<30)), benchRequests(1024, v4, nil))
+	})
+	b.Run("ipv4/1024keys/policy", func(b *testing.B) {
+		l := benchLimiter(b, lots, 1<<30)
+		runBench(b, mw(l, WithPolicy(Policy{Name: "api", Quota: 1 << 30, Window: 1})), benchRequests(1024, v4, nil))
+	})
+	b.Run("ipv4/1024keys/noheaders", func(b *testing.B) {
+		runBench(b, mw(benchLimiter(b, lots, 1<<30), WithHeaders(HeadersNone)), benchRequests(1024, v4, nil))
+	})
+	b.Run("ipv6/1024keys", func(b *testing.B) {
+		runBench(b, mw(benchLimiter(b, lots, 1<<30)), benchRequests(1024, v6, nil))
+	})
+	b.Run("header/1key", func(b *testing.B) {
+		l := benchLimiter(b, lots, 1<<30)
+		runBench(b, mw(l, WithHeaderKey("X-Service-Token")), benchRequests(1, v4, map[string]string{"X-Service-Token": "svc-a"}))
+	})
+	b.Run("denied/1key", func(b *testing.B) {
+		runBench(b, mw(benchLimiter(b, floodgate.PerHour(1), 1)), benchRequests(1, v4, nil))
+	})
+}

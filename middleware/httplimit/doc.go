@@ -1,0 +1,115 @@
+// Package httplimit puts floodgate limiters in front of net/http handlers
+// and behind net/http clients.
+//
+// The middleware is thin: it maps a request to a key and a cost, asks a
+// [floodgate.Limiter], and writes a response contract that tells the truth.
+// It owns no algorithm: any keyed limiter of floodgate (token bucket, leaky
+// bucket, windows, on the memory store or on Redis) plugs in, and so does a
+// concurrency limiter through [Shed].
+//
+//	limiter, _ := bucket.NewKeyed(store, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 20})
+//	limit, err := httplimit.Middleware(limiter,
+//		httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Quota: 20, Window: 2 * time.Second}))
+//	...
+//	http.ListenAndServe(addr, limit(mux))
+//
+// # Keys
+//
+// By default a request is keyed by its client IP: the peer address of the
+// connection. X-Forwarded-For and Forwarded (RFC 7239) are believed only when
+// the peer is one of the proxies given to [WithTrustedProxies]; the client
+// is then the rightmost address of the header that is not itself a trusted
+// proxy (Forwarded wins when both are present; X-Real-IP is never read).
+// Anyone else's forwarding headers are ignored, so a client cannot pick its
+// own key, or spend someone else's budget, by forging them. IPv6 addresses
+// are aggregated to their /64 (a subscriber usually holds a whole /64);
+// [WithIPPrefix] changes both prefix lengths. A request whose peer address
+// cannot be parsed (a Unix socket) shares one budget, "unknown-peer".
+//
+// [WithHeaderKey] keys by a header such as X-Service-Token, [WithKeyFunc] by
+// any function, [WithRouteKey] scopes keys to a route. A missing header (or
+// an empty key) never disables limiting: the request falls back to its
+// client IP. Header keys live in their own namespace ("hdr:" + value), and
+// values longer than 128 bytes or not printable ASCII are replaced by a
+// SHA-256 digest.
+//
+// # Response contract
+//
+// A request the limiter admits reaches the handler with these header fields
+// added (each group can be turned off with [WithHeaders]):
+//
+//	RateLimit-Policy: "per-ip";q=20;w=2         the policy (draft-ietf-httpapi-ratelimit-headers-10)
+//	RateLimit: "per-ip";r=19;t=1                r: units left now; t: seconds until full
+//	X-RateLimit-Limit: 20                       Decision.Limit (the burst, for a token bucket)
+//	X-RateLimit-Remaining: 19                   Decision.Remaining
+//	X-RateLimit-Reset: 1                        seconds until the budget is full again (not a timestamp)
+//
+// The policy name is a structured-field String; q is [Policy].Quota (or the
+// limiter's Decision.Limit when Quota is zero) and w the [Policy].Window in
+// seconds, omitted when zero. All numbers are whole seconds rounded up, and
+// integers of at most 15 digits, as RFC 9651 requires.
+//
+// On refusals, t is the number of seconds until enough quota for the request
+// is back (Decision.RetryAfter, rounded up), so that Retry-After >= t.
+//
+// A request the limiter refuses gets 429 Too Many Requests, without reaching
+// the handler, with the fields above (r=0) and:
+//
+//	Retry-After: 1                  whole seconds, rounded up, >= 1, plus WithRetryJitter's jitter
+//	Cache-Control: no-store
+//	X-Content-Type-Options: nosniff
+//	Content-Type: text/plain; charset=utf-8    or application/problem+json with WithProblemDetails
+//
+// The problem+json body (RFC 9457) holds type, title, status, detail and a
+// retry_after extension; neither body ever contains the key, the path or
+// the client address. With diagnostics on (HeadersDiagnostic), responses also
+// carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope ("ip", "header",
+// "key", prefixed by "route+" with WithRouteKey, or "concurrency") and, on
+// refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
+// "overloaded", "limiter_unavailable").
+//
+// A request shed by [Shed] gets 503 Service Unavailable with the same
+// Retry-After, Cache-Control and body rules.
+//
+// # Failure, delays, dry run
+//
+// When the limiter returns an error or panics, the request follows the
+// [FailMode]: FailOpen (the default) serves it, FailClosed answers 503 with
+// Retry-After: 1, since the client did nothing wrong. A panicking limiter
+// never takes the server down.
+//
+// A shaping limiter may admit a request with a Decision.Delay: by default
+// ([DelayHonour]) the request waits that long, with its context, before the
+// handler runs; a delay that would end past the context's deadline, or a
+// context that ends while waiting, turns into a 429 and the units are
+// refunded when the limiter implements [floodgate.Refunder].
+// [DelayRefuse] answers 429 at once.
+//
+// [WithDryRun] (shadow mode) decides and charges every request exactly as
+// enforcement would, reports refusals as floodgate.OutcomeWouldDeny, and
+// changes nothing the client sees: no refusal, no delay, no rate-limit
+// headers. Build one middleware per route to give each route its own dry-run
+// flag, fail mode and observer labels.
+//
+// # Observing
+//
+// Every decision goes to the [floodgate.Observer] given to [WithObserver],
+// with the labels of [WithName], [WithTier] and [WithRoute], the outcome
+// (allowed, denied, would_deny, error_open, error_closed, shed, delayed),
+// the Decision and the latency of the limiter call.
+//
+// # Caller side
+//
+// [Transport] is an http.RoundTripper that throttles outgoing requests with a
+// local limiter ([WithWaiter], [WithLimiter]) and retries 429 and 503
+// responses honouring Retry-After and RateLimit t, with capped exponential
+// backoff and full jitter, only for requests that can safely be sent again,
+// never sleeping past the request's deadline.
+//
+// # Cost and concurrency
+//
+// Every function, handler and Transport of this package is safe for
+// concurrent use. On the admitted path with IPv4 client keys the middleware
+// allocates once per request (the block holding every header value); IPv6
+// and header keys add one allocation for the key.
+package httplimit
