@@ -23,12 +23,13 @@ const (
 )
 
 // mapStore is the smallest correct store: a mutex, a map, an explicit
-// clock. Like a real store it drops a key once its W[0] has passed, which
-// by contract changes no decision.
+// clock (or the real one when real is set). Like a real store it drops a key
+// once its W[0] has passed, which by contract changes no decision.
 type mapStore struct {
-	mu  sync.Mutex
-	now int64
-	m   map[string]store.State
+	mu   sync.Mutex
+	now  int64
+	real bool
+	m    map[string]store.State
 }
 
 func newMapStore(now int64) *mapStore { return &mapStore{now: now, m: map[string]store.State{}} }
@@ -46,11 +47,15 @@ func (s *mapStore) Apply(ctx context.Context, key string, alg store.Algorithm, n
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := fmt.Sprintf("%x/%s", alg.Spec().Namespace, key)
+	now := s.now
+	if s.real {
+		now = time.Now().UnixMicro()
+	}
 	st := s.m[k]
-	if st.W[0] <= s.now {
+	if st.W[0] <= now {
 		st = store.State{}
 	}
-	st, d := alg.Step(st, s.now, n)
+	st, d := alg.Step(st, now, n)
 	s.m[k] = st
 	return d, nil
 }

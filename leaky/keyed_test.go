@@ -1,0 +1,202 @@
+package leaky_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store/storetest"
+)
+
+func newKeyed(t *testing.T, c leaky.Config) (*leaky.Keyed, *storetest.Clock) {
+	t.Helper()
+	clk := storetest.NewClock(time.UnixMicro(t0))
+	k, err := leaky.NewKeyed(newMemstore(t, clk), c)
+	require.NoError(t, err)
+	return k, clk
+}
+
+// Dry run admits everything, delays nothing, reports nginx's status, and
+// keeps exactly the state an enforcing limiter keeps.
+func TestDryRun(t *testing.T) {
+	ctx := context.Background()
+	c := leaky.Config{Rate: floodgate.PerSecond(1), Burst: 1}
+	enforcing, clkE := newKeyed(t, c)
+	c.DryRun = true
+	dry, clkD := newKeyed(t, c)
+
+	type want struct {
+		enforced, dry leaky.Status
+	}
+	script := []struct {
+		advance time.Duration
+		want    want
+	}{
+		{0, want{leaky.StatusPassed, leaky.StatusPassed}},
+		{0, want{leaky.StatusDelayed, leaky.StatusDelayedDryRun}},
+		{0, want{leaky.StatusRejected, leaky.StatusRejectedDryRun}},
+		{0, want{leaky.StatusRejected, leaky.StatusRejectedDryRun}},
+		{999 * time.Millisecond, want{leaky.StatusRejected, leaky.StatusRejectedDryRun}},
+		{time.Millisecond, want{leaky.StatusDelayed, leaky.StatusDelayedDryRun}},
+		{3 * time.Second, want{leaky.StatusPassed, leaky.StatusPassed}},
+	}
+	for i, st := range script {
+		clkE.Advance(st.advance)
+		clkD.Advance(st.advance)
+		e, err := enforcing.TakeResult(ctx, "k", 1)
+		require.NoError(t, err)
+		d, err := dry.TakeResult(ctx, "k", 1)
+		require.NoError(t, err)
+		require.Equal(t, st.want.enforced, e.Status, "step %d", i)
+		require.Equal(t, st.want.dry, d.Status, "step %d", i)
+		// Same verdict: the dry-run state is the enforcing one.
+		require.Equal(t, e.Verdict, d.Verdict, "step %d", i)
+		require.Equal(t, e.Decision, e.Verdict, "step %d", i)
+		require.True(t, d.Allowed, "step %d", i)
+		require.Zero(t, d.Delay, "step %d", i)
+		require.Zero(t, d.RetryAfter, "step %d", i)
+		checkInvariants(t, d.Decision)
+		plain, err := dry.Take(ctx, "other", 1)
+		require.NoError(t, err)
+		require.True(t, plain.Allowed)
+		require.Zero(t, plain.Delay)
+	}
+}
+
+func TestStatusStrings(t *testing.T) {
+	require.Equal(t, "PASSED", leaky.StatusPassed.String())
+	require.Equal(t, "DELAYED", leaky.StatusDelayed.String())
+	require.Equal(t, "REJECTED", leaky.StatusRejected.String())
+	require.Equal(t, "DELAYED_DRY_RUN", leaky.StatusDelayedDryRun.String())
+	require.Equal(t, "REJECTED_DRY_RUN", leaky.StatusRejectedDryRun.String())
+	require.Equal(t, "", leaky.Status(0).String())
+	require.Equal(t, "Status(9)", leaky.Status(9).String())
+	require.Equal(t, leaky.StatusPassed, leaky.StatusOf(floodgate.Decision{Allowed: true}, true))
+	require.Equal(t, leaky.StatusDelayed, leaky.StatusOf(floodgate.Decision{Allowed: true, Delay: 1}, false))
+	require.Equal(t, leaky.StatusRejected, leaky.StatusOf(floodgate.Decision{RetryAfter: 1}, false))
+}
+
+// Two nginx limits on one request through floodgate.All: admitted only if
+// both admit, with the larger delay; when the second rejects, the first is
+// refunded exactly.
+func TestAllCombinesLimits(t *testing.T) {
+	ctx := context.Background()
+	clk := storetest.NewClock(time.UnixMicro(t0))
+	s := newMemstore(t, clk)
+	perSec, err := leaky.NewKeyed(s, leaky.Config{Rate: floodgate.PerSecond(2), Burst: 3})
+	require.NoError(t, err)
+	perMin, err := leaky.NewKeyed(s, leaky.Config{Rate: floodgate.PerMinute(1), Burst: 1, NoDelay: true})
+	require.NoError(t, err)
+	both, err := floodgate.All(perSec, perMin)
+	require.NoError(t, err)
+
+	d, err := both.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	require.Equal(t, floodgate.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 62500 * time.Millisecond}, d)
+	d, err = both.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	// perSec delays by 500 ms; perMin has no room left.
+	require.Equal(t, floodgate.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 125 * time.Second, Delay: 500 * time.Millisecond}, d)
+
+	before, err := perSec.Peek(ctx, "k")
+	require.NoError(t, err)
+	for range 5 {
+		d, err = both.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, 62500*time.Millisecond, d.RetryAfter)
+		require.Zero(t, d.Delay)
+		after, err := perSec.Peek(ctx, "k")
+		require.NoError(t, err)
+		require.Equal(t, before, after, "perSec charged for a rejected request")
+	}
+	// Once idle, a refund leaves perSec full, never beyond.
+	clk.Advance(62500 * time.Millisecond)
+	require.NoError(t, perSec.Refund(ctx, "k", 1))
+	r, err := perSec.Peek(ctx, "k")
+	require.NoError(t, err)
+	require.EqualValues(t, 4, r.Remaining)
+}
+
+func TestInvalidCost(t *testing.T) {
+	ctx := context.Background()
+	k, _ := newKeyed(t, leaky.Config{Rate: floodgate.PerSecond(1), Burst: 4})
+	for _, n := range []int{0, -1, 6, math.MaxInt} {
+		_, err := k.Take(ctx, "k", n)
+		require.ErrorIs(t, err, floodgate.ErrInvalidCost, "n=%d", n)
+		require.ErrorIs(t, k.Refund(ctx, "k", n), floodgate.ErrInvalidCost, "n=%d", n)
+	}
+	d, err := k.Take(ctx, "k", 5) // Capacity() is the largest cost
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Equal(t, 4*time.Second, d.Delay)
+}
+
+func TestValidate(t *testing.T) {
+	bad := map[string]leaky.Config{
+		"zero":           {},
+		"zero rate":      {Rate: floodgate.Rate{N: 0, Per: time.Second}},
+		"negative rate":  {Rate: floodgate.Rate{N: -1, Per: time.Second}},
+		"negative per":   {Rate: floodgate.Rate{N: 1, Per: -time.Second}},
+		"below 0.001r/s": {Rate: floodgate.PerHour(3)},
+		"above 1e6r/s":   {Rate: floodgate.PerSecond(1_000_001)},
+		"overflowing":    {Rate: floodgate.Rate{N: math.MaxInt64, Per: time.Nanosecond}},
+		"negative burst": {Rate: floodgate.PerSecond(1), Burst: -1},
+		"huge burst":     {Rate: floodgate.PerSecond(1), Burst: math.MaxInt64},
+		"negative delay": {Rate: floodgate.PerSecond(1), Burst: 2, Delay: -1},
+		"delay > burst":  {Rate: floodgate.PerSecond(1), Burst: 2, Delay: 3},
+		"both":           {Rate: floodgate.PerSecond(1), Burst: 2, Delay: 1, NoDelay: true},
+		"slow drain":     {Rate: floodgate.Rate{N: 1, Per: 1000 * time.Second}, Burst: 2_000_000},
+	}
+	for name, c := range bad {
+		err := c.Validate()
+		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
+		_, err = leaky.NewKeyed(newMapStore(t0), c)
+		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
+		_, err = c.Algorithm()
+		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
+	}
+	_, err := leaky.NewKeyed(nil, leaky.Config{Rate: floodgate.PerSecond(1)})
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+
+	good := []leaky.Config{
+		{Rate: floodgate.PerSecond(1)},
+		{Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000_000},
+		{Rate: floodgate.Rate{N: 1, Per: 1000 * time.Second}, Burst: 1_000_000},
+		{Rate: floodgate.PerMinute(1), Burst: 5, Delay: 5},
+	}
+	for _, c := range good {
+		require.NoError(t, c.Validate(), "%+v", c)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for s, want := range map[string]floodgate.Rate{
+		"10r/s": floodgate.PerSecond(10),
+		"30r/m": floodgate.PerMinute(30),
+		"5":     floodgate.PerSecond(5),
+	} {
+		got, err := leaky.ParseRate(s)
+		require.NoError(t, err, s)
+		require.Equal(t, want, got, s)
+	}
+	for _, s := range []string{"", "r/s", "0r/s", "-1r/m", "10r/h", "1.5r/s", "ten"} {
+		_, err := leaky.ParseRate(s)
+		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, s)
+	}
+}
+
+func TestKeyedErrorsPassThrough(t *testing.T) {
+	k, _ := newKeyed(t, leaky.Config{Rate: floodgate.PerSecond(1), DryRun: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r, err := k.TakeResult(ctx, "k", 1)
+	require.True(t, errors.Is(err, context.Canceled))
+	require.Equal(t, leaky.Result{}, r)
+}
