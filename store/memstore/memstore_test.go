@@ -1,0 +1,447 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
+	"github.com/floodgate-go/floodgate/store/storetest"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func keyed(t testing.TB, s store.Store, c bucket.Config) *store.Limiter {
+	t.Helper()
+	l, err := bucket.NewKeyed(s, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for name, opts := range map[string][]memstore.Option{
+		"shards 0":              {memstore.WithShards(0)},
+		"shards 3":              {memstore.WithShards(3)},
+		"shards 2^17":           {memstore.WithShards(1 << 17)},
+		"max keys 0":            {memstore.WithMaxKeys(0)},
+		"max keys -1":           {memstore.WithMaxKeys(-1)},
+		"negative sweep":        {memstore.WithSweepInterval(-time.Second)},
+		"nil clock":             {memstore.WithClock(nil)},
+		"nil option":            {nil},
+		"more shards than keys": {memstore.WithShards(16), memstore.WithMaxKeys(8)},
+	} {
+		s, err := memstore.New(opts...)
+		if !errors.Is(err, floodgate.ErrInvalidConfig) || s != nil {
+			t.Errorf("%s: New = %v, %v; want nil and ErrInvalidConfig", name, s, err)
+		}
+	}
+}
+
+func TestNewDefaults(t *testing.T) {
+	s := newStore(t)
+	if st := s.Stats(); st.Shards != memstore.DefaultShards || st.Keys != 0 || st.Slots != 0 {
+		t.Fatalf("fresh default store: %+v", st)
+	}
+	// Fewer keys than the default shards: the shards shrink to fit.
+	if st := newStore(t, memstore.WithMaxKeys(10)).Stats(); st.Shards != 8 {
+		t.Fatalf("MaxKeys 10: %d shards, want 8", st.Shards)
+	}
+}
+
+// fakeAlg is a configurable algorithm for testing what a store does with a
+// Spec: it counts calls in W[1] and sets W[0] (full at) to now+hold.
+type fakeAlg struct {
+	spec store.Spec
+	hold int64
+}
+
+func (f *fakeAlg) Spec() store.Spec { return f.spec }
+func (f *fakeAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+	if f.spec.Words > 1 {
+		s.W[1]++
+	}
+	s.W[0] = now + f.hold
+	return s, floodgate.Decision{Allowed: true, Limit: 1 << 20, Remaining: s.W[min(1, f.spec.Words-1)] & 0xfffff}
+}
+
+func TestApplyRejectsBadSpec(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	for _, sp := range []store.Spec{{Words: 0}, {Words: store.MaxWords + 1}, {Words: 1, MaxLog: -1}} {
+		if _, err := s.Apply(ctx, "k", &fakeAlg{spec: sp}, 1); !errors.Is(err, floodgate.ErrInvalidConfig) {
+			t.Errorf("Spec %+v: %v, want ErrInvalidConfig", sp, err)
+		}
+	}
+	if _, err := s.Apply(ctx, "k", nil, 1); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		t.Errorf("nil algorithm: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestEveryWidthKeepsItsWords checks that states of every width keep all
+// their words and that widths do not mix.
+func TestEveryWidthKeepsItsWords(t *testing.T) {
+	clk := storetest.NewClock(t0)
+	s := newStore(t, memstore.WithClock(clk))
+	ctx := context.Background()
+	for w := 1; w <= store.MaxWords; w++ {
+		alg := &wordsAlg{words: w}
+		for call := int64(1); call <= 3; call++ {
+			d, err := s.Apply(ctx, "k", alg, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Remaining != call {
+				t.Fatalf("width %d, call %d: the state came back with count %d", w, call, d.Remaining)
+			}
+		}
+	}
+	if got := s.Stats().Keys; got != store.MaxWords {
+		t.Fatalf("%d keys, want one per width (%d)", got, store.MaxWords)
+	}
+}
+
+// wordsAlg fills every word with the call count and checks, on each call,
+// that all words came back equal.
+type wordsAlg struct{ words int }
+
+func (a *wordsAlg) Spec() store.Spec {
+	return store.Spec{Name: "words", Namespace: uint64(a.words), Words: a.words}
+}
+func (a *wordsAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+	c := s.W[a.words-1]
+	for i := 1; i < a.words; i++ {
+		if s.W[i] != c {
+			c = -1 << 40 // corrupt: make the test fail
+		}
+	}
+	if a.words == 1 {
+		c = s.W[0] - (now + 1<<40)
+		if s.W[0] == 0 {
+			c = 0
+		}
+	}
+	c++
+	for i := 1; i < a.words; i++ {
+		s.W[i] = c
+	}
+	s.W[0] = now + 1<<40 + c // never full
+	for i := a.words; i < store.MaxWords; i++ {
+		if s.W[i] != 0 {
+			c = -1 << 40 // a word beyond the width came back set
+		}
+	}
+	return s, floodgate.Decision{Allowed: true, Limit: 1 << 41, Remaining: max(c, 0)}
+}
+
+// logAlg is a sliding log of limit entries over window microseconds that
+// rewrites its log in place.
+type logAlg struct{ limit, window int64 }
+
+func (a *logAlg) Spec() store.Spec {
+	return store.Spec{Name: "test-log", Namespace: 0x10c, Words: 1, MaxLog: int(a.limit)}
+}
+func (a *logAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+	kept := s.Log[:0]
+	for _, at := range s.Log {
+		if at > now-a.window {
+			kept = append(kept, at)
+		}
+	}
+	s.Log = kept
+	d := floodgate.Decision{Limit: a.limit}
+	switch {
+	case n <= 0: // peek (this test log does not refund)
+		d.Allowed = true
+	case int64(len(s.Log)) < a.limit:
+		s.Log = append(s.Log, now)
+		d.Allowed = true
+	default:
+		d.RetryAfter = store.Dur(s.Log[0] + a.window - now)
+	}
+	d.Remaining = a.limit - int64(len(s.Log))
+	s.W[0] = 0
+	if len(s.Log) > 0 {
+		s.W[0] = s.Log[len(s.Log)-1] + a.window
+		d.ResetAfter = store.Dur(s.W[0] - now)
+	}
+	return s, d
+}
+
+func TestLogState(t *testing.T) {
+	clk := storetest.NewClock(t0)
+	s := newStore(t, memstore.WithClock(clk))
+	alg := &logAlg{limit: 3, window: 1e6}
+	ctx := context.Background()
+	for i := range 3 {
+		if d, _ := s.Apply(ctx, "k", alg, 1); !d.Allowed || d.Remaining != int64(2-i) {
+			t.Fatalf("take %d: %+v", i, d)
+		}
+		clk.Advance(100 * time.Millisecond)
+	}
+	if d, _ := s.Apply(ctx, "k", alg, 1); d.Allowed || d.RetryAfter != 700*time.Millisecond {
+		t.Fatalf("fourth take: %+v, want denied for 700ms", d)
+	}
+	if d, _ := s.Apply(ctx, "other", alg, 1); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("other key: %+v, want its own log", d)
+	}
+	clk.Advance(700 * time.Millisecond)
+	if d, _ := s.Apply(ctx, "k", alg, 1); !d.Allowed {
+		t.Fatalf("take after the oldest left the window: %+v", d)
+	}
+	// Existing keys reuse their log in place: no allocation.
+	if a := testing.AllocsPerRun(1000, func() {
+		clk.Advance(400 * time.Millisecond)
+		s.Apply(ctx, "k", alg, 1)
+	}); a != 0 {
+		t.Fatalf("Apply on an existing log key allocates %v times", a)
+	}
+	// Once the log is empty (full), the key is dropped.
+	clk.Advance(time.Hour)
+	s.Apply(ctx, "k", alg, 0)
+	if got := s.Stats().Keys; got != 1 {
+		t.Fatalf("%d keys after k emptied, want 1 (other)", got)
+	}
+}
+
+func TestApplyDoesNotAllocate(t *testing.T) {
+	s := newStore(t)
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1000), Burst: 1000})
+	ctx := context.Background()
+	l.Take(ctx, "k", 1)
+	if a := testing.AllocsPerRun(1000, func() { l.Take(ctx, "k", 1) }); a != 0 {
+		t.Fatalf("Take on an existing key allocates %v times", a)
+	}
+}
+
+func TestFullStatesAreNotKept(t *testing.T) {
+	clk := storetest.NewClock(t0)
+	s := newStore(t, memstore.WithClock(clk))
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 10})
+	ctx := context.Background()
+	l.Peek(ctx, "peeked")
+	l.Refund(ctx, "refunded", 1)
+	if got := s.Stats().Keys; got != 0 {
+		t.Fatalf("peek and refund on fresh keys kept %d keys", got)
+	}
+	l.Take(ctx, "k", 1)
+	if got := s.Stats().Keys; got != 1 {
+		t.Fatalf("%d keys after a take, want 1", got)
+	}
+	l.Refund(ctx, "k", 1)
+	if got := s.Stats().Keys; got != 0 {
+		t.Fatalf("%d keys after the refund made k full again, want 0", got)
+	}
+}
+
+func TestMaxKeysEvictsFullFirstThenClosestToFull(t *testing.T) {
+	clk := storetest.NewClock(t0)
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(8), memstore.WithSweepInterval(0))
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 20})
+	ctx := context.Background()
+	// k0 takes 1 token (full again in 1s), k7 takes 8 (full in 8s).
+	for i := range 8 {
+		l.Take(ctx, fmt.Sprint("k", i), i+1)
+	}
+	if st := s.Stats(); st.Keys != 8 || st.Evictions != 0 {
+		t.Fatalf("8 keys in a store of 8: %+v", st)
+	}
+	// Nothing is full: the new key evicts the one closest to full, k0.
+	l.Take(ctx, "new1", 1)
+	if st := s.Stats(); st.Keys != 8 || st.Evictions != 1 || st.Expired != 0 {
+		t.Fatalf("after one insert into a full store: %+v, want 8 keys, 1 eviction", st)
+	}
+	if d, _ := l.Peek(ctx, "k0"); d.Remaining != 20 {
+		t.Fatalf("k0 should have been evicted (fresh again): %+v", d)
+	}
+	for i := 1; i < 8; i++ {
+		if d, _ := l.Peek(ctx, fmt.Sprint("k", i)); d.Remaining != int64(20-i-1) {
+			t.Fatalf("k%d lost its state: %+v", i, d)
+		}
+	}
+	// After 3s, k1 and k2 are full: they go first, without counting as
+	// evictions.
+	clk.Advance(3 * time.Second)
+	l.Take(ctx, "new2", 1)
+	if st := s.Stats(); st.Keys != 8 || st.Evictions != 1 || st.Expired != 1 {
+		t.Fatalf("after an insert with full entries present: %+v, want 1 eviction, 1 expired", st)
+	}
+	if d, _ := l.Peek(ctx, "k7"); d.Remaining != 20-8+3 {
+		t.Fatalf("k7 (far from full) was dropped: %+v", d)
+	}
+}
+
+// TestMaxKeysAcrossWidths fills a shard with 1-word keys and inserts a
+// 2-word key: the victim comes from the other table.
+func TestMaxKeysAcrossWidths(t *testing.T) {
+	clk := storetest.NewClock(t0)
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(4))
+	ctx := context.Background()
+	one := &fakeAlg{spec: store.Spec{Name: "one", Namespace: 1, Words: 1}, hold: 1e9}
+	two := &fakeAlg{spec: store.Spec{Name: "two", Namespace: 2, Words: 2}, hold: 1e9}
+	for i := range 4 {
+		s.Apply(ctx, fmt.Sprint(i), one, 1)
+	}
+	s.Apply(ctx, "x", two, 1)
+	if st := s.Stats(); st.Keys != 4 || st.Evictions != 1 {
+		t.Fatalf("%+v, want 4 keys and 1 eviction", st)
+	}
+	if d, _ := s.Apply(ctx, "x", two, 1); d.Remaining != 2 {
+		t.Fatalf("the 2-word key lost its state: %+v", d)
+	}
+}
+
+func TestMaxKeysIsABound(t *testing.T) {
+	s := newStore(t, memstore.WithMaxKeys(1000), memstore.WithShards(16))
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 5})
+	ctx := context.Background()
+	for i := range 5000 {
+		l.Take(ctx, fmt.Sprint(i), 1)
+	}
+	st := s.Stats()
+	if st.Keys > 1000 || st.Keys < 900 {
+		t.Fatalf("%+v: want between 900 and 1000 keys", st)
+	}
+	if st.Evictions != uint64(5000-st.Keys) {
+		t.Fatalf("%+v: want %d evictions", st, 5000-st.Keys)
+	}
+}
+
+// TestSweeper runs the background sweeper on synctest's fake time: idle keys
+// are dropped once full, Close stops the goroutine (synctest.Test fails if a
+// goroutine of the bubble outlives it), and Apply after Close fails.
+func TestSweeper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(time.Now)), memstore.WithSweepInterval(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 100})
+		ctx := context.Background()
+		for i := range 100 {
+			l.Take(ctx, fmt.Sprint("short", i), 1) // full again in 1s
+			l.Take(ctx, fmt.Sprint("long", i), 90) // full again in 90s
+		}
+		if got := s.Stats().Keys; got != 200 {
+			t.Fatalf("%d keys, want 200", got)
+		}
+		time.Sleep(time.Minute + time.Second)
+		synctest.Wait()
+		if st := s.Stats(); st.Keys != 100 || st.Expired != 100 || st.Sweeps != 1 {
+			t.Fatalf("after the first sweep: %+v, want the 100 long keys left", st)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if st := s.Stats(); st.Keys != 0 || st.Expired != 200 || st.Sweeps != 2 || st.Evictions != 0 {
+			t.Fatalf("after the second sweep: %+v, want no key left", st)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		if _, err := l.Take(ctx, "k", 1); !errors.Is(err, floodgate.ErrClosed) {
+			t.Fatalf("Take after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+// TestSweepShrinks checks that a table emptied by the sweeper gives its
+// memory back.
+func TestSweepShrinks(t *testing.T) {
+	clk := storetest.NewClock(t0)
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithSweepInterval(0))
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 10})
+	ctx := context.Background()
+	for i := range 10000 {
+		l.Take(ctx, fmt.Sprint(i), 1+i%2)
+	}
+	big := s.Stats().Slots
+	clk.Advance(1500 * time.Millisecond) // the keys that took 1 are full
+	s.Sweep()
+	st := s.Stats()
+	if st.Keys != 5000 {
+		t.Fatalf("%+v, want 5000 keys left", st)
+	}
+	clk.Advance(time.Second)
+	s.Sweep()
+	if st := s.Stats(); st.Keys != 0 || st.Slots >= big/4 {
+		t.Fatalf("%+v: want no key and far fewer than %d slots", st, big)
+	}
+}
+
+// TestConcurrentEverything races Apply on many keys with sweeps, Stats and
+// Close (run with -race).
+func TestConcurrentEverything(t *testing.T) {
+	s, err := memstore.New(memstore.WithShards(4), memstore.WithMaxKeys(64), memstore.WithSweepInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1000), Burst: 10})
+	logs := &logAlg{limit: 4, window: 1000}
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				key := fmt.Sprint(g, "/", i%100)
+				if _, err := l.Take(ctx, key, 1); err != nil && !errors.Is(err, floodgate.ErrClosed) {
+					t.Error(err)
+					return
+				}
+				if _, err := s.Apply(ctx, key, logs, 1); err != nil && !errors.Is(err, floodgate.ErrClosed) {
+					t.Error(err)
+					return
+				}
+				if i%100 == 0 {
+					s.Stats()
+					s.Sweep()
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		time.Sleep(5 * time.Millisecond)
+		s.Close()
+	})
+	wg.Wait()
+	if st := s.Stats(); st.Keys != 0 {
+		t.Fatalf("after Close: %+v, want no key", st)
+	}
+}
+
+func TestContextHonouredOnEntry(t *testing.T) {
+	s := newStore(t)
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Take(ctx, "k", 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Take with a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// maxBytesPerKey is the published memory budget of a token-bucket key.
+const maxBytesPerKey = 48
+
+// TestBytesPerKey measures the live heap per token-bucket key after 1,000,000
+// inserts (200,000 under the race detector, which is slow).
+func TestBytesPerKey(t *testing.T) {
+	n := benchKeys
+	if raceEnabled {
+		n = 200_000
+	}
+	per := bytesPerKey(t, n)
+	t.Logf("%.1f bytes per key after %d keys", per, n)
+	if per > maxBytesPerKey {
+		t.Fatalf("%.1f bytes per key, want <= %d", per, maxBytesPerKey)
+	}
+}
