@@ -97,6 +97,9 @@ func (c Config) validateCounter() error {
 // micros is the window in microseconds.
 func (c Config) micros() int64 { return int64(c.Window / time.Microsecond) }
 
+// The algorithms are returned as pointers: stores call Spec and Step through
+// the interface on every request, and a value would be copied each time.
+
 // FixedAlgorithm returns the fixed window as a [store.Algorithm], for stores
 // and for composition. It returns an error when the configuration is invalid.
 func (c Config) FixedAlgorithm() (store.Algorithm, error) {
@@ -105,7 +108,7 @@ func (c Config) FixedAlgorithm() (store.Algorithm, error) {
 	}
 	f := fixed{limit: c.Limit, w: c.micros()}
 	f.spec = spec("fixed-window", 2, 0, fixedLua, f.limit, f.w)
-	return f, nil
+	return &f, nil
 }
 
 // SlidingLogAlgorithm returns the sliding log as a [store.Algorithm]. It
@@ -117,7 +120,7 @@ func (c Config) SlidingLogAlgorithm() (store.Algorithm, error) {
 	}
 	l := slidingLog{limit: c.Limit, w: c.micros()}
 	l.spec = spec("sliding-log", 1, int(c.Limit), logLua, l.limit, l.w)
-	return l, nil
+	return &l, nil
 }
 
 // SlidingCounterAlgorithm returns the sliding-window counter as a
@@ -129,7 +132,7 @@ func (c Config) SlidingCounterAlgorithm() (store.Algorithm, error) {
 	}
 	k := counter{limit: c.Limit, w: c.micros()}
 	k.spec = spec("sliding-counter", 4, 0, counterLua, k.limit, k.w)
-	return k, nil
+	return &k, nil
 }
 
 // NewFixed returns a keyed fixed-window limiter on s.

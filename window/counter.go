@@ -24,10 +24,10 @@ type counter struct {
 	spec     store.Spec
 }
 
-func (k counter) Spec() store.Spec { return k.spec }
+func (k *counter) Spec() store.Spec { return k.spec }
 
 // Step is the pure step; see the package documentation for the rules.
-func (k counter) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (k *counter) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
 	now = clampNow(now)
 	w, limit := k.w, k.limit
 	n = max(n, -2*limit) // a larger refund empties both windows all the same

@@ -16,10 +16,10 @@ type fixed struct {
 	spec     store.Spec
 }
 
-func (f fixed) Spec() store.Spec { return f.spec }
+func (f *fixed) Spec() store.Spec { return f.spec }
 
 // Step is the pure step; see the package documentation for the rules.
-func (f fixed) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (f *fixed) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
 	now = clampNow(now)
 	end := windowStart(now, f.w) + f.w
 	count := max(0, min(s.W[1], f.limit))

@@ -22,10 +22,10 @@ type slidingLog struct {
 	spec     store.Spec
 }
 
-func (l slidingLog) Spec() store.Spec { return l.spec }
+func (l *slidingLog) Spec() store.Spec { return l.spec }
 
 // Step is the pure step; see the package documentation for the rules.
-func (l slidingLog) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
 	now = clampNow(now)
 	n = max(n, -l.limit) // a larger refund empties the log all the same
 	log := s.Log
