@@ -68,6 +68,13 @@
 // refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
 // "overloaded", "limiter_unavailable").
 //
+// Middlewares stack: around a tighter per-route limit, a per-IP limit adds
+// its own member to RateLimit-Policy and RateLimit (give each policy its own
+// name), while the X-RateLimit fields describe the policy with the fewest
+// units remaining. Each layer charges its own limiter, so a request refused
+// by an inner layer has already been charged by the outer ones; combine
+// policies with [floodgate.All] when a refusal must charge nothing.
+//
 // A request shed by [Shed] gets 503 Service Unavailable with the same
 // Retry-After, Cache-Control and body rules.
 //

@@ -302,6 +302,15 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 	// buf is never written again: strings may point into it. (When a long
 	// policy name made it outgrow blk.buf, it lives in its own heap array,
 	// equally immutable from here on.)
+	// Stacked middlewares: an outer one already wrote its fields. The IETF
+	// fields are lists and get one member per policy; the legacy fields hold
+	// one policy and keep the one with the fewest units remaining.
+	keepLegacy := false
+	if old := h[hRemaining]; len(old) > 0 {
+		if v, err := strconv.ParseInt(old[0], 10, 64); err == nil && v <= remaining {
+			keepLegacy = true
+		}
+	}
 	prev := 0
 	for i := 0; i < n; i++ {
 		if ends[i] == prev {
@@ -310,7 +319,17 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 			blk.vals[i] = unsafe.String(&buf[prev], ends[i]-prev)
 		}
 		prev = ends[i]
-		h[names[i]] = blk.vals[i : i+1 : i+1]
+		v := blk.vals[i : i+1 : i+1]
+		if old := h[names[i]]; len(old) > 0 {
+			if names[i] != hRateLimitPolicy && names[i] != hRateLimit {
+				if keepLegacy {
+					continue
+				}
+			} else {
+				v = append(old[:len(old):len(old)], v[0])
+			}
+		}
+		h[names[i]] = v
 	}
 	if c.headers&HeadersDiagnostic != 0 {
 		if c.tier != "" {

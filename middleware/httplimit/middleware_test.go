@@ -416,3 +416,29 @@ func TestPolicyStaticQuotaAndEscaping(t *testing.T) {
 		t.Fatalf("policy %+v, current %+v (remaining must be clamped to the limit)", pol, cur)
 	}
 }
+
+// TestStackedMiddlewares: a per-IP limit around a tighter per-route limit.
+// RateLimit lists both policies; the legacy fields describe the tighter.
+func TestStackedMiddlewares(t *testing.T) {
+	outer := mustMW(t, newMemBucket(t, frozen(), floodgate.PerSecond(10), 20), WithPolicy(Policy{Name: "per-ip"}))
+	inner := mustMW(t, newMemBucket(t, frozen(), floodgate.PerMinute(1), 2), WithPolicy(Policy{Name: "search"}), WithRouteKey("/search"))
+	srv := serve(t, outer(inner(&okHandler{})))
+	c := clientFrom(t, "127.0.0.1")
+	for i, want := range []int{200, 200, 429} {
+		res := do(t, c, "GET", srv.URL, nil)
+		if res.status != want {
+			t.Fatalf("request %d: %d", i, res.status)
+		}
+		cur := parseRL(t, res.header, "RateLimit")
+		pol := parseRL(t, res.header, "RateLimit-Policy")
+		if len(cur) != 2 || cur[0].name != "per-ip" || cur[1].name != "search" || len(pol) != 2 || pol[1].q != 2 {
+			t.Fatalf("request %d: RateLimit %+v, policy %+v", i, cur, pol)
+		}
+		if got := atoi(t, res.header.Get("X-RateLimit-Remaining")); got != cur[1].r || res.header.Get("X-RateLimit-Limit") != "2" {
+			t.Fatalf("request %d: legacy remaining %d, want the tighter policy's %d", i, got, cur[1].r)
+		}
+		if want == 429 && atoi(t, res.header.Get("Retry-After")) < cur[1].t {
+			t.Fatalf("Retry-After %s < t %d", res.header.Get("Retry-After"), cur[1].t)
+		}
+	}
+}
