@@ -1,9 +1,43 @@
-// Package floodgate is an embeddable rate-limiting library: it gives every
-// caller a budget, enforces it cheaply at every hop, and makes every "no"
-// explicit and honest (a [Decision] with the numbers a 429 response needs).
+// Package floodgate is an embeddable rate-limiting library for Go services.
 //
-// This root package holds what every part shares: [Decision], the keyed
-// [Limiter] interface, [Rate], [Clock], the sentinel errors, [Wait] and the
-// composition [All], and the [Observer] hook. The algorithms, stores and
-// adapters live in sub-packages.
+// Rate limiting is a reliability primitive, not only a security feature:
+// internal callers (retry loops, fan-outs, health checks) overload a system as
+// surely as attackers do. floodgate gives every caller a budget, enforces it
+// cheaply at every hop, and makes every "no" explicit, observable and honest:
+// a [Decision] carries what a 429 response needs (Retry-After, remaining
+// quota, time to reset) without recomputation.
+//
+// # Which package for which job
+//
+//	job                                        package
+//	throttle your own outgoing calls           bucket.NewLimiter (keyless, lock-free; x/time/rate's API)
+//	a budget per client, route or token        bucket.NewKeyed, leaky.NewKeyed, window.* on a store
+//	the embedded default store                 store/memstore (sharded, bounded, idle keys evicted)
+//	one global rate across a fleet             store/redisstore (rueidis, Lua, Redis Cluster)
+//	protect net/http handlers, call out        middleware/httplimit (Middleware, Transport)
+//	protect gRPC servers, throttle clients     middleware/grpclimit (interceptors)
+//	limits that follow the origin's latency    adaptive (Vegas, Gradient2, AIMD, Fixed)
+//	shed the least important work first        priority (critical / standard / best-effort)
+//	metrics and logs of every decision         observer/promobserver, observer/slogobserver
+//
+// # Algorithms
+//
+//	algorithm               bursts                      memory per key   exact   pick it when
+//	token bucket (GCRA)     up to Burst at once         1 word           yes     the default: a rate with a burst allowance
+//	leaky bucket (nginx)    burst+1, then smoothed      3 words          yes     porting nginx limit_req; shaping (delay mode)
+//	fixed window            up to 2x at a boundary      2 words          per window  simple quotas ("1000 per hour") nodes agree on
+//	sliding log             none beyond the limit       up to limit      yes     small limits that must be exact
+//	sliding-window counter  bounded approximation       3 words          ~       large limits per window, cheap and smooth
+//
+// # This package
+//
+// The root package holds only what every part shares: [Decision], the keyed
+// [Limiter] interface (and [Refunder]), [Rate], [Clock], the sentinel errors,
+// [Wait] (block until admitted, failing fast before a deadline), [All] (several
+// limits, all-or-nothing) and the [Observer] hook that receives every decision.
+//
+// Time: keyed algorithms compute in integer microseconds (so that their Redis
+// twins, in Lua doubles, are exact); [Decision] durations are [time.Duration].
+// Every type in floodgate documents its concurrency safety; limiters and stores
+// are safe for concurrent use.
 package floodgate

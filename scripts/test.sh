@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it, on a fresh Debian machine with Go:
+#   ./scripts/test.sh
+# It installs what the tests need (redis-server, via apt-get, when missing),
+# starts a single Redis and a 3-master Redis Cluster on loopback, checks
+# formatting and vet, runs every test with the race detector (fuzz seed corpora
+# included), compiles the benchmarks module, and stops the servers on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+	log "installing redis-server"
+	SUDO=""
+	if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
+log "starting Redis (single node and cluster)"
+./scripts/redis.sh start >/tmp/floodgate-redis.env
+# shellcheck disable=SC1091
+source /tmp/floodgate-redis.env
+trap './scripts/redis.sh stop >/dev/null 2>&1 || true' EXIT
+echo "FLOODGATE_REDIS_ADDR=${FLOODGATE_REDIS_ADDR}"
+echo "FLOODGATE_REDIS_CLUSTER=${FLOODGATE_REDIS_CLUSTER}"
+
+log "gofmt"
+unformatted="$(gofmt -l . )"
+if [ -n "$unformatted" ]; then
+	echo "gofmt needed on:"; echo "$unformatted"; exit 1
+fi
+
+log "go vet"
+go vet ./...
+(cd benchmarks && go vet ./...)
+
+log "go test -race"
+go test -race -count=1 -timeout 8m ./...
+
+log "benchmarks module compiles and its benchmarks run once"
+(cd benchmarks && go test -count=1 -run '^$' -bench . -benchtime 1x ./... >/dev/null)
+
+log "all green"
