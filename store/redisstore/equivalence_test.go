@@ -14,42 +14,40 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/window"
 )
 
-// algorithmTable lists every algorithm of the module that has a Lua twin, in
-// a few configurations each: the equivalence test runs them all.
-func algorithmTable(t testing.TB) map[string]store.Algorithm {
-	t.Helper()
-	out := map[string]store.Algorithm{}
-	add := func(name string, a store.Algorithm, err error) {
-		require.NoError(t, err, name)
-		out[name] = a
-	}
-	for _, c := range []bucket.Config{
-		{Rate: floodgate.PerSecond(10), Burst: 5},
-		{Rate: floodgate.PerMinute(3), Burst: 1},
-		{Rate: floodgate.PerSecond(1000), Burst: 100},
-		{Rate: floodgate.Rate{N: 7, Per: 3 * time.Second}, Burst: 4},
-	} {
-		a, err := c.Algorithm()
-		add("token-bucket/"+c.Rate.String()+"/"+strconv.FormatInt(c.Burst, 10), a, err)
-	}
-	for _, c := range []window.Config{
-		{Limit: 5, Window: time.Second},
-		{Limit: 3, Window: 90 * time.Second},
-		{Limit: 20, Window: 1500 * time.Microsecond},
-	} {
-		name := "/" + strconv.FormatInt(c.Limit, 10) + "/" + c.Window.String()
-		a, err := c.FixedAlgorithm()
-		add("fixed-window"+name, a, err)
-		a, err = c.SlidingLogAlgorithm()
-		add("sliding-log"+name, a, err)
-		a, err = c.SlidingCounterAlgorithm()
-		add("sliding-counter"+name, a, err)
-	}
-	return out
+// families lists every algorithm of the module that has a Lua twin. Each
+// family draws random configurations: the equivalence test runs every family
+// on a few of them.
+var families = map[string]func(r *rand.Rand) (store.Algorithm, error){
+	"token-bucket": func(r *rand.Rand) (store.Algorithm, error) {
+		per := []time.Duration{time.Second, time.Minute, 3 * time.Second, 1500 * time.Millisecond}[r.IntN(4)]
+		return bucket.Config{Rate: floodgate.Rate{N: 1 + r.Int64N(1000), Per: per}, Burst: 1 + r.Int64N(50)}.Algorithm()
+	},
+	"leaky-bucket": func(r *rand.Rand) (store.Algorithm, error) {
+		per := []time.Duration{time.Second, time.Minute}[r.IntN(2)]
+		c := leaky.Config{Rate: floodgate.Rate{N: 1 + r.Int64N(500), Per: per}, Burst: r.Int64N(20)}
+		switch r.IntN(3) {
+		case 0:
+			c.NoDelay = true
+		case 1:
+			c.Delay = r.Int64N(c.Burst + 1)
+		}
+		return c.Algorithm()
+	},
+	"fixed-window": func(r *rand.Rand) (store.Algorithm, error) { return randomWindow(r).FixedAlgorithm() },
+	"sliding-log":  func(r *rand.Rand) (store.Algorithm, error) { return randomWindow(r).SlidingLogAlgorithm() },
+	"sliding-counter": func(r *rand.Rand) (store.Algorithm, error) {
+		return randomWindow(r).SlidingCounterAlgorithm()
+	},
+}
+
+func randomWindow(r *rand.Rand) window.Config {
+	w := []time.Duration{1500 * time.Microsecond, time.Second, 90 * time.Second, time.Hour}[r.IntN(4)]
+	return window.Config{Limit: 1 + r.Int64N(30), Window: w}
 }
 
 type stepIn struct{ now, n int64 }
@@ -95,28 +93,33 @@ func randomSequence(r *rand.Rand, steps int, limit int64) []stepIn {
 	return out
 }
 
-// TestGoLuaEquivalence runs 10,000 random sequences per algorithm through the
-// Go step (with the store's rule that a full state may be dropped) and
-// through the Redis script with the same injected times: every decision and
-// every state must be identical.
+// TestGoLuaEquivalence runs 10,000 random sequences per algorithm family
+// (spread over a few random configurations) through the Go step, with the
+// store's rule that a full state may be dropped, and through the Redis script
+// with the same injected times: every decision and every state must be
+// identical.
 func TestGoLuaEquivalence(t *testing.T) {
-	const sequences, steps, workers = 10_000, 4, 48
+	const sequences, configs, steps, workers = 10_000, 4, 4, 48
 	c := newClient(t, singleAddr)
 	s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second))
 	require.NoError(t, err)
-	algs := algorithmTable(t)
-	names := make([]string, 0, len(algs))
-	for n := range algs {
+	names := make([]string, 0, len(families))
+	for n := range families {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	ctx := context.Background()
-	for ai, name := range names {
-		alg := algs[name]
+	for fi, name := range names {
 		t.Run(name, func(t *testing.T) {
-			p, err := s.prepare(alg)
-			require.NoError(t, err)
-			ps := []*policy{p}
+			r := rand.New(rand.NewPCG(uint64(fi), 42))
+			var ps []*policy
+			for range configs {
+				alg, err := families[name](r)
+				require.NoError(t, err)
+				p, err := s.prepare(alg)
+				require.NoError(t, err)
+				ps = append(ps, p)
+			}
 			work := make(chan int)
 			var mu sync.Mutex
 			var failures []string
@@ -132,23 +135,26 @@ func TestGoLuaEquivalence(t *testing.T) {
 				wg.Go(func() {
 					states := make([]store.State, 1)
 					for seq := range work {
-						r := rand.New(rand.NewPCG(uint64(ai), uint64(seq)))
+						r := rand.New(rand.NewPCG(uint64(fi), uint64(seq)))
+						p := ps[seq%configs]
+						alg := p.alg
+						pl := []*policy{p}
 						key := "seq" + strconv.Itoa(seq)
 						var goState store.State
 						for i, in := range randomSequence(r, steps, p.limit) {
 							want, wantD := alg.Step(goState, in.now, in.n)
-							gotD, err := s.eval(ctx, key, ps, p.script, in.n, strconv.FormatInt(in.now, 10), states)
+							gotD, err := s.eval(ctx, key, pl, p.script, in.n, strconv.FormatInt(in.now, 10), states)
 							if err != nil {
-								fail("seq %d step %d (now=%d n=%d): %v", seq, i, in.now, in.n, err)
+								fail("%v seq %d step %d (now=%d n=%d): %v", p.spec.Lua.Params, seq, i, in.now, in.n, err)
 								break
 							}
 							if gotD != wantD {
-								fail("seq %d step %d (now=%d n=%d): decision\n go  %+v\n lua %+v", seq, i, in.now, in.n, wantD, gotD)
+								fail("%v seq %d step %d (now=%d n=%d): decision\n go  %+v\n lua %+v", p.spec.Lua.Params, seq, i, in.now, in.n, wantD, gotD)
 								break
 							}
 							got := states[0]
 							if !slices.Equal(got.W[:p.spec.Words], want.W[:p.spec.Words]) || !slices.Equal(got.Log, want.Log) {
-								fail("seq %d step %d (now=%d n=%d): state\n go  %v %v\n lua %v %v", seq, i, in.now, in.n, want.W, want.Log, got.W, got.Log)
+								fail("%v seq %d step %d (now=%d n=%d): state\n go  %v %v\n lua %v %v", p.spec.Lua.Params, seq, i, in.now, in.n, want.W, want.Log, got.W, got.Log)
 								break
 							}
 							goState = want

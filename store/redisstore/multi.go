@@ -107,7 +107,7 @@ func (m *MultiLimiter) costError(n int) error {
 
 func (m *MultiLimiter) apply(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
 	start := floodgate.Nanotime()
-	d, err := m.s.eval(ctx, key, m.ps, m.script, n, "", nil)
+	d, err := m.s.eval(ctx, key, m.ps, m.script, n, m.s.injectedNow(), nil)
 	if err != nil {
 		return m.s.fail(ctx, key, m.ps, n, err, start)
 	}

@@ -38,6 +38,7 @@ type Store struct {
 	observer floodgate.Observer
 	name     string
 	dl       *deadlines
+	clock    floodgate.Clock // tests only: inject the time instead of Redis TIME
 
 	mu       sync.Mutex
 	policies atomic.Pointer[map[uint64]*policy]
@@ -49,6 +50,7 @@ type config struct {
 	policy   FailurePolicy
 	observer floodgate.Observer
 	name     string
+	clock    floodgate.Clock
 	err      error
 }
 
@@ -101,6 +103,14 @@ func WithName(name string) Option {
 	return func(c *config) { c.name = name }
 }
 
+// withClock is for tests only: the store passes clock's time to the script
+// (in ARGV) instead of reading Redis TIME, so that a test controls time
+// exactly. Keys then get a TTL of at least a minute whatever their time to
+// full, because the injected time need not follow the server's.
+func withClock(c floodgate.Clock) Option {
+	return func(cf *config) { cf.clock = c }
+}
+
 // New returns a Store on client. The client may be a single node, Sentinel
 // or Cluster client; a client built with DisableCache (client-side caching is
 // of no use here) saves a little memory. Errors wrap
@@ -130,6 +140,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		observer: c.observer,
 		name:     c.name,
 		dl:       newDeadlines(c.timeout),
+		clock:    c.clock,
 	}
 	empty := map[uint64]*policy{}
 	s.policies.Store(&empty)
@@ -203,12 +214,20 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	}
 	var one [1]*policy
 	one[0] = p
-	d, err := s.eval(ctx, key, one[:], p.script, n, "", nil)
+	d, err := s.eval(ctx, key, one[:], p.script, n, s.injectedNow(), nil)
 	if err != nil {
 		return s.fail(ctx, key, one[:], n, err, start)
 	}
 	s.observe(d, start)
 	return d, nil
+}
+
+// injectedNow is "" (use Redis TIME) unless a test injected a clock.
+func (s *Store) injectedNow() string {
+	if s.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 }
 
 // eval runs the decision script for policies on key. now is "" for the

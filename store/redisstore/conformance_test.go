@@ -1,0 +1,50 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/storetest"
+	"github.com/floodgate-go/floodgate/window"
+)
+
+// conformanceAlgorithms are the algorithms besides the token bucket that the
+// conformance suite runs on the Redis store.
+func conformanceAlgorithms(t *testing.T) []store.Algorithm {
+	lk, err := leaky.Config{Rate: floodgate.PerSecond(5), Burst: 4, NoDelay: true}.Algorithm()
+	require.NoError(t, err)
+	ld, err := leaky.Config{Rate: floodgate.PerSecond(5), Burst: 4, Delay: 2}.Algorithm()
+	require.NoError(t, err)
+	wc := window.Config{Limit: 5, Window: time.Hour}
+	fx, err := wc.FixedAlgorithm()
+	require.NoError(t, err)
+	lg, err := wc.SlidingLogAlgorithm()
+	require.NoError(t, err)
+	ct, err := wc.SlidingCounterAlgorithm()
+	require.NoError(t, err)
+	return []store.Algorithm{lk, ld, fx, lg, ct}
+}
+
+// TestConformance runs the store conformance suite on a single node and on
+// the cluster. The store gets its time from the suite's clock (injected in
+// ARGV instead of Redis TIME), which lets the suite check every duration
+// exactly, jump the clock (-1s, -1h, +10y) and compare the store with the Go
+// steps decision by decision. The server-time path is the one every other
+// test of this package uses.
+func TestConformance(t *testing.T) {
+	for name, c := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			clk := storetest.NewClock(time.Unix(1_700_000_000, 0))
+			storetest.Run(t, func(t *testing.T) store.Store {
+				s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second), withClock(clk))
+				require.NoError(t, err)
+				return s
+			}, storetest.WithClock(clk), storetest.WithAlgorithms(conformanceAlgorithms(t)...))
+		})
+	}
+}
