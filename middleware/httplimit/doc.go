@@ -16,10 +16,11 @@
 // # Keys
 //
 // By default a request is keyed by its client IP: the peer address of the
-// connection. X-Forwarded-For and Forwarded (RFC 7239) are believed only when
-// the peer is one of the proxies given to [WithTrustedProxies]; the client
-// is then the rightmost address of the header that is not itself a trusted
-// proxy (Forwarded wins when both are present; X-Real-IP is never read).
+// connection. X-Forwarded-For (or Forwarded, RFC 7239, chosen with
+// [WithForwardedHeader]; one header, never both) is believed only when the
+// peer is one of the proxies given to [WithTrustedProxies]; the client is
+// then the rightmost address of the header that is not itself a trusted
+// proxy. X-Real-IP is never read.
 // Anyone else's forwarding headers are ignored, so a client cannot pick its
 // own key, or spend someone else's budget, by forging them. IPv6 addresses
 // are aggregated to their /64 (a subscriber usually holds a whole /64);

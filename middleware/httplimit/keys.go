@@ -17,10 +17,11 @@ const unknownPeer = "unknown-peer"
 const maxPlainKey = 128
 
 // ClientIP returns the address the middleware would attribute r to, given
-// the trusted proxies, before prefix aggregation. ok is false when the peer
+// the trusted proxies (reporting in X-Forwarded-For), before prefix
+// aggregation. ok is false when the peer
 // address cannot be parsed.
 func ClientIP(r *http.Request, trusted ...netip.Prefix) (addr netip.Addr, ok bool) {
-	c := config{trusted: trusted}
+	c := config{trusted: trusted, fwdHeader: hXFF}
 	a, _, ok := c.clientAddr(r)
 	return a, ok
 }
@@ -60,18 +61,14 @@ func (c *config) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// forwardedFor walks the Forwarded header (or, when absent, X-Forwarded-For)
-// from the right, skipping trusted proxies, and returns the first address
-// that is not one. An element that does not parse stops the walk at the
-// nearest trusted hop: everything to its left was written by nobody we
-// trust. When every element is trusted, the leftmost one is the client.
+// forwardedFor walks the configured forwarding header from the right,
+// skipping trusted proxies, and returns the first address that is not one.
+// An element that does not parse stops the walk at the nearest trusted hop:
+// everything to its left was written by nobody we trust. When every element
+// is trusted, the leftmost one is the client.
 func (c *config) forwardedFor(r *http.Request, peer netip.Addr) netip.Addr {
-	forwarded := true
-	vals := r.Header["Forwarded"]
-	if len(vals) == 0 {
-		forwarded = false
-		vals = r.Header["X-Forwarded-For"]
-	}
+	forwarded := c.fwdHeader == hForwarded
+	vals := r.Header[c.fwdHeader]
 	last := peer
 	it := revList{vals: vals, i: len(vals) - 1}
 	for {

@@ -60,14 +60,33 @@ func TestClientAddrTrustedProxies(t *testing.T) {
 		{"with port", "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"1.2.3.4:5678"}}, "1.2.3.4"},
 		{"mapped", "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"::ffff:1.2.3.4"}}, "1.2.3.4"},
 		{"v6 peer trusted", "[fd00::1]:1", map[string][]string{"X-Forwarded-For": {"2001:db8::9"}}, "2001:db8::9"},
-		{"forwarded", "10.0.0.1:1", map[string][]string{"Forwarded": {`for=9.9.9.9, for="[2001:db8::1]:4711";proto=https, for=10.0.0.3`}}, "2001:db8::1"},
-		{"forwarded wins over xff", "10.0.0.1:1", map[string][]string{"Forwarded": {"For=1.2.3.4;by=10.0.0.1"}, "X-Forwarded-For": {"5.6.7.8"}}, "1.2.3.4"},
-		{"forwarded unknown", "10.0.0.1:1", map[string][]string{"Forwarded": {"for=unknown, for=10.0.0.2"}}, "10.0.0.2"},
-		{"forwarded obfuscated", "10.0.0.1:1", map[string][]string{"Forwarded": {"for=_hidden"}}, "10.0.0.1"},
-		{"forwarded without for", "10.0.0.1:1", map[string][]string{"Forwarded": {"proto=http"}}, "10.0.0.1"},
+		{"forged Forwarded ignored when reading XFF", "10.0.0.1:1", map[string][]string{"Forwarded": {"for=1.2.3.4"}, "X-Forwarded-For": {"5.6.7.8"}}, "5.6.7.8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, _, ok := c.clientAddr(reqFrom(tc.remote, tc.hdr))
+			if !ok || a != netip.MustParseAddr(tc.want) {
+				t.Fatalf("client %v (%v), want %s", a, ok, tc.want)
+			}
+		})
+	}
+	if err := WithForwardedHeader("forwarded")(&c); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		hdr  map[string][]string
+		want string
+	}{
+		{"forwarded", map[string][]string{"Forwarded": {`for=9.9.9.9, for="[2001:db8::1]:4711";proto=https, for=10.0.0.3`}}, "2001:db8::1"},
+		{"forwarded case and params", map[string][]string{"Forwarded": {"proto=http;For=1.2.3.4;by=10.0.0.1"}}, "1.2.3.4"},
+		{"forged XFF ignored when reading Forwarded", map[string][]string{"Forwarded": {"for=1.2.3.4"}, "X-Forwarded-For": {"5.6.7.8"}}, "1.2.3.4"},
+		{"forwarded unknown", map[string][]string{"Forwarded": {"for=unknown, for=10.0.0.2"}}, "10.0.0.2"},
+		{"forwarded obfuscated", map[string][]string{"Forwarded": {"for=_hidden"}}, "10.0.0.1"},
+		{"forwarded without for", map[string][]string{"Forwarded": {"proto=http"}}, "10.0.0.1"},
+		{"forwarded quoted v4 with port", map[string][]string{"Forwarded": {`for="192.0.2.60:8080"`}}, "192.0.2.60"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _, ok := c.clientAddr(reqFrom("10.0.0.1:1", tc.hdr))
 			if !ok || a != netip.MustParseAddr(tc.want) {
 				t.Fatalf("client %v (%v), want %s", a, ok, tc.want)
 			}
@@ -151,7 +170,7 @@ func TestForgedVictimIPDoesNotTouchVictim(t *testing.T) {
 	// Through the trusted proxy, which appends the address it saw.
 	viaProxy := clientFrom(t, proxy)
 	for i := 0; i < 10; i++ {
-		do(t, viaProxy, "GET", srv.URL, map[string]string{"X-Forwarded-For": victim + ", " + attacker})
+		do(t, viaProxy, "GET", srv.URL, map[string]string{"X-Forwarded-For": victim + ", " + attacker, "Forwarded": "for=" + victim})
 	}
 	res := do(t, clientFrom(t, victim), "GET", srv.URL, nil)
 	cur := parseRL(t, res.header, "RateLimit")

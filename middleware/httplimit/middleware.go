@@ -27,6 +27,8 @@ const (
 	hCacheControl    = "Cache-Control"
 	hContentType     = "Content-Type"
 	hNoSniff         = "X-Content-Type-Options"
+	hXFF             = "X-Forwarded-For"
+	hForwarded       = "Forwarded"
 )
 
 // Reasons sent in X-RateLimit-Reason (diagnostic headers).
@@ -133,8 +135,14 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case !d.Allowed:
 		ev.Outcome = floodgate.OutcomeDenied
 		c.observer.Observe(ev)
-		c.refuse(w, http.StatusTooManyRequests, d.RetryAfter, reasonRateLimited, scope, func(hd http.Header) {
-			m.setHeaders(hd, d, scope, d.RetryAfter)
+		retry := d.RetryAfter
+		if retry <= 0 {
+			// A denial without a retry time breaks the Decision contract;
+			// the time until full is certainly enough.
+			retry = max(d.ResetAfter, time.Second)
+		}
+		c.refuse(w, http.StatusTooManyRequests, retry, reasonRateLimited, scope, func(hd http.Header) {
+			m.setHeaders(hd, d, scope, retry)
 		})
 		return
 	case d.Delay > 0:

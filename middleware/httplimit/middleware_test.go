@@ -442,3 +442,17 @@ func TestStackedMiddlewares(t *testing.T) {
 		}
 	}
 }
+
+// TestDenialWithoutRetryAfter: a limiter breaking the Decision contract
+// (denied, RetryAfter 0) still gets a Retry-After that covers t.
+func TestDenialWithoutRetryAfter(t *testing.T) {
+	l := floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
+		return floodgate.Decision{Limit: 3, ResetAfter: 4500 * time.Millisecond}, nil
+	})
+	w := httptest.NewRecorder()
+	mustMW(t, l)(&okHandler{}).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	cur := parseRL(t, w.Header(), "RateLimit")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "5" || cur[0].t != 5 || cur[0].r != 0 {
+		t.Fatalf("code %d, Retry-After %q, RateLimit %+v", w.Code, w.Header().Get("Retry-After"), cur)
+	}
+}

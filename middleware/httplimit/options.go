@@ -106,6 +106,7 @@ type config struct {
 	routeKey  string // prefix "route " when non-empty
 	cost      CostFunc
 	trusted   []netip.Prefix
+	fwdHeader string // "X-Forwarded-For" or "Forwarded"
 	v4Bits    int
 	v6Bits    int
 	headers   HeaderSet
@@ -121,6 +122,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		observer:  floodgate.NopObserver,
+		fwdHeader: hXFF,
 		v4Bits:    32,
 		v6Bits:    64,
 		headers:   HeadersIETF | HeadersLegacy,
@@ -227,10 +229,11 @@ func WithCost(f CostFunc) Option {
 	}
 }
 
-// WithTrustedProxies lists the proxies whose X-Forwarded-For and Forwarded
-// headers are believed. Only when the direct peer is inside one of prefixes
-// is the client IP taken from those headers: the rightmost address that is
-// not itself a trusted proxy. With no trusted proxies (the default) the
+// WithTrustedProxies lists the proxies whose forwarding header
+// (X-Forwarded-For, or Forwarded with [WithForwardedHeader]) is believed.
+// Only when the direct peer is inside one of prefixes is the client IP taken
+// from that header: the rightmost address that is not itself a trusted
+// proxy. With no trusted proxies (the default) the
 // headers are ignored and the client IP is the peer's address.
 func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 	return func(c *config) error {
@@ -239,6 +242,25 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 				return invalid("invalid trusted proxy prefix %v", p)
 			}
 			c.trusted = append(c.trusted, p.Masked())
+		}
+		return nil
+	}
+}
+
+// WithForwardedHeader chooses the header trusted proxies report the client
+// in: "X-Forwarded-For" (the default) or "Forwarded" (RFC 7239). Only that
+// header is read: a proxy that appends to X-Forwarded-For passes a forged
+// Forwarded header through untouched, so reading both would let clients
+// pick their key.
+func WithForwardedHeader(name string) Option {
+	return func(c *config) error {
+		switch {
+		case strings.EqualFold(name, hXFF):
+			c.fwdHeader = hXFF
+		case strings.EqualFold(name, hForwarded):
+			c.fwdHeader = hForwarded
+		default:
+			return invalid("forwarded header %q: want X-Forwarded-For or Forwarded", name)
 		}
 		return nil
 	}

@@ -186,8 +186,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// The refusal is dropped: drain a little so the connection can be
 		// reused, then close.
-		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
-		_ = resp.Body.Close()
+		if resp.Body != nil {
+			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+			_ = resp.Body.Close()
+		}
 		if err := sleep(ctx, wait, &timer); err != nil {
 			return nil, err
 		}
