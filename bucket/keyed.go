@@ -36,6 +36,11 @@ func (c Config) Validate() error {
 	if c.Burst < 1 {
 		return fmt.Errorf("%w: token bucket burst must be >= 1, got %d", floodgate.ErrInvalidConfig, c.Burst)
 	}
+	// Above one unit per microsecond the interval would round up to 1us and
+	// silently lower the rate: refuse it, as documented on Rate.
+	if per := int64(c.Rate.Per / time.Microsecond); c.Rate.N > per {
+		return fmt.Errorf("%w: token bucket rate %v is above 1,000,000/s per key; use the keyless Limiter", floodgate.ErrInvalidConfig, c.Rate)
+	}
 	t := c.interval()
 	if t < 1 || t > maxSpanMicros {
 		return fmt.Errorf("%w: token bucket rate %v gives an interval of %dus, want 1us..%dus", floodgate.ErrInvalidConfig, c.Rate, t, maxSpanMicros)

@@ -1,0 +1,52 @@
+package bucket_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store/memstore"
+)
+
+// A keyed token bucket: every client gets a burst of 2 and 1 more per
+// second. The store's clock is fixed (then moved by hand) so that the output
+// is reproducible; in production use memstore.New() with the default clock.
+func ExampleNewKeyed() {
+	now := time.Unix(1_700_000_000, 0)
+	s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(func() time.Time { return now })))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	lim, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 2})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	show := func(key string) {
+		d, err := lim.Take(ctx, key, 1)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%-5s allowed=%-5v remaining=%d retry-after=%v reset-after=%v\n",
+			key, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter)
+	}
+	show("alice")
+	show("alice")
+	show("alice") // burst spent
+	show("bob")   // another key, another bucket
+	now = now.Add(time.Second)
+	show("alice") // one token back
+	if _, err := lim.Take(ctx, "alice", 3); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// alice allowed=true  remaining=1 retry-after=0s reset-after=1s
+	// alice allowed=true  remaining=0 retry-after=0s reset-after=2s
+	// alice allowed=false remaining=0 retry-after=1s reset-after=2s
+	// bob   allowed=true  remaining=1 retry-after=0s reset-after=1s
+	// alice allowed=true  remaining=0 retry-after=0s reset-after=2s
+	// floodgate: invalid cost: cost 3 outside 1..2
+}
