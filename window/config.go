@@ -23,7 +23,8 @@ const (
 	// MaxLogLimit is the largest limit of the sliding log. The log keeps one
 	// timestamp (8 bytes) per admitted unit still in the window, so this caps
 	// the log at 80 KB per key. Use the sliding-window counter (a fixed 32
-	// bytes per key) for larger limits.
+	// bytes per key) for larger limits. The slice grows like append, so up to
+	// about twice the live entries may be allocated.
 	MaxLogLimit = int64(10_000)
 
 	// MaxCounterProduct bounds Limit x Window (in microseconds) for the

@@ -1,6 +1,8 @@
 package window
 
 import (
+	"slices"
+
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -14,9 +16,13 @@ import (
 // State: W[0] is the time the key is full again (the newest entry plus w),
 // Log the entries. A key with an empty log is the zero State.
 //
-// Step treats s.Log as read-only: it re-slices it to drop entries and copies
-// it to add some, so that a store may run Step on a snapshot and throw the
-// result away.
+// Step never changes the entries of the log it is given (s.Log[:len]): it
+// re-slices it to drop entries and appends new ones, in the slice's spare
+// capacity when it has some, as Go's append does. A store steps each key's
+// latest state once at a time and keeps the result, which is all this needs;
+// two States stepped from the same input, though, may share that spare
+// capacity, so only one of them may be kept. This keeps an admission
+// amortised O(1) instead of a copy of the whole log.
 type slidingLog struct {
 	limit, w int64
 	spec     store.Spec
@@ -53,12 +59,12 @@ func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, flood
 		d.Allowed = true
 	case n <= l.limit-count:
 		if n > 0 {
-			grown := make([]int64, count+n)
-			copy(grown, log)
+			// Appends in the spare capacity when there is some (amortised
+			// O(1) per unit): never over the entries of the input.
+			log = slices.Grow(log, int(n))[:count+n]
 			for j := count; j < count+n; j++ {
-				grown[j] = now
+				log[j] = now
 			}
-			log = grown
 		}
 		d.Allowed = true
 	case n > l.limit:

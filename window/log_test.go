@@ -1,6 +1,7 @@
 package window
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -72,14 +73,36 @@ func TestSlidingLogDoesNotWriteItsInput(t *testing.T) {
 	in := store.State{Log: make([]int64, 2, 8)}
 	in.Log[0], in.Log[1] = t0, t0+5
 	in.W[0] = t0 + 5 + second
-	snapshot := append([]int64(nil), in.Log[:cap(in.Log)]...)
-	for _, c := range []struct{ now, n int64 }{{t0 + 10, 2}, {t0 + 10, -1}, {t0 - 100, 1}, {t0 + second, 1}} {
-		alg.Step(in, c.now, c.n)
-		got := in.Log[:cap(in.Log)]
-		for i := range snapshot {
-			if got[i] != snapshot[i] {
-				t.Fatalf("step(%d, %d) wrote into its input: %v -> %v", c.now, c.n, snapshot, got)
-			}
+	snapshot := append([]int64(nil), in.Log...)
+	for _, c := range []struct{ now, n int64 }{{t0 + 10, 2}, {t0 + 10, -1}, {t0 - 100, 1}, {t0 + second, 1}, {t0 + second + 5, 4}} {
+		out, _ := alg.Step(in, c.now, c.n)
+		if !slices.Equal(in.Log, snapshot) {
+			t.Fatalf("step(%d, %d) wrote into its input: %v -> %v", c.now, c.n, snapshot, in.Log)
 		}
+		if c.n > 0 && len(out.Log) > 0 && out.Log[len(out.Log)-1] != c.now {
+			t.Fatalf("step(%d, %d): log %v", c.now, c.n, out.Log)
+		}
+	}
+}
+
+// TestSlidingLogAmortised checks that a long run of admissions allocates
+// rarely (the log grows like append) and keeps its memory bounded.
+func TestSlidingLogAmortised(t *testing.T) {
+	const limit = 1000
+	alg, err := Config{Limit: limit, Window: time.Millisecond}.SlidingLogAlgorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s store.State
+	now := t0
+	allocs := testing.AllocsPerRun(20_000, func() {
+		now++
+		s, _ = alg.Step(s, now, 1)
+	})
+	if allocs > 0.01 {
+		t.Fatalf("%.4f allocations per admission", allocs)
+	}
+	if len(s.Log) != limit || cap(s.Log) > 4*limit {
+		t.Fatalf("log of %d entries, capacity %d", len(s.Log), cap(s.Log))
 	}
 }
