@@ -1,0 +1,291 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// faultStore is one store under load in the fault test, with what its
+// observer and its callers saw.
+type faultStore struct {
+	name  string
+	store *Store
+	lim   *store.Limiter
+
+	byOutcome  [16]atomic.Int64
+	admitted   [16]atomic.Int64 // admitted decisions by outcome
+	badOpen    atomic.Int64     // fail-open events that were not allowed
+	badClosed  atomic.Int64     // fail-closed events that were not denied with a RetryAfter
+	errs       atomic.Int64     // errors returned to the caller
+	wrongErrs  atomic.Int64     // errors not wrapping ErrStoreUnavailable
+	maxLatency atomic.Int64     // slowest call, ns
+	recovered  atomic.Int64     // time (ns) of the first Redis decision after the restart
+	restarted  *atomic.Int64    // time (ns) of the restart, 0 before
+}
+
+func (f *faultStore) Observe(e floodgate.Event) {
+	f.byOutcome[e.Outcome].Add(1)
+	if e.Decision.Allowed {
+		f.admitted[e.Outcome].Add(1)
+	}
+	switch e.Outcome {
+	case floodgate.OutcomeErrorOpen:
+		if !e.Decision.Allowed || e.Err == nil {
+			f.badOpen.Add(1)
+		}
+	case floodgate.OutcomeErrorClosed:
+		if e.Decision.Allowed || e.Decision.RetryAfter != time.Second || e.Err == nil {
+			f.badClosed.Add(1)
+		}
+	case floodgate.OutcomeAllowed, floodgate.OutcomeDenied:
+		if r := f.restarted.Load(); r != 0 && f.recovered.Load() == 0 {
+			f.recovered.CompareAndSwap(0, time.Now().UnixNano())
+		}
+	}
+}
+
+func (f *faultStore) call(ctx context.Context) {
+	start := time.Now()
+	_, err := f.lim.Take(ctx, "k", 1)
+	lat := int64(time.Since(start))
+	for {
+		old := f.maxLatency.Load()
+		if lat <= old || f.maxLatency.CompareAndSwap(old, lat) {
+			break
+		}
+	}
+	if err != nil {
+		f.errs.Add(1)
+		if !errors.Is(err, floodgate.ErrStoreUnavailable) {
+			f.wrongErrs.Add(1)
+		}
+	}
+}
+
+// Redis killed (SIGKILL) under load: fail-open admits, fail-closed denies,
+// fallback limits locally, fail-error returns ErrStoreUnavailable; every call
+// returns within the timeout + 10ms; the stores go back to Redis within 1s of
+// its restart on the same port; no goroutine is left behind.
+func TestRedisKilledUnderLoad(t *testing.T) {
+	baseline := runtime.NumGoroutine()
+	proc, err := startRedis(0)
+	require.NoError(t, err)
+	defer proc.stop()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proc.addr}, DisableCache: true})
+	require.NoError(t, err)
+
+	var restarted atomic.Int64
+	cfg := bucket.Config{Rate: floodgate.PerSecond(100), Burst: 10}
+	const nodes = 4
+	mk := func(name string, p FailurePolicy) *faultStore {
+		f := &faultStore{name: name, restarted: &restarted}
+		f.store, err = New(c, WithPrefix(uniquePrefix(t)), WithFailurePolicy(p), WithObserver(f), WithName(name))
+		require.NoError(t, err)
+		f.lim, err = bucket.NewKeyed(f.store, cfg)
+		require.NoError(t, err)
+		return f
+	}
+	open := mk("open", FailOpen())
+	closed := mk("closed", FailClosed(time.Second))
+	fallback := mk("fallback", Fallback(newLocalStore(), nodes))
+	plain := mk("error", FailError())
+	all := []*faultStore{open, closed, fallback, plain}
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, f := range all {
+		for range 4 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					f.call(context.Background())
+					time.Sleep(200 * time.Microsecond)
+				}
+			})
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, f := range all {
+		require.Positive(t, f.byOutcome[floodgate.OutcomeAllowed].Load(), "%s: no decision from Redis before the kill", f.name)
+	}
+
+	proc.kill()
+	killed := time.Now()
+	time.Sleep(600 * time.Millisecond)
+	fallbackWindow := time.Since(killed)
+	fbAdmitted := fallback.admitted[floodgate.OutcomeFallback].Load()
+
+	require.NoError(t, proc.restart())
+	restarted.Store(time.Now().UnixNano())
+	time.Sleep(1200 * time.Millisecond)
+	stop()
+	wg.Wait()
+
+	for _, f := range all {
+		assert.LessOrEqual(t, time.Duration(f.maxLatency.Load()), f.store.Timeout()+10*time.Millisecond, "%s: slowest call", f.name)
+		rec := f.recovered.Load()
+		if assert.NotZero(t, rec, "%s: never went back to Redis", f.name) {
+			back := time.Duration(rec - restarted.Load())
+			assert.Less(t, back, time.Second, "%s: back to Redis after %v", f.name, back)
+			t.Logf("%s: back to Redis %v after the restart; slowest call %v", f.name, back.Round(time.Millisecond), time.Duration(f.maxLatency.Load()).Round(100*time.Microsecond))
+		}
+	}
+	assert.Positive(t, open.byOutcome[floodgate.OutcomeErrorOpen].Load())
+	assert.Zero(t, open.badOpen.Load(), "fail-open denied")
+	assert.Zero(t, open.errs.Load())
+	assert.Positive(t, closed.byOutcome[floodgate.OutcomeErrorClosed].Load())
+	assert.Zero(t, closed.badClosed.Load(), "fail-closed admitted")
+	assert.Zero(t, closed.errs.Load())
+	assert.Positive(t, plain.errs.Load(), "fail-error returned no error")
+	assert.Zero(t, plain.wrongErrs.Load(), "errors must wrap ErrStoreUnavailable")
+
+	// Fallback: 100/s over 4 nodes is 25/s locally, burst 10.
+	fbCalls := fallback.byOutcome[floodgate.OutcomeFallback].Load()
+	localBound := 10 + 25*fallbackWindow.Seconds() + 1
+	t.Logf("fallback: %d local decisions, %d admitted in %v (local bound %.0f)", fbCalls, fbAdmitted, fallbackWindow.Round(time.Millisecond), localBound)
+	assert.Positive(t, fbAdmitted)
+	assert.Less(t, fbAdmitted, fbCalls, "fallback admitted everything")
+	assert.LessOrEqual(t, float64(fbAdmitted), localBound)
+	assert.Zero(t, fallback.errs.Load())
+
+	c.Close()
+	requireNoGoroutineLeak(t, baseline)
+}
+
+// A stalled Redis (SIGSTOP: connections stay open, nothing answers) is caught
+// by the per-decision timeout: every call returns within the timeout + 10ms.
+func TestRedisStalledTimeout(t *testing.T) {
+	baseline := runtime.NumGoroutine()
+	proc, err := startRedis(0)
+	require.NoError(t, err)
+	defer proc.stop()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proc.addr}, DisableCache: true})
+	require.NoError(t, err)
+	var restarted atomic.Int64
+	f := &faultStore{name: "open", restarted: &restarted}
+	f.store, err = New(c, WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailOpen()), WithObserver(f), WithTimeout(50*time.Millisecond))
+	require.NoError(t, err)
+	f.lim, err = bucket.NewKeyed(f.store, bucket.Config{Rate: floodgate.PerSecond(100), Burst: 10})
+	require.NoError(t, err)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				f.call(context.Background())
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, proc.cmd.Process.Signal(syscall.SIGSTOP))
+	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, proc.cmd.Process.Signal(syscall.SIGCONT))
+	restarted.Store(time.Now().UnixNano())
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	wg.Wait()
+
+	assert.Positive(t, f.byOutcome[floodgate.OutcomeErrorOpen].Load(), "no timeout seen")
+	assert.Zero(t, f.badOpen.Load())
+	assert.Zero(t, f.errs.Load())
+	assert.LessOrEqual(t, time.Duration(f.maxLatency.Load()), 60*time.Millisecond, "slowest call")
+	assert.NotZero(t, f.recovered.Load(), "never went back to Redis")
+	t.Logf("slowest call %v, %d timeouts admitted open", time.Duration(f.maxLatency.Load()).Round(100*time.Microsecond), f.byOutcome[floodgate.OutcomeErrorOpen].Load())
+	c.Close()
+	requireNoGoroutineLeak(t, baseline)
+}
+
+func requireNoGoroutineLeak(t *testing.T, baseline int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			n := runtime.Stack(buf, true)
+			t.Fatalf("%d goroutines, %d before the test:\n%s", runtime.NumGoroutine(), baseline, buf[:n])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// SCRIPT FLUSH under load: EVALSHA fails with NOSCRIPT (the script did not
+// run), rueidis falls back to EVAL; no error reaches the caller and no
+// request is counted twice.
+func TestScriptFlushUnderLoad(t *testing.T) {
+	for name, c := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
+			require.NoError(t, err)
+			// A bucket that never refills during the test: admitted requests
+			// and the remaining count must add up exactly.
+			const burst = 100_000
+			l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: burst})
+			require.NoError(t, err)
+			evalsBefore := evalCalls(t, c)
+			ctx, stop := context.WithCancel(context.Background())
+			var admitted, errs atomic.Int64
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						d, err := l.Take(context.Background(), "k", 1)
+						switch {
+						case err != nil:
+							errs.Add(1)
+						case d.Allowed:
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			for range 10 {
+				time.Sleep(30 * time.Millisecond)
+				for _, node := range c.Nodes() {
+					require.NoError(t, node.Do(context.Background(), node.B().ScriptFlush().Build()).Error())
+				}
+			}
+			time.Sleep(30 * time.Millisecond)
+			stop()
+			wg.Wait()
+			d, err := l.Peek(context.Background(), "k")
+			require.NoError(t, err)
+			assert.Zero(t, errs.Load(), "errors reached the caller")
+			assert.Positive(t, admitted.Load())
+			assert.Equal(t, int64(burst)-admitted.Load(), d.Remaining, "admitted %d", admitted.Load())
+			assert.Greater(t, evalCalls(t, c), evalsBefore, "no NOSCRIPT fallback happened: the test proved nothing")
+		})
+	}
+}
+
+// evalCalls sums the EVAL calls the nodes of c have served.
+func evalCalls(t *testing.T, c rueidis.Client) int64 {
+	var sum int64
+	for _, node := range c.Nodes() {
+		info, err := node.Do(context.Background(), node.B().Info().Section("commandstats").Build()).ToString()
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_eval:calls="); ok {
+				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				require.NoError(t, err)
+				sum += n
+			}
+		}
+	}
+	return sum
+}
