@@ -1,0 +1,14 @@
+// Package benchmarks compares floodgate with the Go rate limiters people use
+// today, side by side in one run: golang.org/x/time/rate, go.uber.org/ratelimit,
+// sethvargo/go-limiter, throttled/throttled, ulule/limiter, go-chi/httprate,
+// didip/tollbooth and go-redis/redis_rate.
+//
+// It is a module of its own so that users of floodgate never download the
+// peers. Run every comparison and write BENCHMARKS.md with:
+//
+//	cd benchmarks && go run ./cmd/report
+//
+// Benchmark names follow Benchmark<Group>/<case>/<library>; the report
+// computes, for each group and case, the ratio of floodgate's ns/op to each
+// peer's, from medians over repeated runs.
+package benchmarks
