@@ -456,3 +456,50 @@ func TestDenialWithoutRetryAfter(t *testing.T) {
 		t.Fatalf("code %d, Retry-After %q, RateLimit %+v", w.Code, w.Header().Get("Retry-After"), cur)
 	}
 }
+
+// FuzzHeaders: whatever the Decision and the policy, the fields written
+// parse strictly and say what the Decision says (clamped to what a
+// structured-field Integer can hold).
+func FuzzHeaders(f *testing.F) {
+	f.Add("default", int64(10), int64(5), int64(time.Second), int64(0), int64(0), false)
+	f.Add(`we"ird\name`, int64(-1), int64(1<<62), int64(-5), int64(1<<62), int64(90*time.Second), true)
+	f.Fuzz(func(t *testing.T, name string, limit, remaining, reset, retry, window int64, denied bool) {
+		mw, err := Middleware(floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
+			d := floodgate.Decision{Allowed: !denied, Limit: limit, Remaining: remaining, ResetAfter: time.Duration(reset)}
+			if denied {
+				d.RetryAfter = time.Duration(retry)
+			}
+			return d, nil
+		}), WithPolicy(Policy{Name: name, Window: time.Duration(max(window, 0))}))
+		if err != nil {
+			if !printable(name) {
+				return
+			}
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		mw(&okHandler{}).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		pol := parseRL(t, w.Header(), "RateLimit-Policy")
+		cur := parseRL(t, w.Header(), "RateLimit")
+		wantName := name
+		if wantName == "" {
+			wantName = "default"
+		}
+		if pol[0].name != wantName || cur[0].name != wantName {
+			t.Fatalf("names %q %q, want %q", pol[0].name, cur[0].name, wantName)
+		}
+		if lim := atoi(t, w.Header().Get("X-RateLimit-Limit")); lim != pol[0].q || lim != clampSF(limit) {
+			t.Fatalf("limit %d, q %d, input %d", lim, pol[0].q, limit)
+		}
+		if rem := atoi(t, w.Header().Get("X-RateLimit-Remaining")); rem != cur[0].r || rem > pol[0].q {
+			t.Fatalf("remaining %d, r %d, q %d", rem, cur[0].r, pol[0].q)
+		}
+		atoi(t, w.Header().Get("X-RateLimit-Reset"))
+		if denied {
+			ra := atoi(t, w.Header().Get("Retry-After"))
+			if w.Code != 429 || ra < 1 || ra < cur[0].t {
+				t.Fatalf("code %d, Retry-After %d, t %d", w.Code, ra, cur[0].t)
+			}
+		}
+	})
+}
