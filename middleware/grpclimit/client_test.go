@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
 // refusal builds a status error like a server would send, with a RetryInfo
@@ -239,8 +239,7 @@ func TestClientThrottle(t *testing.T) {
 
 func TestClientThrottleLimiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := bucket.NewKeyed(newMapStore(time.Now), bucket.Config{Rate: floodgate.PerSecond(10), Burst: 1})
-		require.NoError(t, err)
+		l := newBucket(t, floodgate.PerSecond(10), 1, memstore.WithClock(floodgate.ClockFunc(time.Now)))
 		c := newClient(t, WithThrottleLimiter(l, nil))
 		s := &script{results: []func([]grpc.CallOption) error{ok}}
 		for range 3 {

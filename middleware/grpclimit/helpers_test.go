@@ -18,41 +18,17 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
-// mapStore is a minimal store.Store for the tests: one mutex, one map, a
-// clock that tests may drive.
-type mapStore struct {
-	mu  sync.Mutex
-	now func() time.Time
-	m   map[mapKey]store.State
-}
-
-type mapKey struct {
-	ns  uint64
-	key string
-}
-
-func newMapStore(now func() time.Time) *mapStore {
-	if now == nil {
-		now = time.Now
-	}
-	return &mapStore{now: now, m: map[mapKey]store.State{}}
-}
-
-func (s *mapStore) Apply(_ context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := mapKey{alg.Spec().Namespace, key}
-	st, d := alg.Step(s.m[k], store.Micros(s.now()), n)
-	s.m[k] = st
-	return d, nil
-}
-
-// newBucket returns a keyed token bucket on a fresh in-test store.
-func newBucket(t testing.TB, r floodgate.Rate, burst int64) *store.Limiter {
+// newBucket returns a keyed token bucket on a fresh memstore (no background
+// sweeper; opts add to that).
+func newBucket(t testing.TB, r floodgate.Rate, burst int64, opts ...memstore.Option) *store.Limiter {
 	t.Helper()
-	l, err := bucket.NewKeyed(newMapStore(nil), bucket.Config{Rate: r, Burst: burst})
+	s, err := memstore.New(append([]memstore.Option{memstore.WithSweepInterval(0)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	l, err := bucket.NewKeyed(s, bucket.Config{Rate: r, Burst: burst})
 	require.NoError(t, err)
 	return l
 }

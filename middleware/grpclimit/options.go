@@ -52,6 +52,7 @@ type config struct {
 	name, tier string
 	route      func(fullMethod string) string
 	observer   floodgate.Observer
+	timed      bool // an observer was given: measure decision latency
 	filter     func(ctx context.Context, fullMethod string) bool
 
 	keyKind  keyKind
@@ -138,7 +139,7 @@ func WithObserver(o floodgate.Observer) Option {
 		if o == nil {
 			return invalid("nil observer")
 		}
-		c.observer = o
+		c.observer, c.timed = o, true
 		return nil
 	}
 }

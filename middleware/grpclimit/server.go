@@ -217,7 +217,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 	if i.acq != nil {
 		return i.admitShed(ctx, method, ss)
 	}
-	start := floodgate.Nanotime()
+	start := i.now()
 	d, n, key, err := i.take(ctx, method)
 	ev := floodgate.Event{
 		Limiter:  i.cfg.name,
@@ -225,7 +225,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 		Route:    i.route(method),
 		Decision: d,
 		Err:      err,
-		Latency:  time.Duration(floodgate.Nanotime() - start),
+		Latency:  i.since(start),
 	}
 	switch {
 	case err != nil:
@@ -265,6 +265,23 @@ func (i *Interceptors) take(ctx context.Context, method string) (d floodgate.Dec
 	}
 	d, err = i.limiter.Take(ctx, key, n)
 	return d, n, key, err
+}
+
+// now and since time a decision for the observer; without one, the clock
+// is not read at all (on some machines a clock read costs more than the rest
+// of the decision).
+func (i *Interceptors) now() int64 {
+	if !i.cfg.timed {
+		return 0
+	}
+	return floodgate.Nanotime()
+}
+
+func (i *Interceptors) since(start int64) time.Duration {
+	if !i.cfg.timed {
+		return 0
+	}
+	return time.Duration(floodgate.Nanotime() - start)
 }
 
 func (i *Interceptors) route(method string) string {
@@ -312,14 +329,14 @@ func (i *Interceptors) delay(ctx context.Context, ev floodgate.Event, ss grpc.Se
 
 // admitShed is admit for a shedder.
 func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.ServerStream) (func(bool), error) {
-	start := floodgate.Nanotime()
+	start := i.now()
 	release, ok, err := i.acquire(ctx)
 	ev := floodgate.Event{
 		Limiter: i.cfg.name,
 		Tier:    i.cfg.tier,
 		Route:   i.route(method),
 		Err:     err,
-		Latency: time.Duration(floodgate.Nanotime() - start),
+		Latency: i.since(start),
 	}
 	switch {
 	case err != nil:

@@ -470,12 +470,12 @@ func TestFilterCostAndRoute(t *testing.T) {
 // delayLimiter admits with a Delay, like a leaky bucket in delay mode, and
 // counts refunds.
 type delayLimiter struct {
-	delay    time.Duration
+	delay    atomic.Int64 // a time.Duration
 	refunded atomic.Int64
 }
 
 func (d *delayLimiter) Take(context.Context, string, int) (floodgate.Decision, error) {
-	return floodgate.Decision{Allowed: true, Limit: 1, Delay: d.delay}, nil
+	return floodgate.Decision{Allowed: true, Limit: 1, Delay: time.Duration(d.delay.Load())}, nil
 }
 
 func (d *delayLimiter) Refund(_ context.Context, _ string, n int) error {
@@ -484,7 +484,8 @@ func (d *delayLimiter) Refund(_ context.Context, _ string, n int) error {
 }
 
 func TestDelayHonouredOrRefused(t *testing.T) {
-	dl := &delayLimiter{delay: 80 * time.Millisecond}
+	dl := &delayLimiter{}
+	dl.delay.Store(int64(80 * time.Millisecond))
 	obs := &events{}
 	ic, err := New(dl, WithObserver(obs))
 	require.NoError(t, err)
@@ -498,11 +499,16 @@ func TestDelayHonouredOrRefused(t *testing.T) {
 	assert.Equal(t, 1, obs.count(floodgate.OutcomeDelayed))
 
 	// A deadline shorter than the delay: refused at once, units given back.
-	short, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+	dl.delay.Store(int64(time.Hour))
+	short, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	start = time.Now()
 	_, err = hc.Check(short, &healthpb.HealthCheckRequest{})
-	code := status.Code(err)
-	require.True(t, code == codes.ResourceExhausted || code == codes.DeadlineExceeded, "got %v", code)
-	require.Eventually(t, func() bool { return dl.refunded.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Less(t, time.Since(start), 4*time.Second, "refused without waiting")
+	ra, ok := RetryDelay(err)
+	require.True(t, ok)
+	assert.Equal(t, time.Hour, ra, "retry once the delay has passed")
+	assert.Equal(t, int64(1), dl.refunded.Load(), "the units were given back before the answer")
 	assert.Equal(t, 1, obs.count(floodgate.OutcomeDenied))
 }

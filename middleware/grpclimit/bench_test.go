@@ -1,0 +1,58 @@
+package grpclimit
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// BenchmarkUnaryInterceptor measures the overhead of the unary server
+// interceptor, in process: the interceptor function is called directly
+// with a handler that does nothing, on the memstore token bucket.
+func BenchmarkUnaryInterceptor(b *testing.B) {
+	info := &grpc.UnaryServerInfo{FullMethod: checkMethod}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	peerCtx := peerCtx(b, "192.0.2.10:40000")
+	mdCtx := metadata.NewIncomingContext(peerCtx, metadata.Pairs("x-service-token", "svc-reporting"))
+	// A bucket that never runs dry (the allowed path) and one that always
+	// is (the refusal path).
+	roomy := newBucket(b, floodgate.PerSecond(1_000_000), 1<<40)
+	dry := newBucket(b, floodgate.PerHour(1), 1)
+	_, _ = dry.Take(context.Background(), "192.0.2.10", 1)
+
+	run := func(b *testing.B, ctx context.Context, unary grpc.UnaryServerInterceptor) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = unary(ctx, nil, info, handler)
+		}
+	}
+	mustUnary := func(b *testing.B, l floodgate.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
+		ic, err := New(l, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ic.Unary()
+	}
+	b.Run("bare-handler", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = handler(peerCtx, nil)
+		}
+	})
+	b.Run("peer-allowed", func(b *testing.B) {
+		run(b, peerCtx, mustUnary(b, roomy, WithObserver(floodgate.ObserverFunc(func(floodgate.Event) {}))))
+	})
+	b.Run("metadata-allowed", func(b *testing.B) {
+		run(b, mdCtx, mustUnary(b, roomy, WithMetadataKey("x-service-token")))
+	})
+	b.Run("peer-denied", func(b *testing.B) {
+		run(b, peerCtx, mustUnary(b, dry))
+	})
+	b.Run("peer-dry-run-would-deny", func(b *testing.B) {
+		run(b, peerCtx, mustUnary(b, dry, WithDryRun(true)))
+	})
+}
