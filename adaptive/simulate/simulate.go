@@ -60,7 +60,7 @@ type Config struct {
 	// Classes is the number of traffic classes (>= 1).
 	Classes int
 	// Rate returns the offered load of class c during window w, in requests
-	// per second.
+	// per second; a rate that is not positive and finite means no traffic.
 	Rate func(w, c int) float64
 	// Windows is the number of reporting windows to run.
 	Windows int
@@ -254,9 +254,9 @@ func (s *Sim) Run(t Target) []Window {
 }
 
 // arrival draws the next arrival after from a Poisson process of rate per
-// second; a rate <= 0 means none.
+// second; a rate that is not positive and finite means none.
 func (s *Sim) arrival(from int64, rate float64) int64 {
-	if rate <= 0 {
+	if !(rate > 0) || math.IsInf(rate, 1) {
 		return math.MaxInt64
 	}
 	return from + int64(s.rng.ExpFloat64()/rate*1e9) + 1
