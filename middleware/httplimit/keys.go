@@ -18,8 +18,7 @@ const maxPlainKey = 128
 
 // ClientIP returns the address the middleware would attribute r to, given
 // the trusted proxies (reporting in X-Forwarded-For), before prefix
-// aggregation. ok is false when the peer
-// address cannot be parsed.
+// aggregation. ok is false when the peer address cannot be parsed.
 func ClientIP(r *http.Request, trusted ...netip.Prefix) (addr netip.Addr, ok bool) {
 	c := config{trusted: trusted, fwdHeader: hXFF}
 	a, _, ok := c.clientAddr(r)
@@ -42,7 +41,7 @@ func (c *config) clientAddr(r *http.Request) (netip.Addr, string, bool) {
 	} else {
 		return netip.Addr{}, "", false
 	}
-	peer = peer.Unmap()
+	peer = peer.Unmap().WithZone("") // a zoned address matches no prefix
 	if len(c.trusted) == 0 || !c.isTrusted(peer) {
 		if peer.Is4() && len(host) > 0 && host[0] != '[' && strings.IndexByte(host, ':') < 0 {
 			return peer, host, true
@@ -125,7 +124,7 @@ func (it *revList) next() (string, bool) {
 // "192.0.2.1", "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]:80".
 func parseNode(s string) (netip.Addr, bool) {
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
+		return ap.Addr().Unmap().WithZone(""), true
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		s = s[1 : len(s)-1]
@@ -134,7 +133,7 @@ func parseNode(s string) (netip.Addr, bool) {
 	if err != nil {
 		return netip.Addr{}, false
 	}
-	return a.Unmap(), true
+	return a.Unmap().WithZone(""), true
 }
 
 // parseForwardedFor extracts the for= node of one RFC 7239 element.

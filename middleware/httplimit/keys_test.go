@@ -59,6 +59,7 @@ func TestClientAddrTrustedProxies(t *testing.T) {
 		{"empty element", "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"1.2.3.4,"}}, "10.0.0.1"},
 		{"with port", "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"1.2.3.4:5678"}}, "1.2.3.4"},
 		{"mapped", "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"::ffff:1.2.3.4"}}, "1.2.3.4"},
+		{"zoned peer trusted", "[fd00::1%eth0]:1", map[string][]string{"X-Forwarded-For": {"2001:db8::7"}}, "2001:db8::7"},
 		{"v6 peer trusted", "[fd00::1]:1", map[string][]string{"X-Forwarded-For": {"2001:db8::9"}}, "2001:db8::9"},
 		{"forged Forwarded ignored when reading XFF", "10.0.0.1:1", map[string][]string{"Forwarded": {"for=1.2.3.4"}, "X-Forwarded-For": {"5.6.7.8"}}, "5.6.7.8"},
 	} {
