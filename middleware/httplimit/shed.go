@@ -12,9 +12,29 @@ import (
 
 // Acquirer is a concurrency limiter as [Shed] sees it: something that hands
 // out slots for in-flight work and sheds what it cannot take. The adaptive
-// and priority limiters of floodgate fit it through a small adapter.
+// and priority limiters of floodgate fit it through a small adapter, for
+// example:
 //
-// Implementations must be safe for concurrent use.
+//	httplimit.AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
+//		tok, err := lim.Acquire(ctx) // an *adaptive.Limiter
+//		switch {
+//		case errors.Is(err, adaptive.ErrLimitExceeded), ctx.Err() != nil:
+//			return nil, false, nil // shed
+//		case err != nil:
+//			return nil, false, err // could not decide: the fail mode applies
+//		}
+//		return func(ok bool) {
+//			if ok {
+//				tok.Success()
+//			} else {
+//				tok.Dropped()
+//			}
+//		}, true, nil
+//	})
+//
+// A request that waited for a slot until its context ended should be
+// reported as shed, not as an error. Implementations must be safe for
+// concurrent use.
 type Acquirer interface {
 	// Acquire claims a slot for one request. ok false means the request is
 	// shed (overload); err non-nil means the limiter could not decide. When
@@ -49,6 +69,9 @@ type shedMW struct {
 // An admitted request's slot is released when its handler returns, with
 // success true unless the handler panicked, answered with a 5xx status, or
 // its context ended first.
+//
+// When the Acquirer reports to an observer of its own, give Shed's observer
+// to only one of the two, or sheds are counted twice.
 //
 // The options about keys, cost, policy and delays do not apply and are
 // ignored; WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
