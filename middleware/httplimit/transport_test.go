@@ -16,43 +16,56 @@ import (
 )
 
 // TestTransportHonoursRetryAfterOverRealServer is the one test that sleeps
-// for real: the server refuses the first request with Retry-After: 1.
+// for real: the client's Transport against a server limited by this
+// package's middleware to one request per second.
 func TestTransportHonoursRetryAfterOverRealServer(t *testing.T) {
 	var hits atomic.Int64
-	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hits.Add(1) == 1 {
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusTooManyRequests)
-			_, _ = io.WriteString(w, "slow down")
-			return
+	// The server's clock moves one second when the retry arrives, so that
+	// the decisions do not depend on how busy the machine is; the client's
+	// wait is real.
+	t0 := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time {
+		if hits.Load() >= 3 {
+			return t0.Add(time.Second)
 		}
-		_, _ = io.WriteString(w, "ok")
+		return t0
+	}
+	limited := mustMW(t, newMemBucket(t, clock, floodgate.PerSecond(1), 1))(&okHandler{})
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		limited.ServeHTTP(w, r)
 	}))
 	tr, err := NewTransport(clientFrom(t, "127.0.0.1").Transport, WithBackoff(time.Millisecond, 10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &http.Client{Transport: tr}
-	start := time.Now()
-	resp, err := c.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
+	get := func() (*http.Response, string) {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if elapsed := time.Since(start); resp.StatusCode != 200 || string(body) != "ok" || elapsed < time.Second || hits.Load() != 2 {
+	if resp, _ := get(); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	start := time.Now()
+	resp, body := get() // refused with Retry-After: 1, then retried
+	if elapsed := time.Since(start); resp.StatusCode != 200 || body != "ok" || elapsed < time.Second || hits.Load() != 3 {
 		t.Fatalf("status %d body %q after %v, %d hits", resp.StatusCode, body, elapsed, hits.Load())
 	}
 
-	// A POST is not retried: the caller gets the 429.
-	hits.Store(0)
+	// A POST is not retried: the caller gets the 429 and its headers.
 	resp, err = c.Post(srv.URL, "text/plain", strings.NewReader("payload"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 429 || hits.Load() != 1 {
-		t.Fatalf("POST: status %d, %d hits", resp.StatusCode, hits.Load())
+	if resp.StatusCode != 429 || hits.Load() != 4 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("POST: status %d, %d hits, Retry-After %q", resp.StatusCode, hits.Load(), resp.Header.Get("Retry-After"))
 	}
 }
 
