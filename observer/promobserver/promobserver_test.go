@@ -1,0 +1,163 @@
+package promobserver
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+func ev(limiter, route string, o floodgate.Outcome, lat time.Duration) floodgate.Event {
+	return floodgate.Event{Limiter: limiter, Tier: "edge", Route: route, Outcome: o, Latency: lat}
+}
+
+func TestCountsAndLatency(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	o, err := New(reg, WithBuckets([]float64{0.001, 0.01}))
+	require.NoError(t, err)
+
+	o.Observe(ev("per-peer", "/svc/A", floodgate.OutcomeAllowed, 500*time.Microsecond))
+	o.Observe(ev("per-peer", "/svc/A", floodgate.OutcomeAllowed, 5*time.Millisecond))
+	o.Observe(ev("per-peer", "/svc/A", floodgate.OutcomeDenied, 20*time.Millisecond))
+	o.Observe(ev("per-token", "/svc/B", floodgate.OutcomeShed, 0))
+
+	want := `
+# HELP floodgate_decisions_total Rate-limiting decisions, by limiter, tier, route class and outcome.
+# TYPE floodgate_decisions_total counter
+floodgate_decisions_total{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge"} 2
+floodgate_decisions_total{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge"} 1
+floodgate_decisions_total{limiter="per-token",outcome="shed",route="/svc/B",tier="edge"} 1
+# HELP floodgate_decision_duration_seconds Time the limiter took to decide, by limiter, tier, route class and outcome.
+# TYPE floodgate_decision_duration_seconds histogram
+floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge",le="0.001"} 1
+floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge",le="0.01"} 2
+floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge",le="+Inf"} 2
+floodgate_decision_duration_seconds_sum{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge"} 0.0055
+floodgate_decision_duration_seconds_count{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge"} 2
+floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge",le="0.001"} 0
+floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge",le="0.01"} 0
+floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge",le="+Inf"} 1
+floodgate_decision_duration_seconds_sum{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge"} 0.02
+floodgate_decision_duration_seconds_count{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge"} 1
+floodgate_decision_duration_seconds_bucket{limiter="per-token",outcome="shed",route="/svc/B",tier="edge",le="0.001"} 1
+floodgate_decision_duration_seconds_bucket{limiter="per-token",outcome="shed",route="/svc/B",tier="edge",le="0.01"} 1
+floodgate_decision_duration_seconds_bucket{limiter="per-token",outcome="shed",route="/svc/B",tier="edge",le="+Inf"} 1
+floodgate_decision_duration_seconds_sum{limiter="per-token",outcome="shed",route="/svc/B",tier="edge"} 0
+floodgate_decision_duration_seconds_count{limiter="per-token",outcome="shed",route="/svc/B",tier="edge"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want)))
+	assert.Empty(t, lint(t, reg), "promlint finds nothing")
+}
+
+func lint(t *testing.T, reg *prometheus.Registry) []string {
+	t.Helper()
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	var out []string
+	for _, p := range problems {
+		out = append(out, p.Metric+": "+p.Text)
+	}
+	return out
+}
+
+func TestEveryOutcomeIsALabel(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	o, err := New(reg)
+	require.NoError(t, err)
+	outcomes := []floodgate.Outcome{
+		floodgate.OutcomeAllowed, floodgate.OutcomeDenied, floodgate.OutcomeWouldDeny,
+		floodgate.OutcomeErrorOpen, floodgate.OutcomeErrorClosed, floodgate.OutcomeFallback,
+		floodgate.OutcomeShed, floodgate.OutcomeDelayed,
+	}
+	for _, oc := range outcomes {
+		o.Observe(ev("l", "r", oc, time.Microsecond))
+	}
+	for _, oc := range outcomes {
+		assert.Equal(t, 1.0, testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "r", oc.String())), oc.String())
+	}
+	assert.Equal(t, len(outcomes), testutil.CollectAndCount(o.decisions))
+}
+
+func TestSharedRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := New(reg)
+	require.NoError(t, err)
+	b, err := New(reg)
+	require.NoError(t, err, "a second observer on the same registry shares the metrics")
+	a.Observe(ev("x", "r", floodgate.OutcomeDenied, 0))
+	b.Observe(ev("x", "r", floodgate.OutcomeDenied, 0))
+	assert.Equal(t, 2.0, testutil.ToFloat64(a.decisions.WithLabelValues("x", "edge", "r", "denied")))
+
+	// A clashing metric of another type is an error, and leaves nothing
+	// half-registered behind.
+	reg2 := prometheus.NewRegistry()
+	reg2.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_decision_duration_seconds", Help: "x"}))
+	_, err = New(reg2)
+	require.Error(t, err)
+	_, err = New(reg2, WithSubsystem("grpc"))
+	require.NoError(t, err, "the counter of the failed attempt was unregistered")
+}
+
+func TestOptions(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	o, err := New(reg, WithNamespace("app"), WithSubsystem("limits"),
+		WithConstLabels(prometheus.Labels{"service": "search"}))
+	require.NoError(t, err)
+	o.Observe(ev("l", "r", floodgate.OutcomeAllowed, 0))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+		got := map[string]string{}
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		assert.Equal(t, "search", got["service"], "const label on %s", mf.GetName())
+	}
+	assert.ElementsMatch(t, []string{"app_limits_decisions_total", "app_limits_decision_duration_seconds"}, names)
+
+	for _, bad := range [][]Option{
+		{WithBuckets(nil)}, {WithBuckets([]float64{1, 1})}, {WithBuckets([]float64{2, 1})}, {nil},
+	} {
+		_, err := New(prometheus.NewRegistry(), bad...)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	}
+	_, err = New(nil)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+}
+
+func TestConcurrentObserve(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	o, err := New(reg)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				o.Observe(ev("l", []string{"a", "b"}[(g+i)%2], floodgate.OutcomeAllowed, time.Microsecond))
+			}
+		})
+	}
+	wg.Wait()
+	total := testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "a", "allowed")) +
+		testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "b", "allowed"))
+	assert.Equal(t, 2000.0, total)
+}
+
+func BenchmarkObserve(b *testing.B) {
+	o, err := New(prometheus.NewRegistry())
+	require.NoError(b, err)
+	e := ev("per-peer", "/grpc.health.v1.Health/Check", floodgate.OutcomeAllowed, 700*time.Nanosecond)
+	b.ReportAllocs()
+	for b.Loop() {
+		o.Observe(e)
+	}
+}
