@@ -1,6 +1,7 @@
 package window
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -118,4 +119,36 @@ func fuzzRun(t *testing.T, alg store.Algorithm, limit, w int64, ops []byte) {
 			t.Fatalf("%s: %d units admitted in [%d, %d], bound %d", name, sum, from, now, bound)
 		}
 	}
+}
+
+// FuzzStepAnyState feeds every algorithm arbitrary states, times and costs
+// (none of which a store would pass: unaligned windows, counts above the
+// limit, unsorted logs, times at the ends of int64) and requires a valid
+// decision and no panic.
+func FuzzStepAnyState(f *testing.F) {
+	f.Add(uint8(0), int64(0), int64(0), int64(0), int64(0), int64(0), int64(1), []byte{})
+	f.Add(uint8(1), int64(math.MaxInt64), int64(-5), int64(99), int64(3), int64(math.MinInt64), int64(math.MinInt64), []byte{1, 2, 3})
+	f.Add(uint8(2), t0+hour, t0, int64(9), int64(9), t0, int64(math.MaxInt64), []byte{9, 9, 9, 0, 255})
+	f.Add(uint8(2), t0, t0+7*second, int64(-3), int64(12), t0-1, int64(-1), []byte{})
+	f.Fuzz(func(t *testing.T, which uint8, w0, w1, w2, w3, now, n int64, logSeed []byte) {
+		c := Config{Limit: 5, Window: time.Second}
+		alg := algs(t, c)[[]string{"fixed", "log", "counter"}[which%3]]
+		s := store.State{W: [store.MaxWords]int64{w0, w1, w2, w3}}
+		for i, b := range logSeed {
+			s.Log = append(s.Log, now+int64(b-128)*int64(i+1)*second/64)
+		}
+		s2, d := alg.Step(s, now, n)
+		switch {
+		case d.Limit != 5 || d.Remaining < 0 || d.Remaining > 5:
+			t.Fatalf("remaining %d of %d", d.Remaining, d.Limit)
+		case d.Allowed != (d.RetryAfter == 0):
+			t.Fatalf("allowed %v, retry %v", d.Allowed, d.RetryAfter)
+		case n < 0 && !d.Allowed:
+			t.Fatal("refund denied")
+		case d.ResetAfter < 0 || d.ResetAfter > 2*time.Second || d.Delay != 0:
+			t.Fatalf("reset %v delay %v", d.ResetAfter, d.Delay)
+		case alg.Spec().MaxLog > 0 && len(s2.Log) > 5:
+			t.Fatalf("log of %d", len(s2.Log))
+		}
+	})
 }

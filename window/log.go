@@ -43,19 +43,14 @@ func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, flood
 	if len(log) > int(l.limit) {
 		log = log[len(log)-int(l.limit):] // not a state Step writes
 	}
-	if m := len(log); m > 0 && log[m-1] > now {
-		// The clock went backwards: entries from the future are moved to
-		// now, which credits nothing (the count is the same).
-		log = append([]int64(nil), log...)
-		for j := m - 1; j >= 0 && log[j] > now; j-- {
-			log[j] = now
-		}
-	}
+	log = clampFuture(log, now)
 	d := floodgate.Decision{Limit: l.limit}
 	count := int64(len(log))
 	switch {
 	case n < 0:
-		log = log[:count-min(-n, count)]
+		// (clampFuture again: only a log that was not in order has entries
+		// after now left.)
+		log = clampFuture(log[:count-min(-n, count)], now)
 		d.Allowed = true
 	case n <= l.limit-count:
 		if n > 0 {
@@ -86,6 +81,21 @@ func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, flood
 		d.ResetAfter = store.Dur(s.W[0] - now)
 	}
 	return s, d
+}
+
+// clampFuture moves the newest entries that are after now to now: the clock
+// went backwards, and this credits nothing (the count is the same). The
+// entries are copied first: they belong to the input.
+func clampFuture(log []int64, now int64) []int64 {
+	m := len(log)
+	if m == 0 || log[m-1] <= now {
+		return log
+	}
+	log = slices.Clone(log)
+	for j := m - 1; j >= 0 && log[j] > now; j-- {
+		log[j] = now
+	}
+	return log
 }
 
 // logLua is the Lua twin of slidingLog.Step. p = {limit, window}; s.log is
