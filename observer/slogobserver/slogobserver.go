@@ -1,0 +1,151 @@
+package slogobserver
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// DefaultMessage is the message of every record unless [WithMessage] sets
+// another.
+const DefaultMessage = "floodgate decision"
+
+// maxOutcome bounds the outcomes an Observer has a level for; larger values
+// (outcomes added to floodgate later) log at Info.
+const maxOutcome = 16
+
+// DefaultLevel returns the level an outcome is logged at unless [WithLevel]
+// says otherwise:
+//
+//   - allowed, delayed: Debug (the normal path, one record per request);
+//   - denied, would_deny: Info (the limiter doing its job);
+//   - shed, error_open, fallback: Warn (overload, or a limiter that could
+//     not decide and let traffic through);
+//   - error_closed: Error (a limiter failure that refused traffic).
+func DefaultLevel(o floodgate.Outcome) slog.Level {
+	switch o {
+	case floodgate.OutcomeAllowed, floodgate.OutcomeDelayed:
+		return slog.LevelDebug
+	case floodgate.OutcomeShed, floodgate.OutcomeErrorOpen, floodgate.OutcomeFallback:
+		return slog.LevelWarn
+	case floodgate.OutcomeErrorClosed:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// Option configures [New]. An option given a value it cannot use makes New
+// return an error wrapping [floodgate.ErrInvalidConfig].
+type Option func(*Observer) error
+
+// WithLevel logs outcome o at level l.
+func WithLevel(o floodgate.Outcome, l slog.Level) Option {
+	return func(ob *Observer) error {
+		if o == 0 || int(o) >= maxOutcome {
+			return fmt.Errorf("%w: slogobserver: unknown outcome %d", floodgate.ErrInvalidConfig, o)
+		}
+		ob.levels[o] = l
+		return nil
+	}
+}
+
+// WithMessage sets the message of every record; the default is
+// [DefaultMessage].
+func WithMessage(msg string) Option {
+	return func(ob *Observer) error {
+		if msg == "" {
+			return fmt.Errorf("%w: slogobserver: empty message", floodgate.ErrInvalidConfig)
+		}
+		ob.msg = msg
+		return nil
+	}
+}
+
+// Observer is a [floodgate.Observer] that writes one log record per
+// decision. A record's attributes are:
+//
+//   - limiter, outcome: always;
+//   - tier, route: when not empty;
+//   - latency: the decision's latency (a duration);
+//   - limit, remaining: when the limiter gave a decision;
+//   - retry_after, delay: when not zero;
+//   - error: the error's text, for the error and fallback outcomes.
+//
+// The key of the request is never logged (it may be a credential). When the
+// logger is not enabled at an outcome's level, Observe returns at once
+// without building the record, so Debug-level allowed decisions cost almost
+// nothing in production.
+//
+// An Observer is safe for concurrent use if its handler is (the standard
+// handlers are).
+type Observer struct {
+	logger *slog.Logger
+	msg    string
+	levels [maxOutcome]slog.Level
+}
+
+// New returns an Observer that logs to logger. It returns an error wrapping
+// [floodgate.ErrInvalidConfig] when logger is nil or an option is invalid.
+func New(logger *slog.Logger, opts ...Option) (*Observer, error) {
+	if logger == nil {
+		return nil, fmt.Errorf("%w: slogobserver: nil logger", floodgate.ErrInvalidConfig)
+	}
+	o := &Observer{logger: logger, msg: DefaultMessage}
+	for i := range o.levels {
+		o.levels[i] = DefaultLevel(floodgate.Outcome(i))
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: slogobserver: nil option", floodgate.ErrInvalidConfig)
+		}
+		if err := opt(o); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// Level returns the level outcome o is logged at.
+func (o *Observer) Level(oc floodgate.Outcome) slog.Level {
+	if int(oc) < len(o.levels) {
+		return o.levels[oc]
+	}
+	return slog.LevelInfo
+}
+
+// Observe implements [floodgate.Observer].
+func (o *Observer) Observe(e floodgate.Event) {
+	ctx := context.Background()
+	level := o.Level(e.Outcome)
+	if !o.logger.Enabled(ctx, level) {
+		return
+	}
+	var buf [10]slog.Attr
+	attrs := append(buf[:0],
+		slog.String("limiter", e.Limiter),
+		slog.String("outcome", e.Outcome.String()))
+	if e.Tier != "" {
+		attrs = append(attrs, slog.String("tier", e.Tier))
+	}
+	if e.Route != "" {
+		attrs = append(attrs, slog.String("route", e.Route))
+	}
+	attrs = append(attrs, slog.Duration("latency", e.Latency))
+	if d := e.Decision; d.Limit > 0 {
+		attrs = append(attrs, slog.Int64("limit", d.Limit), slog.Int64("remaining", d.Remaining))
+		if d.RetryAfter > 0 {
+			attrs = append(attrs, slog.Duration("retry_after", d.RetryAfter))
+		}
+		if d.Delay > 0 {
+			attrs = append(attrs, slog.Duration("delay", d.Delay))
+		}
+	}
+	if e.Err != nil {
+		// The text, not the error: a handler may keep attributes past this
+		// call, an Observer must not keep the error.
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	o.logger.LogAttrs(ctx, level, o.msg, attrs...)
+}
