@@ -6,10 +6,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
@@ -97,11 +97,13 @@ func randomSequence(r *rand.Rand, steps int, limit int64) []stepIn {
 // (spread over a few random configurations) through the Go step, with the
 // store's rule that a full state may be dropped, and through the Redis script
 // with the same injected times: every decision and every state must be
-// identical.
+// identical. The scripts of one step of all sequences go to Redis in
+// pipelined batches (the arguments are built and the replies decoded by the
+// store's own code).
 func TestGoLuaEquivalence(t *testing.T) {
-	const sequences, configs, steps, workers = 10_000, 4, 4, 48
+	const sequences, configs, steps, batch = 10_000, 4, 4, 2_500
 	c := newClient(t, singleAddr)
-	s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second))
+	s, err := New(c, WithPrefix(uniquePrefix(t)))
 	require.NoError(t, err)
 	names := make([]string, 0, len(families))
 	for n := range families {
@@ -120,58 +122,83 @@ func TestGoLuaEquivalence(t *testing.T) {
 				require.NoError(t, err)
 				ps = append(ps, p)
 			}
-			work := make(chan int)
-			var mu sync.Mutex
-			var failures []string
-			fail := func(f string, args ...any) {
-				mu.Lock()
-				defer mu.Unlock()
-				if len(failures) < 5 {
-					failures = append(failures, fmt.Sprintf(f, args...))
+			type sequence struct {
+				p     *policy
+				key   string
+				in    []stepIn
+				state store.State // the Go side's state
+				bad   bool
+			}
+			seqs := make([]sequence, sequences)
+			for i := range seqs {
+				p := ps[i%configs]
+				seqs[i] = sequence{p: p, key: "seq" + strconv.Itoa(i), in: randomSequence(r, steps, p.limit)}
+			}
+			failures := 0
+			fail := func(sq *sequence, step int, f string, args ...any) {
+				sq.bad = true
+				if failures++; failures <= 5 {
+					in := sq.in[step]
+					t.Errorf("%s params %v step %d (now=%d n=%d): %s", sq.key, sq.p.spec.Lua.Params, step, in.now, in.n, fmt.Sprintf(f, args...))
 				}
 			}
-			var wg sync.WaitGroup
-			for range workers {
-				wg.Go(func() {
-					states := make([]store.State, 1)
-					for seq := range work {
-						r := rand.New(rand.NewPCG(uint64(fi), uint64(seq)))
-						p := ps[seq%configs]
-						alg := p.alg
-						pl := []*policy{p}
-						key := "seq" + strconv.Itoa(seq)
-						var goState store.State
-						for i, in := range randomSequence(r, steps, p.limit) {
-							want, wantD := alg.Step(goState, in.now, in.n)
-							gotD, err := s.eval(ctx, key, pl, p.script, in.n, strconv.FormatInt(in.now, 10), states)
-							if err != nil {
-								fail("%v seq %d step %d (now=%d n=%d): %v", p.spec.Lua.Params, seq, i, in.now, in.n, err)
-								break
-							}
-							if gotD != wantD {
-								fail("%v seq %d step %d (now=%d n=%d): decision\n go  %+v\n lua %+v", p.spec.Lua.Params, seq, i, in.now, in.n, wantD, gotD)
-								break
-							}
-							got := states[0]
-							if !slices.Equal(got.W[:p.spec.Words], want.W[:p.spec.Words]) || !slices.Equal(got.Log, want.Log) {
-								fail("%v seq %d step %d (now=%d n=%d): state\n go  %v %v\n lua %v %v", p.spec.Lua.Params, seq, i, in.now, in.n, want.W, want.Log, got.W, got.Log)
-								break
-							}
-							goState = want
-							if goState.W[0] <= in.now { // the store drops full states
-								goState = store.State{}
+			states := make([]store.State, 1)
+			for step := range steps {
+				for lo := 0; lo < sequences; lo += batch {
+					part := seqs[lo:min(lo+batch, sequences)]
+					execs := make([]rueidis.LuaExec, len(part))
+					for i := range part {
+						sq := &part[i]
+						in := sq.in[step]
+						execs[i].Keys, execs[i].Args = s.scriptArgs(nil, nil, sq.key, []*policy{sq.p}, in.n, strconv.FormatInt(in.now, 10))
+					}
+					// One script per family and config: group by script.
+					res := make([]rueidis.RedisResult, len(part))
+					for _, p := range ps {
+						var idx []int
+						var sub []rueidis.LuaExec
+						for i := range part {
+							if part[i].p == p {
+								idx = append(idx, i)
+								sub = append(sub, execs[i])
 							}
 						}
+						for j, rr := range p.script.ExecMulti(ctx, c, sub...) {
+							res[idx[j]] = rr
+						}
 					}
-				})
-			}
-			for i := range sequences {
-				work <- i
-			}
-			close(work)
-			wg.Wait()
-			for _, f := range failures {
-				t.Error(f)
+					for i := range part {
+						sq := &part[i]
+						if sq.bad {
+							continue
+						}
+						in := sq.in[step]
+						want, wantD := sq.p.alg.Step(sq.state, in.now, in.n)
+						arr, err := res[i].ToArray()
+						if err != nil {
+							fail(sq, step, "%v", err)
+							continue
+						}
+						gotD, err := decode(arr, []*policy{sq.p}, states)
+						if err != nil {
+							fail(sq, step, "%v", err)
+							continue
+						}
+						if gotD != wantD {
+							fail(sq, step, "decision\n go  %+v\n lua %+v", wantD, gotD)
+							continue
+						}
+						got := states[0]
+						if !slices.Equal(got.W[:sq.p.spec.Words], want.W[:sq.p.spec.Words]) || !slices.Equal(got.Log, want.Log) {
+							fail(sq, step, "state\n go  %v %v\n lua %v %v", want.W, want.Log, got.W, got.Log)
+							continue
+						}
+						sq.state = want
+						if sq.state.W[0] <= in.now { // the store drops full states
+							sq.state = store.State{}
+						}
+					}
+				}
 			}
 		})
 	}

@@ -36,6 +36,7 @@ type faultStore struct {
 	wrongErrs  atomic.Int64     // errors not wrapping ErrStoreUnavailable
 	maxLatency atomic.Int64     // slowest call, ns
 	recovered  atomic.Int64     // time (ns) of the first Redis decision after the restart
+	firstFall  atomic.Int64     // time (ns) of the first fallback decision
 	restarted  *atomic.Int64    // time (ns) of the restart, 0 before
 }
 
@@ -45,6 +46,8 @@ func (f *faultStore) Observe(e floodgate.Event) {
 		f.admitted[e.Outcome].Add(1)
 	}
 	switch e.Outcome {
+	case floodgate.OutcomeFallback:
+		f.firstFall.CompareAndSwap(0, time.Now().UnixNano())
 	case floodgate.OutcomeErrorOpen:
 		if !e.Decision.Allowed || e.Err == nil {
 			f.badOpen.Add(1)
@@ -89,6 +92,8 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	defer proc.stop()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proc.addr}, DisableCache: true})
 	require.NoError(t, err)
+	lag := startLagProbe()
+	defer lag.stop()
 
 	var restarted atomic.Int64
 	cfg := bucket.Config{Rate: floodgate.PerSecond(100), Burst: 10}
@@ -125,10 +130,9 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	}
 
 	proc.kill()
-	killed := time.Now()
 	time.Sleep(600 * time.Millisecond)
-	fallbackWindow := time.Since(killed)
 	fbAdmitted := fallback.admitted[floodgate.OutcomeFallback].Load()
+	fallbackWindow := time.Since(time.Unix(0, fallback.firstFall.Load()))
 
 	require.NoError(t, proc.restart())
 	restarted.Store(time.Now().UnixNano())
@@ -136,13 +140,14 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	stop()
 	wg.Wait()
 
+	lag.stop()
 	for _, f := range all {
-		assert.LessOrEqual(t, time.Duration(f.maxLatency.Load()), f.store.Timeout()+10*time.Millisecond, "%s: slowest call", f.name)
+		lag.check(t, f.name, time.Duration(f.maxLatency.Load()), f.store.Timeout()+10*time.Millisecond)
 		rec := f.recovered.Load()
 		if assert.NotZero(t, rec, "%s: never went back to Redis", f.name) {
 			back := time.Duration(rec - restarted.Load())
 			assert.Less(t, back, time.Second, "%s: back to Redis after %v", f.name, back)
-			t.Logf("%s: back to Redis %v after the restart; slowest call %v", f.name, back.Round(time.Millisecond), time.Duration(f.maxLatency.Load()).Round(100*time.Microsecond))
+			t.Logf("%s: back to Redis %v after the restart", f.name, back.Round(time.Millisecond))
 		}
 	}
 	assert.Positive(t, open.byOutcome[floodgate.OutcomeErrorOpen].Load())
@@ -176,6 +181,8 @@ func TestRedisStalledTimeout(t *testing.T) {
 	defer proc.stop()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proc.addr}, DisableCache: true})
 	require.NoError(t, err)
+	lag := startLagProbe()
+	defer lag.stop()
 	var restarted atomic.Int64
 	f := &faultStore{name: "open", restarted: &restarted}
 	f.store, err = New(c, WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailOpen()), WithObserver(f), WithTimeout(50*time.Millisecond))
@@ -204,11 +211,53 @@ func TestRedisStalledTimeout(t *testing.T) {
 	assert.Positive(t, f.byOutcome[floodgate.OutcomeErrorOpen].Load(), "no timeout seen")
 	assert.Zero(t, f.badOpen.Load())
 	assert.Zero(t, f.errs.Load())
-	assert.LessOrEqual(t, time.Duration(f.maxLatency.Load()), 60*time.Millisecond, "slowest call")
+	lag.stop()
+	lag.check(t, "stalled", time.Duration(f.maxLatency.Load()), f.store.Timeout()+10*time.Millisecond)
 	assert.NotZero(t, f.recovered.Load(), "never went back to Redis")
-	t.Logf("slowest call %v, %d timeouts admitted open", time.Duration(f.maxLatency.Load()).Round(100*time.Microsecond), f.byOutcome[floodgate.OutcomeErrorOpen].Load())
+	t.Logf("%d timeouts admitted open", f.byOutcome[floodgate.OutcomeErrorOpen].Load())
 	c.Close()
 	requireNoGoroutineLeak(t, baseline)
+}
+
+// lagProbe measures how late the Go scheduler runs a goroutine that sleeps
+// 1ms at a time: on a loaded machine (the CI box is shared) a call can come
+// back late for reasons that are not the store's. The latency bound of the
+// fault tests is timeout + 10ms + the worst lag seen while they ran.
+type lagProbe struct {
+	max  atomic.Int64
+	done chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+func startLagProbe() *lagProbe {
+	p := &lagProbe{done: make(chan struct{})}
+	p.wg.Go(func() {
+		for {
+			start := time.Now()
+			select {
+			case <-p.done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if late := int64(time.Since(start) - time.Millisecond); late > p.max.Load() {
+				p.max.Store(late)
+			}
+		}
+	})
+	return p
+}
+
+func (p *lagProbe) stop() {
+	p.once.Do(func() { close(p.done) })
+	p.wg.Wait()
+}
+
+func (p *lagProbe) check(t *testing.T, name string, slowest, bound time.Duration) {
+	t.Helper()
+	lag := time.Duration(p.max.Load())
+	t.Logf("%s: slowest call %v (bound %v + scheduler lag %v)", name, slowest.Round(100*time.Microsecond), bound, lag.Round(100*time.Microsecond))
+	assert.LessOrEqual(t, slowest, bound+lag, "%s: slowest call", name)
 }
 
 func requireNoGoroutineLeak(t *testing.T, baseline int) {

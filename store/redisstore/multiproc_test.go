@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,13 +20,14 @@ import (
 )
 
 // Many processes, one limit: 4 OS processes (this test binary, re-executed)
-// x 32 goroutines hammer one key of a 2000/s token bucket (burst 1000: a stall of the loaded test machine shorter than 0.5s loses no token) for 5s.
+// x 32 goroutines hammer one key of a 1000/s token bucket (burst 1000: a stall
+// of the loaded test machine shorter than 1s loses no token) for 5s.
 // Admitted requests must stay within rate x elapsed + burst, and reach 99% of
 // it.
 const (
 	mpProcs      = 4
 	mpGoroutines = 32
-	mpRate       = 2000
+	mpRate       = 1000
 	mpBurst      = 1000
 	mpDuration   = 5 * time.Second
 )
@@ -37,13 +38,15 @@ func TestManyProcessesOneLimit(t *testing.T) {
 		return
 	}
 	prefix := uniquePrefix(t)
-	start := time.Now().Add(2 * time.Second) // time for the children to start
 	type result struct {
 		admitted, errs int64
-		last           int64
+		calls, last    int64
+		first          int64
 		err            error
 	}
 	results := make([]result, mpProcs)
+	ready := make(chan int, mpProcs)
+	var stdins []io.WriteCloser
 	var wg sync.WaitGroup
 	for i := range mpProcs {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestManyProcessesOneLimit$", "-test.count=1")
@@ -51,18 +54,23 @@ func TestManyProcessesOneLimit(t *testing.T) {
 			envChild+"=hammer",
 			envSingle+"="+singleAddr,
 			"FLOODGATE_MP_PREFIX="+prefix,
-			"FLOODGATE_MP_START="+strconv.FormatInt(start.UnixNano(), 10),
 		)
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
+		in, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		stdins = append(stdins, in)
 		cmd.Stderr = os.Stderr
 		require.NoError(t, cmd.Start())
 		wg.Go(func() {
 			r := &results[i]
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
+				if sc.Text() == "READY" {
+					ready <- i
+				}
 				if line, ok := strings.CutPrefix(sc.Text(), "HAMMER "); ok {
-					_, r.err = fmt.Sscanf(line, "admitted=%d errors=%d last=%d", &r.admitted, &r.errs, &r.last)
+					_, r.err = fmt.Sscanf(line, "admitted=%d errors=%d calls=%d first=%d last=%d", &r.admitted, &r.errs, &r.calls, &r.first, &r.last)
 				}
 			}
 			if err := cmd.Wait(); err != nil && r.err == nil {
@@ -70,19 +78,38 @@ func TestManyProcessesOneLimit(t *testing.T) {
 			}
 		})
 	}
+	// Every child is connected and waiting: start them together.
+	for range mpProcs {
+		select {
+		case <-ready:
+		case <-time.After(30 * time.Second):
+			t.Fatal("children did not get ready")
+		}
+	}
+	start := time.Now().Add(20 * time.Millisecond)
+	for _, in := range stdins {
+		_, err := fmt.Fprintln(in, start.UnixNano())
+		require.NoError(t, err)
+		in.Close()
+	}
 	wg.Wait()
-	var admitted, errs, last int64
+	var admitted, errs, calls, last int64
+	first := int64(1<<63 - 1)
 	for i, r := range results {
 		require.NoError(t, r.err, "child %d", i)
 		require.NotZero(t, r.last, "child %d reported nothing", i)
 		admitted += r.admitted
 		errs += r.errs
+		calls += r.calls
+		first = min(first, r.first)
 		last = max(last, r.last)
 	}
-	elapsed := time.Duration(last - start.UnixNano())
+	// From the first request sent to the last reply received, over all
+	// processes.
+	elapsed := time.Duration(last - first)
 	bound := float64(mpRate)*elapsed.Seconds() + mpBurst
-	t.Logf("%d processes x %d goroutines, %v: admitted %d, bound rate x elapsed + burst = %.0f (%.2f%%), errors %d",
-		mpProcs, mpGoroutines, elapsed.Round(time.Millisecond), admitted, bound, 100*float64(admitted)/bound, errs)
+	t.Logf("%d processes x %d goroutines, %v: %d calls, admitted %d, bound rate x elapsed + burst = %.0f (%.2f%%), errors %d",
+		mpProcs, mpGoroutines, elapsed.Round(time.Millisecond), calls, admitted, bound, 100*float64(admitted)/bound, errs)
 	require.Zero(t, errs, "calls that could not decide")
 	require.LessOrEqual(t, float64(admitted), bound, "more admitted than the limit allows")
 	require.GreaterOrEqual(t, float64(admitted), 0.99*bound, "less than 99%% of the limit admitted")
@@ -90,23 +117,37 @@ func TestManyProcessesOneLimit(t *testing.T) {
 
 // hammerChild is one of the processes of TestManyProcessesOneLimit.
 func hammerChild(t *testing.T) {
-	ns, err := strconv.ParseInt(os.Getenv("FLOODGATE_MP_START"), 10, 64)
-	require.NoError(t, err)
-	start := time.Unix(0, ns)
-	end := start.Add(mpDuration)
 	c := newClient(t, singleAddr)
 	s, err := New(c, WithPrefix(os.Getenv("FLOODGATE_MP_PREFIX")), WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(mpRate), Burst: mpBurst})
 	require.NoError(t, err)
-	var admitted, errs, last atomic.Int64
+	// Connected: wait for the start time from the parent.
+	require.NoError(t, c.Do(context.Background(), c.B().Ping().Build()).Error())
+	fmt.Println("READY")
+	var ns int64
+	_, err = fmt.Fscanln(os.Stdin, &ns)
+	require.NoError(t, err)
+	start := time.Unix(0, ns)
+	end := start.Add(mpDuration)
+	var admitted, errs, calls, last atomic.Int64
+	var first atomic.Int64
+	first.Store(1<<63 - 1)
 	var wg sync.WaitGroup
 	ctx := context.Background()
 	time.Sleep(time.Until(start))
 	for range mpGoroutines {
 		wg.Go(func() {
 			for time.Now().Before(end) {
+				sent := time.Now().UnixNano()
+				for {
+					old := first.Load()
+					if sent >= old || first.CompareAndSwap(old, sent) {
+						break
+					}
+				}
 				d, err := l.Take(ctx, "shared", 1)
+				calls.Add(1)
 				now := time.Now().UnixNano()
 				for {
 					old := last.Load()
@@ -124,5 +165,5 @@ func hammerChild(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	fmt.Printf("HAMMER admitted=%d errors=%d last=%d\n", admitted.Load(), errs.Load(), last.Load())
+	fmt.Printf("HAMMER admitted=%d errors=%d calls=%d first=%d last=%d\n", admitted.Load(), errs.Load(), calls.Load(), first.Load(), last.Load())
 }

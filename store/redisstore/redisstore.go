@@ -240,12 +240,7 @@ func (s *Store) eval(ctx context.Context, key string, ps []*policy, script *ruei
 	}
 	var kbuf [maxPolicies]string
 	var abuf [32]string
-	keys, args := kbuf[:0], abuf[:0]
-	args = append(args, strconv.FormatInt(n, 10), now)
-	for _, p := range ps {
-		keys = append(keys, s.redisKey(key, p.nsHex))
-		args = append(args, p.args...)
-	}
+	keys, args := s.scriptArgs(kbuf[:0], abuf[:0], key, ps, n, now)
 	arr, err := script.Exec(cctx, s.client, keys, args).ToArray()
 	if err != nil {
 		return floodgate.Decision{}, err
@@ -312,6 +307,17 @@ func decode(arr []rueidis.RedisMessage, ps []*policy, states []store.State) (flo
 		states[i] = st
 	}
 	return d, nil
+}
+
+// scriptArgs appends the KEYS and ARGV of the decision script to keys and
+// args.
+func (s *Store) scriptArgs(keys, args []string, key string, ps []*policy, n int64, now string) ([]string, []string) {
+	args = append(args, strconv.FormatInt(n, 10), now)
+	for _, p := range ps {
+		keys = append(keys, s.redisKey(key, p.nsHex))
+		args = append(args, p.args...)
+	}
+	return keys, args
 }
 
 // callContext bounds one call by the store's timeout. A context without a

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -21,6 +22,15 @@ func tokenBucket(t testing.TB, r floodgate.Rate, burst int64) store.Algorithm {
 	a, err := bucket.Config{Rate: r, Burst: burst}.Algorithm()
 	require.NoError(t, err)
 	return a
+}
+
+// testStore is a store with its own key space and a timeout long enough
+// for a loaded test machine (the timeout itself is tested in faults_test.go).
+func testStore(t testing.TB, c rueidis.Client, opts ...Option) *Store {
+	t.Helper()
+	s, err := New(c, append([]Option{WithPrefix(uniquePrefix(t)), WithTimeout(5 * time.Second)}, opts...)...)
+	require.NoError(t, err)
+	return s
 }
 
 func TestNewValidates(t *testing.T) {
@@ -56,8 +66,7 @@ func TestNewValidates(t *testing.T) {
 func TestTokenBucketOnRedis(t *testing.T) {
 	for name, c := range targets(t) {
 		t.Run(name, func(t *testing.T) {
-			s, err := New(c, WithPrefix(uniquePrefix(t)))
-			require.NoError(t, err)
+			s := testStore(t, c)
 			l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 3})
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -85,8 +94,7 @@ func TestTokenBucketOnRedis(t *testing.T) {
 // state is full again.
 func TestTTLIsTimeToFull(t *testing.T) {
 	c := newClient(t, singleAddr)
-	s, err := New(c, WithPrefix(uniquePrefix(t)))
-	require.NoError(t, err)
+	s := testStore(t, c)
 	alg := tokenBucket(t, floodgate.PerSecond(10), 10) // 100ms per token
 	ctx := context.Background()
 	for range 5 {
@@ -137,8 +145,7 @@ func TestHostileKeys(t *testing.T) {
 	keys := hostileKeys(t)
 	for name, c := range targets(t) {
 		t.Run(name, func(t *testing.T) {
-			s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(2*time.Second))
-			require.NoError(t, err)
+			s := testStore(t, c)
 			one := tokenBucket(t, floodgate.PerHour(1), 1)
 			m, err := NewMultiLimiter(s, tokenBucket(t, floodgate.PerHour(1), 2), tokenBucket(t, floodgate.PerHour(2), 1))
 			require.NoError(t, err)
@@ -167,8 +174,7 @@ func TestHostileKeys(t *testing.T) {
 func TestMultiAllOrNothing(t *testing.T) {
 	for name, c := range targets(t) {
 		t.Run(name, func(t *testing.T) {
-			s, err := New(c, WithPrefix(uniquePrefix(t)))
-			require.NoError(t, err)
+			s := testStore(t, c)
 			perSec := tokenBucket(t, floodgate.PerSecond(10), 10)
 			perHour := tokenBucket(t, floodgate.PerHour(15), 15)
 			m, err := NewMultiLimiter(s, perSec, perHour)
@@ -213,8 +219,7 @@ func TestObserverOutcomes(t *testing.T) {
 		assert.Equal(t, "api", e.Limiter)
 		got = append(got, e.Outcome)
 	})
-	s, err := New(c, WithPrefix(uniquePrefix(t)), WithObserver(obs), WithName("api"))
-	require.NoError(t, err)
+	s := testStore(t, c, WithObserver(obs), WithName("api"))
 	alg := tokenBucket(t, floodgate.PerHour(1), 1)
 	for range 2 {
 		_, err := s.Apply(context.Background(), "k", alg, 1)
@@ -226,10 +231,9 @@ func TestObserverOutcomes(t *testing.T) {
 // A context the caller cancelled is the caller's error, under any policy.
 func TestCallerContextWins(t *testing.T) {
 	c := newClient(t, singleAddr)
-	s, err := New(c, WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailOpen()))
-	require.NoError(t, err)
+	s := testStore(t, c, WithFailurePolicy(FailOpen()))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = s.Apply(ctx, "k", tokenBucket(t, floodgate.PerHour(1), 1), 1)
+	_, err := s.Apply(ctx, "k", tokenBucket(t, floodgate.PerHour(1), 1), 1)
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 }
