@@ -1,0 +1,56 @@
+package leaky_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store/memstore"
+)
+
+// BenchmarkTakeHotKey compares Take on one hot key of memstore for the leaky
+// bucket (every mode) and the keyed token bucket, same rate and burst, same
+// store, same run.
+func BenchmarkTakeHotKey(b *testing.B) {
+	rate := floodgate.PerSecond(1_000_000)
+	const burst = 1_000_000
+	cases := []struct {
+		name string
+		mk   func(s *memstore.Store) (floodgate.Limiter, error)
+	}{
+		{"bucket", func(s *memstore.Store) (floodgate.Limiter, error) {
+			return bucket.NewKeyed(s, bucket.Config{Rate: rate, Burst: burst})
+		}},
+		{"leaky-nodelay", func(s *memstore.Store) (floodgate.Limiter, error) {
+			return leaky.NewKeyed(s, leaky.Config{Rate: rate, Burst: burst, NoDelay: true})
+		}},
+		{"leaky-delay", func(s *memstore.Store) (floodgate.Limiter, error) {
+			return leaky.NewKeyed(s, leaky.Config{Rate: rate, Burst: burst, Delay: burst / 2})
+		}},
+		{"leaky-dryrun", func(s *memstore.Store) (floodgate.Limiter, error) {
+			return leaky.NewKeyed(s, leaky.Config{Rate: rate, Burst: burst, DryRun: true})
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			s, err := memstore.New(memstore.WithSweepInterval(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			lim, err := c.mk(s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := lim.Take(ctx, "hot", 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,92 @@
+package leaky_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store/memstore"
+)
+
+// Porting "limit_req_zone $binary_remote_addr zone=ip:10m rate=10r/s;" and
+// "limit_req zone=ip burst=20 nodelay;": 21 requests (burst+1) pass at
+// once, the 22nd is rejected until 100 ms have leaked.
+func Example() {
+	// A frozen clock makes the output deterministic; omit WithClock in
+	// real code.
+	frozen := floodgate.ClockFunc(func() time.Time { return time.Unix(1_767_225_600, 0) })
+	s, err := memstore.New(memstore.WithClock(frozen))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+
+	rate, err := leaky.ParseRate("10r/s")
+	if err != nil {
+		panic(err)
+	}
+	cfg := leaky.Config{Rate: rate, Burst: 20, NoDelay: true}
+	lim, err := leaky.NewKeyed(s, cfg)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("capacity from idle:", cfg.Capacity())
+
+	ctx := context.Background()
+	passed := 0
+	for {
+		d, err := lim.Take(ctx, "203.0.113.7", 1)
+		if err != nil {
+			panic(err)
+		}
+		if !d.Allowed {
+			fmt.Printf("passed %d, then rejected: retry after %v, %d/%d remaining\n", passed, d.RetryAfter, d.Remaining, d.Limit)
+			break
+		}
+		passed++
+	}
+	// Output:
+	// capacity from idle: 21
+	// passed 21, then rejected: retry after 100ms, 0/21 remaining
+}
+
+// nginx's default mode ("burst=3", no nodelay) and delay=N mode admit excess
+// requests with a Delay that spaces them at the rate; with dry run the
+// status tells what would have happened.
+func ExampleKeyed_TakeResult() {
+	frozen := floodgate.ClockFunc(func() time.Time { return time.Unix(1_767_225_600, 0) })
+	s, err := memstore.New(memstore.WithClock(frozen))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+
+	for _, cfg := range []leaky.Config{
+		{Rate: floodgate.PerSecond(2), Burst: 3},                         // burst=3
+		{Rate: floodgate.PerSecond(2), Burst: 3, Delay: 1},               // burst=3 delay=1
+		{Rate: floodgate.PerSecond(2), Burst: 3, Delay: 1, DryRun: true}, // + limit_req_dry_run on
+	} {
+		lim, err := leaky.NewKeyed(s, cfg)
+		if err != nil {
+			panic(err)
+		}
+		key := fmt.Sprint("client-", cfg.Delay, cfg.DryRun)
+		var line []string
+		for range cfg.Capacity() + 1 {
+			r, err := lim.TakeResult(ctx, key, 1)
+			if err != nil {
+				panic(err)
+			}
+			line = append(line, fmt.Sprintf("%s/%v", r.Status, r.Delay))
+		}
+		fmt.Println(strings.Join(line, " "))
+	}
+	// Output:
+	// PASSED/0s DELAYED/500ms DELAYED/1s DELAYED/1.5s REJECTED/0s
+	// PASSED/0s PASSED/0s DELAYED/500ms DELAYED/1s REJECTED/0s
+	// PASSED/0s PASSED/0s DELAYED_DRY_RUN/0s DELAYED_DRY_RUN/0s REJECTED_DRY_RUN/0s
+}
