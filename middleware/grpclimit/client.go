@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,7 @@ type clientConfig struct {
 	maxPushback time.Duration
 	retry       RetryPolicy
 	throttleSet bool
+	perMethod   bool
 }
 
 // WithThrottle throttles outgoing calls with w (for example a keyless
@@ -112,6 +114,14 @@ func WithPushback(on bool) ClientOption {
 	return func(c *clientConfig) error { c.pushback = on; return nil }
 }
 
+// WithPushbackPerMethod makes pushback hold only later calls to the method
+// that was refused, instead of every call of the client. Use it when the
+// server limits methods separately (a tight limit on one expensive method
+// should not hold the cheap ones).
+func WithPushbackPerMethod(on bool) ClientOption {
+	return func(c *clientConfig) error { c.perMethod = on; return nil }
+}
+
 // WithMaxPushback caps the delay a server may impose (default one minute),
 // so that a wrong or hostile server cannot stall the client for hours.
 func WithMaxPushback(d time.Duration) ClientOption {
@@ -163,8 +173,9 @@ func WithRetry(p RetryPolicy) ClientOption {
 // service), and register both its interceptors so that unary calls and
 // streams share the pushback. A Client is safe for concurrent use.
 type Client struct {
-	cfg   clientConfig
-	until atomic.Int64 // Unix ns before which no call is sent; 0: none
+	cfg     clientConfig
+	until   atomic.Int64 // Unix ns before which no call is sent; 0: none
+	methods sync.Map     // per-method pushback: full method -> *atomic.Int64
 }
 
 // NewClient returns the client-side interceptors configured by opts. With
@@ -183,9 +194,10 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 }
 
 // PushbackUntil returns the time until which the server asked this client
-// to hold its calls; the zero Time when no pushback is in force.
-func (c *Client) PushbackUntil() time.Time {
-	u := c.until.Load()
+// to hold its calls to method (any method unless [WithPushbackPerMethod] is
+// on); the zero Time when no pushback is in force.
+func (c *Client) PushbackUntil(method string) time.Time {
+	u := c.gate(method, false).Load()
 	if u == 0 || u <= time.Now().UnixNano() {
 		return time.Time{}
 	}
@@ -215,7 +227,7 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 			if err == nil {
 				return nil
 			}
-			pushback := c.record(err, trailer)
+			pushback := c.record(method, err, trailer)
 			if !retry || attempt >= c.cfg.retry.MaxAttempts || !retryable(err) {
 				return err
 			}
@@ -241,26 +253,27 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {
-			c.record(err, nil)
+			c.record(method, err, nil)
 			return nil, err
 		}
 		if !c.cfg.pushback {
 			return cs, nil
 		}
-		return &watchedStream{ClientStream: cs, c: c}, nil
+		return &watchedStream{ClientStream: cs, c: c, method: method}, nil
 	}
 }
 
 // watchedStream records the pushback of a stream that ends refused.
 type watchedStream struct {
 	grpc.ClientStream
-	c *Client
+	c      *Client
+	method string
 }
 
 func (s *watchedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err != nil && err != io.EOF {
-		s.c.record(err, s.ClientStream.Trailer())
+		s.c.record(s.method, err, s.ClientStream.Trailer())
 	}
 	return err
 }
@@ -268,7 +281,7 @@ func (s *watchedStream) RecvMsg(m any) error {
 // before waits for the pushback to pass and for the throttle to admit the
 // call.
 func (c *Client) before(ctx context.Context, method string) error {
-	if err := c.waitPushback(ctx); err != nil {
+	if err := c.waitPushback(ctx, method); err != nil {
 		return err
 	}
 	if !c.cfg.throttleSet {
@@ -296,10 +309,32 @@ func (c *Client) before(ctx context.Context, method string) error {
 
 var errPushbackDeadline = status.Error(codes.DeadlineExceeded, "grpclimit: server pushback would outlast the call's deadline")
 
+// gate returns the pushback time that applies to method. Without a
+// per-method pushback it is the client's own; with one, the method's, made
+// on first need when create is true (a method never refused has none: a
+// shared zero is returned).
+func (c *Client) gate(method string, create bool) *atomic.Int64 {
+	if !c.cfg.perMethod {
+		return &c.until
+	}
+	if g, ok := c.methods.Load(method); ok {
+		return g.(*atomic.Int64)
+	}
+	if !create {
+		return &noPushback
+	}
+	g, _ := c.methods.LoadOrStore(method, new(atomic.Int64))
+	return g.(*atomic.Int64)
+}
+
+// noPushback is the gate of methods never refused; it is only read.
+var noPushback atomic.Int64
+
 // waitPushback holds the call until the pushback has passed.
-func (c *Client) waitPushback(ctx context.Context) error {
+func (c *Client) waitPushback(ctx context.Context, method string) error {
+	g := c.gate(method, false)
 	for {
-		until := c.until.Load()
+		until := g.Load()
 		if until == 0 {
 			return nil
 		}
@@ -320,7 +355,7 @@ func (c *Client) waitPushback(ctx context.Context) error {
 // record reads the pushback a refused call carries and, when pushback is
 // on, holds later calls until it has passed. It returns the delay (0 when
 // there is none).
-func (c *Client) record(err error, trailer metadata.MD) time.Duration {
+func (c *Client) record(method string, err error, trailer metadata.MD) time.Duration {
 	if !retryable(err) {
 		return 0
 	}
@@ -340,10 +375,11 @@ func (c *Client) record(err error, trailer metadata.MD) time.Duration {
 	}
 	d = min(d, c.cfg.maxPushback)
 	if c.cfg.pushback {
+		g := c.gate(method, true)
 		until := time.Now().UnixNano() + int64(d)
 		for {
-			cur := c.until.Load()
-			if cur >= until || c.until.CompareAndSwap(cur, until) {
+			cur := g.Load()
+			if cur >= until || g.CompareAndSwap(cur, until) {
 				break
 			}
 		}

@@ -96,9 +96,9 @@ func TestClientPushbackHoldsLaterCalls(t *testing.T) {
 				err := u(context.Background(), checkMethod, nil, nil, nil, s.invoke)
 				require.Error(t, err)
 				if tc.hold > 0 {
-					assert.Equal(t, time.Now().Add(tc.hold), c.PushbackUntil())
+					assert.Equal(t, time.Now().Add(tc.hold), c.PushbackUntil(checkMethod))
 				} else {
-					assert.True(t, c.PushbackUntil().IsZero())
+					assert.True(t, c.PushbackUntil(checkMethod).IsZero())
 				}
 				require.NoError(t, u(context.Background(), checkMethod, nil, nil, nil, s.invoke))
 				require.Len(t, s.at, 2)
@@ -106,6 +106,22 @@ func TestClientPushbackHoldsLaterCalls(t *testing.T) {
 			})
 		})
 	}
+}
+
+func TestClientPushbackPerMethod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, WithPushbackPerMethod(true))
+		s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, time.Second, ""), ok}}
+		u := c.Unary()
+		require.Error(t, u(context.Background(), "/x.Y/Expensive", nil, nil, nil, s.invoke))
+		assert.Equal(t, time.Now().Add(time.Second), c.PushbackUntil("/x.Y/Expensive"))
+		assert.True(t, c.PushbackUntil("/x.Y/Cheap").IsZero())
+		require.NoError(t, u(context.Background(), "/x.Y/Cheap", nil, nil, nil, s.invoke))
+		require.NoError(t, u(context.Background(), "/x.Y/Expensive", nil, nil, nil, s.invoke))
+		require.Len(t, s.at, 3)
+		assert.Zero(t, s.at[1].Sub(s.at[0]), "another method is not held")
+		assert.Equal(t, time.Second, s.at[2].Sub(s.at[0]), "the refused method is")
+	})
 }
 
 func TestClientPushbackPastDeadlineFailsFast(t *testing.T) {
@@ -286,7 +302,7 @@ func TestClientStreamPushback(t *testing.T) {
 		cs, err = c2.Stream()(context.Background(), &grpc.StreamDesc{}, nil, "/x.Y/Watch", eof)
 		require.NoError(t, err)
 		assert.Equal(t, io.EOF, cs.RecvMsg(nil))
-		assert.True(t, c2.PushbackUntil().IsZero())
+		assert.True(t, c2.PushbackUntil("/x.Y/Watch").IsZero())
 	})
 }
 

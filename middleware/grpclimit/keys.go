@@ -103,5 +103,8 @@ func (c *config) key(ctx context.Context, fullMethod string) string {
 	if key == "" {
 		key = c.peerKey(ctx)
 	}
+	if c.prefix != "" {
+		key = c.prefix + key
+	}
 	return key
 }

@@ -57,6 +57,7 @@ type config struct {
 
 	keyKind  keyKind
 	keySet   bool
+	prefix   string
 	mdName   string
 	keyFunc  KeyFunc
 	cost     CostFunc
@@ -205,6 +206,14 @@ func WithKeyFunc(f KeyFunc) Option {
 		c.keyFunc = f
 		return nil
 	}
+}
+
+// WithKeyPrefix puts prefix in front of every key (peer, metadata or
+// custom). Policies whose limiters share a store and have the same
+// configuration share their state for equal keys; a prefix per policy (for
+// example "search ") keeps them apart.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) error { c.prefix = prefix; return nil }
 }
 
 // WithIPPrefix sets the prefix lengths peer addresses are aggregated to

@@ -273,6 +273,12 @@ func TestKeysHostileAndIPv6(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "192.0.2.0/24", c2.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
 	assert.Equal(t, "2001:db8:1::/48", c2.key(v6, checkMethod))
+
+	c3, err := buildConfig([]Option{WithKeyPrefix("search "), WithMetadataKey("x-token")})
+	require.NoError(t, err)
+	assert.Equal(t, "search 192.0.2.99", c3.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
+	md := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-token", "t1"))
+	assert.Equal(t, "search md:t1", c3.key(md, checkMethod))
 }
 
 func TestOptionsValidation(t *testing.T) {
