@@ -71,6 +71,10 @@ func runMain(m *testing.M) int {
 			clusterAddrs = append(clusterAddrs, p.addr)
 		}
 	}
+	// The examples read the addresses from the environment, like a program
+	// would.
+	os.Setenv(envSingle, singleAddr)
+	os.Setenv(envCluster, strings.Join(clusterAddrs, ","))
 	return m.Run()
 }
 

@@ -1,0 +1,104 @@
+// Package redisstore is the Redis [store.Store] of floodgate: every algorithm
+// of the module (token bucket, leaky bucket, the window family) runs on Redis,
+// Redis Cluster or Sentinel through a [rueidis] client, so that a fleet of
+// processes enforces one global limit. Limits are global rates: 100/s on the
+// Redis store is 100/s for the whole fleet, however many processes share it.
+//
+// # From memory to Redis to Cluster
+//
+// Limiters take a store; switching stores is one line:
+//
+//	st, err := memstore.New()                                               // one process
+//	st, err := redisstore.New(client)                                       // a fleet, one Redis
+//	limiter, err := bucket.NewKeyed(st, bucket.Config{Rate: floodgate.PerSecond(100), Burst: 20})
+//
+// where client is a rueidis client; the same call works on a Cluster, since
+// rueidis finds out what it is talking to:
+//
+//	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"redis:6379"}, DisableCache: true})
+//	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"node1:7000", "node2:7000", "node3:7000"}, DisableCache: true})
+//
+// The Store does not own the client: close it yourself.
+//
+// # One decision, one round trip
+//
+// Each decision is one EVALSHA (rueidis.NewLuaScript: EVAL when the server
+// answers NOSCRIPT, after a restart or a SCRIPT FLUSH) of a script that
+// embeds the algorithm's Lua twin ([store.Lua]). The script reads the time
+// from the Redis server (TIME, in microseconds: all nodes of a fleet agree on
+// it however their own clocks drift), loads the key's state, runs the step,
+// writes the state back with a TTL equal to its time to full
+// (store.State.W[0] - now) or deletes the key when the state is full, and
+// returns the decision. The Go step and the Lua twin are checked to agree,
+// decision by decision and state by state, on random sequences.
+//
+// Scripts that consume are never retried blindly: a command that was written
+// to a connection that then failed may have run, and running it twice would
+// count the request twice. rueidis retries only commands marked retryable, and
+// these scripts are built with NewLuaScript (not NewLuaScriptRetryable), so a
+// connection error or a timeout is reported, not retried; Cluster redirections
+// (MOVED, ASK) are followed, because a redirected script did not run.
+//
+// Redis 5 or later is needed (scripts that call TIME before writing rely on
+// effects replication, the default since Redis 5).
+//
+// # Keys
+//
+// The Redis key of a user key is
+//
+//	prefix + "{" + hex(FNV-1a-64(key)) + "}" + hex(namespace) + ":" + key
+//
+// with prefix "floodgate:" by default ([WithPrefix]). The hash tag is a hash
+// of the user key, so braces in a user key never choose the Cluster slot; the
+// user key itself follows, so two user keys never share state whatever their
+// hashes; the namespace ([store.Spec].Namespace) keeps different algorithms
+// and configurations on one key apart. Any byte string is a valid key (empty,
+// binary, CR/LF, 64 KiB...). A key costs Redis memory for its length plus a
+// few decimal numbers, and disappears when its limit is full again.
+//
+// # Several limits on one key
+//
+// [NewMultiLimiter] checks several policies ("10 per second AND 1000 per
+// hour") in one script: all-or-nothing, atomically (a denial consumes nothing
+// anywhere), in one round trip. The keys of one user key share a hash tag, so
+// it works on Cluster.
+//
+// # Timeouts and failure policies
+//
+// Every decision is bounded by a timeout ([WithTimeout], 50ms by default; a
+// caller context with an earlier deadline wins). What happens when Redis
+// cannot decide (down, too slow, an error) is explicit ([WithFailurePolicy]):
+//
+//   - [FailError] (the default): Apply returns an error wrapping
+//     [floodgate.ErrStoreUnavailable]; the caller's fail mode (for example the
+//     HTTP middleware's) decides.
+//   - [FailOpen]: the request is admitted; the observer sees
+//     [floodgate.OutcomeErrorOpen].
+//   - [FailClosed]: the request is denied with a RetryAfter; the observer sees
+//     [floodgate.OutcomeErrorClosed].
+//   - [Fallback]: a local store (typically a memstore) decides with the rate
+//     divided by the number of nodes; the observer sees
+//     [floodgate.OutcomeFallback] with the local verdict. [FallbackWith] lets
+//     you choose the local configuration.
+//
+// Every call tries Redis first, so the store is back on Redis with the first
+// call after Redis answers again (after a restart, rueidis reconnects on the
+// next call and the script is sent again on NOSCRIPT). A context cancelled by
+// the caller is the caller's error under every policy.
+//
+// With [WithObserver], every decision is reported: allowed, denied, delayed
+// (leaky bucket in delay mode) and the three failure outcomes, each with its
+// own label.
+//
+// # Costs
+//
+// A decision allocates about three times: the Redis key, the reply array, and
+// a share of the timeout machinery (calls that start within the same
+// fraction of the timeout share one deadline context; a caller context that
+// can be cancelled and has no deadline pays context.WithTimeout instead). Its
+// latency is one Redis round trip plus the script (a few microseconds of
+// server time); under concurrency rueidis pipelines the calls of all
+// goroutines on one connection.
+//
+// A Store is safe for concurrent use; so is a [MultiLimiter].
+package redisstore
