@@ -114,7 +114,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.cost != nil {
 		cost = c.cost(r)
 	}
-	start := floodgate.Nanotime()
+	start := c.start()
 	d, err := m.take(r.Context(), key, cost)
 	ev := c.event(start, d)
 	scope := m.scopeKey
@@ -131,10 +131,10 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !d.Allowed {
 			ev.Outcome = floodgate.OutcomeWouldDeny
 		}
-		c.observer.Observe(ev)
+		c.observe(ev)
 	case !d.Allowed:
 		ev.Outcome = floodgate.OutcomeDenied
-		c.observer.Observe(ev)
+		c.observe(ev)
 		retry := d.RetryAfter
 		if retry <= 0 {
 			// A denial without a retry time breaks the Decision contract;
@@ -149,7 +149,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !m.delay(r.Context(), d.Delay) {
 			m.refund(r.Context(), key, cost)
 			ev.Outcome = floodgate.OutcomeDenied
-			c.observer.Observe(ev)
+			c.observe(ev)
 			d.Allowed, d.RetryAfter = false, d.Delay
 			c.refuse(w, http.StatusTooManyRequests, d.Delay, reasonDelay, scope, func(hd http.Header) {
 				m.setHeaders(hd, d, scope, d.Delay)
@@ -157,25 +157,38 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ev.Outcome = floodgate.OutcomeDelayed
-		c.observer.Observe(ev)
+		c.observe(ev)
 		m.setHeaders(w.Header(), d, scope, 0)
 	default:
 		ev.Outcome = floodgate.OutcomeAllowed
-		c.observer.Observe(ev)
+		c.observe(ev)
 		m.setHeaders(w.Header(), d, scope, 0)
 	}
 	h.next.ServeHTTP(w, r)
 }
 
-// event starts the observer's event of a decision that began at start
-// (floodgate.Nanotime).
+// start reads the clock before a decision, when there is an observer to
+// report its latency to.
+func (c *config) start() int64 {
+	if c.observer == nil {
+		return 0
+	}
+	return floodgate.Nanotime()
+}
+
+// event starts the observer's event of a decision that began at start.
 func (c *config) event(start int64, d floodgate.Decision) floodgate.Event {
-	return floodgate.Event{
-		Limiter:  c.name,
-		Tier:     c.tier,
-		Route:    c.route,
-		Decision: d,
-		Latency:  time.Duration(floodgate.Nanotime() - start),
+	ev := floodgate.Event{Limiter: c.name, Tier: c.tier, Route: c.route, Decision: d}
+	if c.observer != nil {
+		ev.Latency = time.Duration(floodgate.Nanotime() - start)
+	}
+	return ev
+}
+
+// observe reports ev to the observer, if any.
+func (c *config) observe(ev floodgate.Event) {
+	if c.observer != nil {
+		c.observer.Observe(ev)
 	}
 }
 
@@ -186,12 +199,12 @@ func (c *config) failed(w http.ResponseWriter, ev floodgate.Event, err error, sc
 	ev.Err = err
 	if c.failMode == FailClosed && !c.dryRun {
 		ev.Outcome = floodgate.OutcomeErrorClosed
-		c.observer.Observe(ev)
+		c.observe(ev)
 		c.refuse(w, http.StatusServiceUnavailable, time.Second, reasonUnavailable, scope, nil)
 		return false
 	}
 	ev.Outcome = floodgate.OutcomeErrorOpen
-	c.observer.Observe(ev)
+	c.observe(ev)
 	return true
 }
 
@@ -278,38 +291,50 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 
 	blk := new(headerBlock)
 	buf := blk.buf[:0]
-	var ends [7]int
-	var names [7]string
+	// Each field is the span buf[from[i]:to[i]] (or policyStatic). A number
+	// is formatted once: the legacy fields reuse the digits of the IETF ones.
+	var from, to [5]int
+	var names [5]string
 	n := 0
+	field := func(name string, a, b int) {
+		names[n], from[n], to[n] = name, a, b
+		n++
+	}
+	digits := func(v int64) (int, int) {
+		a := len(buf)
+		buf = strconv.AppendInt(buf, v, 10)
+		return a, len(buf)
+	}
+	limA, limB, remA, remB, tA, tB := -1, -1, -1, -1, -1, -1
 	if c.headers&HeadersIETF != 0 {
+		a := len(buf)
 		if m.policyStatic == "" {
 			buf = append(buf, m.policyQ...)
-			buf = strconv.AppendInt(buf, limit, 10)
+			limA, limB = digits(limit)
 			buf = append(buf, m.policyW...)
 		}
-		names[n], ends[n] = hRateLimitPolicy, len(buf)
-		n++
+		field(hRateLimitPolicy, a, len(buf))
+		a = len(buf)
 		buf = append(buf, m.rlPrefix...)
-		buf = strconv.AppendInt(buf, remaining, 10)
+		remA, remB = digits(remaining)
 		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, t, 10)
-		names[n], ends[n] = hRateLimit, len(buf)
-		n++
+		tA, tB = digits(t)
+		field(hRateLimit, a, len(buf))
 	}
 	if c.headers&HeadersLegacy != 0 {
-		buf = strconv.AppendInt(buf, limit, 10)
-		names[n], ends[n] = hLimit, len(buf)
-		n++
-		buf = strconv.AppendInt(buf, remaining, 10)
-		names[n], ends[n] = hRemaining, len(buf)
-		n++
-		buf = strconv.AppendInt(buf, reset, 10)
-		names[n], ends[n] = hReset, len(buf)
-		n++
+		if limA < 0 {
+			limA, limB = digits(limit)
+		}
+		field(hLimit, limA, limB)
+		if remA < 0 {
+			remA, remB = digits(remaining)
+		}
+		field(hRemaining, remA, remB)
+		if tA < 0 || t != reset {
+			tA, tB = digits(reset)
+		}
+		field(hReset, tA, tB)
 	}
-	// buf is never written again: strings may point into it. (When a long
-	// policy name made it outgrow blk.buf, it lives in its own heap array,
-	// equally immutable from here on.)
 	// Stacked middlewares: an outer one already wrote its fields. The IETF
 	// fields are lists and get one member per policy; the legacy fields hold
 	// one policy and keep the one with the fewest units remaining.
@@ -319,14 +344,15 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 			keepLegacy = true
 		}
 	}
-	prev := 0
+	// buf is never written again: strings may point into it. (When a long
+	// policy name made it outgrow blk.buf, it lives in its own heap array,
+	// equally immutable from here on.)
 	for i := 0; i < n; i++ {
-		if ends[i] == prev {
+		if from[i] == to[i] {
 			blk.vals[i] = m.policyStatic // the one field that can be empty
 		} else {
-			blk.vals[i] = unsafe.String(&buf[prev], ends[i]-prev)
+			blk.vals[i] = unsafe.String(&buf[from[i]], to[i]-from[i])
 		}
-		prev = ends[i]
 		v := blk.vals[i : i+1 : i+1]
 		if old := h[names[i]]; len(old) > 0 {
 			if names[i] != hRateLimitPolicy && names[i] != hRateLimit {

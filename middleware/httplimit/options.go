@@ -121,7 +121,6 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		observer:  floodgate.NopObserver,
 		fwdHeader: hXFF,
 		v4Bits:    32,
 		v6Bits:    64,
@@ -160,7 +159,8 @@ func WithRoute(route string) Option {
 	return func(c *config) error { c.route = route; return nil }
 }
 
-// WithObserver sends every decision to o. The default discards them.
+// WithObserver sends every decision to o. Without an observer the
+// middleware does not even read the clock to time decisions.
 func WithObserver(o floodgate.Observer) Option {
 	return func(c *config) error {
 		if o == nil {

@@ -102,7 +102,7 @@ type shedHandler struct {
 
 func (h *shedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &h.m.cfg
-	start := floodgate.Nanotime()
+	start := c.start()
 	release, ok, err := h.m.acquire(r.Context())
 	ev := c.event(start, floodgate.Decision{})
 	switch {
@@ -113,17 +113,17 @@ func (h *shedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case !ok && c.dryRun:
 		ev.Outcome = floodgate.OutcomeWouldDeny
-		c.observer.Observe(ev)
+		c.observe(ev)
 		h.next.ServeHTTP(w, r)
 		return
 	case !ok:
 		ev.Outcome = floodgate.OutcomeShed
-		c.observer.Observe(ev)
+		c.observe(ev)
 		c.refuse(w, http.StatusServiceUnavailable, c.shedRetry, reasonOverloaded, scopeConcurrency, nil)
 		return
 	}
 	ev.Outcome = floodgate.OutcomeAllowed
-	c.observer.Observe(ev)
+	c.observe(ev)
 	if release == nil {
 		h.next.ServeHTTP(w, r)
 		return
