@@ -7,12 +7,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
 func TestStatusCodesAndHeaders(t *testing.T) {
@@ -499,6 +503,68 @@ func FuzzHeaders(f *testing.F) {
 			ra := atoi(t, w.Header().Get("Retry-After"))
 			if w.Code != 429 || ra < 1 || ra < cur[0].t {
 				t.Fatalf("code %d, Retry-After %d, t %d", w.Code, ra, cur[0].t)
+			}
+		}
+	})
+}
+
+// TestLeakyBucketDelays runs the nginx-style leaky bucket (rate 1/s, burst
+// 3, delaying) behind the middleware: five simultaneous requests are served
+// at 0, 1, 2 and 3 s and the fifth is refused; in DelayRefuse mode only the
+// undelayed one passes, and the refused ones are refunded.
+func TestLeakyBucketDelays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(time.Now)), memstore.WithSweepInterval(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		l, err := leaky.NewKeyed(s, leaky.Config{Rate: floodgate.PerSecond(1), Burst: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs := &counter{}
+		start := time.Now()
+		var mu sync.Mutex
+		var served []time.Duration
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			served = append(served, time.Since(start))
+			mu.Unlock()
+		})
+		mw := mustMW(t, l, WithObserver(obs))(h)
+		codes := make(chan int, 5)
+		for range 5 {
+			go func() {
+				w := httptest.NewRecorder()
+				mw.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+				codes <- w.Code
+			}()
+		}
+		synctest.Wait()
+		time.Sleep(10 * time.Second)
+		got := map[int]int{}
+		for range 5 {
+			got[<-codes]++
+		}
+		slices.Sort(served)
+		if got[200] != 4 || got[429] != 1 || !slices.Equal(served, []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}) {
+			t.Fatalf("codes %v, served at %v", got, served)
+		}
+		if obs.get(floodgate.OutcomeDelayed) != 3 || obs.get(floodgate.OutcomeAllowed) != 1 || obs.get(floodgate.OutcomeDenied) != 1 {
+			t.Fatalf("observed %v", obs.counts)
+		}
+
+		// Idle again, then refuse delays: only the first passes, and since
+		// refused requests are refunded, each of the others sees the same
+		// 1 s delay and is told to retry in 1 s.
+		time.Sleep(time.Minute)
+		refuse := mustMW(t, l, WithDelayMode(DelayRefuse))(h)
+		for i := range 4 {
+			w := httptest.NewRecorder()
+			refuse.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			if want := []int{200, 429, 429, 429}[i]; w.Code != want || (want == 429 && w.Header().Get("Retry-After") != "1") {
+				t.Fatalf("request %d: %d, Retry-After %q", i, w.Code, w.Header().Get("Retry-After"))
 			}
 		}
 	})
