@@ -307,7 +307,10 @@ func (c *Client) before(ctx context.Context, method string) error {
 	return nil
 }
 
-var errPushbackDeadline = status.Error(codes.DeadlineExceeded, "grpclimit: server pushback would outlast the call's deadline")
+// ErrPushbackDeadline is the error of a call the client interceptor did not
+// send because the server's pushback would outlast the call's deadline
+// (codes.DeadlineExceeded; test with errors.Is).
+var ErrPushbackDeadline = status.Error(codes.DeadlineExceeded, "grpclimit: server pushback would outlast the call's deadline")
 
 // gate returns the pushback time that applies to method. Without a
 // per-method pushback it is the client's own; with one, the method's, made
@@ -343,7 +346,7 @@ func (c *Client) waitPushback(ctx context.Context, method string) error {
 			return nil
 		}
 		if dl, ok := ctx.Deadline(); ok && dl.UnixNano() < until {
-			return errPushbackDeadline
+			return ErrPushbackDeadline
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return err

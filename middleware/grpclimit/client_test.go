@@ -136,6 +136,7 @@ func TestClientPushbackPastDeadlineFailsFast(t *testing.T) {
 		start := time.Now()
 		err := u(ctx, checkMethod, nil, nil, nil, s.invoke)
 		assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+		assert.ErrorIs(t, err, ErrPushbackDeadline)
 		assert.Zero(t, time.Since(start), "no sleeping into the deadline")
 		assert.Len(t, s.at, 1, "the call never went out")
 
