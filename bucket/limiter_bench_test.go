@@ -1,0 +1,75 @@
+package bucket
+
+import (
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"golang.org/x/time/rate"
+)
+
+// allower is the method both limiters share.
+type allower interface{ Allow() bool }
+
+// benchLimiters runs body on floodgate's Limiter and on x/time/rate's, built
+// with the same limit and burst, side by side in one run.
+func benchLimiters(b *testing.B, limit float64, burst int, body func(*testing.B, allower)) {
+	b.Run("floodgate", func(b *testing.B) { body(b, NewLimiter(Limit(limit), burst)) })
+	b.Run("xrate", func(b *testing.B) { body(b, rate.NewLimiter(rate.Limit(limit), burst)) })
+}
+
+func serialAllow(b *testing.B, l allower) {
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if l.Allow() {
+			n++
+		}
+	}
+	b.ReportMetric(float64(n)/float64(b.N), "admitted/op")
+}
+
+func parallelAllow(b *testing.B, l allower) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.Allow()
+		}
+	})
+}
+
+// BenchmarkAllow compares Allow with x/time/rate's in two regimes: "admit"
+// (1e9/s, every call takes a token: a CAS per call) and "deny" (1/s, nearly
+// every call is refused: floodgate only reads its state word), each serial
+// and with RunParallel.
+func BenchmarkAllow(b *testing.B) {
+	regimes := []struct {
+		name  string
+		limit float64
+		burst int
+	}{
+		{"admit", 1e9, 1 << 30},
+		{"deny", 1, 1},
+	}
+	for _, r := range regimes {
+		b.Run("serial/"+r.name, func(b *testing.B) { benchLimiters(b, r.limit, r.burst, serialAllow) })
+		b.Run("parallel/"+r.name, func(b *testing.B) { benchLimiters(b, r.limit, r.burst, parallelAllow) })
+	}
+}
+
+var sinkNS int64
+
+// BenchmarkClock measures the clock reads the two limiters pay for in Allow:
+// floodgate.Nanotime (floodgate) and time.Now (x/time/rate).
+func BenchmarkClock(b *testing.B) {
+	b.Run("floodgate.Nanotime", func(b *testing.B) {
+		for b.Loop() {
+			sinkNS += floodgate.Nanotime()
+		}
+	})
+	b.Run("time.Now", func(b *testing.B) {
+		for b.Loop() {
+			sinkNS += time.Now().UnixNano()
+		}
+	})
+}
