@@ -10,32 +10,39 @@ import (
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
-// A keyed token bucket of 2 per second with a burst of 3, on an in-memory
-// store whose clock is fixed so that the output is reproducible.
+// A store bounded to 3 keys in one shard: a fourth key evicts the one
+// closest to full, and Stats counts it. The clock is fixed so that the
+// output is reproducible.
 func Example() {
 	now := time.Unix(1_700_000_000, 0)
-	s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(func() time.Time { return now })))
+	s, err := memstore.New(
+		memstore.WithClock(floodgate.ClockFunc(func() time.Time { return now })),
+		memstore.WithShards(1),
+		memstore.WithMaxKeys(3),
+	)
 	if err != nil {
 		panic(err)
 	}
 	defer s.Close()
-	lim, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(2), Burst: 3})
+	lim, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 10})
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
-	for range 4 {
-		d, _ := lim.Take(ctx, "alice", 1)
-		fmt.Printf("alice allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
-	}
-	d, _ := lim.Take(ctx, "bob", 1)
-	fmt.Printf("bob   allowed=%v remaining=%d\n", d.Allowed, d.Remaining)
-	fmt.Println("keys:", s.Stats().Keys)
+	lim.Take(ctx, "a", 1) // full again in 1s: the first to go
+	lim.Take(ctx, "b", 5)
+	lim.Take(ctx, "c", 5)
+	fmt.Printf("%+v\n", s.Stats())
+	lim.Take(ctx, "d", 5)
+	fmt.Printf("%+v\n", s.Stats())
+	d, _ := lim.Peek(ctx, "a")
+	fmt.Println("a starts again from", d.Remaining)
+	now = now.Add(5 * time.Second) // b, c and d are full again
+	s.Sweep()
+	fmt.Printf("%+v\n", s.Stats())
 	// Output:
-	// alice allowed=true remaining=2 retry-after=0s
-	// alice allowed=true remaining=1 retry-after=0s
-	// alice allowed=true remaining=0 retry-after=0s
-	// alice allowed=false remaining=0 retry-after=500ms
-	// bob   allowed=true remaining=2
-	// keys: 2
+	// {Keys:3 Slots:8 Evictions:0 Expired:0 Sweeps:0 Shards:1}
+	// {Keys:3 Slots:8 Evictions:1 Expired:0 Sweeps:0 Shards:1}
+	// a starts again from 10
+	// {Keys:0 Slots:8 Evictions:1 Expired:3 Sweeps:1 Shards:1}
 }

@@ -156,18 +156,18 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	if i >= 0 {
 		t.load(i, &st)
 	}
-	st, d := alg.Step(st, now, n)
+	next, d := alg.Step(st, now, n)
 	switch {
-	case st.W[0] <= now:
+	case next.W[0] <= now:
 		// Back to full: the same as a fresh key, keep nothing.
 		if i >= 0 {
 			t.remove(uint64(i))
 			sh.keys--
 		}
 	case i >= 0:
-		t.store(i, &st)
+		t.store(i, &next)
 	default:
-		sh.insert(t, ti, id, chk, &st, now)
+		sh.insert(t, ti, id, chk, &next, now)
 	}
 	sh.mu.Unlock()
 	return d, nil

@@ -7,10 +7,10 @@ import (
 	"github.com/floodgate-go/floodgate/store"
 )
 
-// checkRH verifies the Robin Hood invariants of every slot: each entry is
-// reachable from its home without crossing an empty slot, and the probe
-// distances never drop by more than... (each entry's predecessor is either
-// empty-free and no closer to home than one less).
+// checkRH verifies the table's invariants: every entry is reachable from its
+// home slot without crossing an empty slot, no entry is more than one step
+// further from home than its predecessor (Robin Hood order), and the count
+// matches.
 func checkRH(t *testing.T, tb *table) {
 	t.Helper()
 	live := 0
