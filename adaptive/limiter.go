@@ -78,6 +78,14 @@ type Limiter struct {
 	seq      uint64
 	lastRTT  time.Duration
 	st       Stats
+	pending  []handoff // callbacks to run at the next unlock
+}
+
+// handoff is a queued request's outcome, to deliver after the lock.
+type handoff struct {
+	w *waiter
+	t *Token
+	d floodgate.Decision
 }
 
 // window accumulates the samples of the current window.
@@ -125,6 +133,50 @@ func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (*Token, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	w := &waiter{ch: make(chan *Token, 1)}
+	t, err, queued := l.enter(r, w)
+	if !queued {
+		return t, err
+	}
+	return l.wait(ctx, w)
+}
+
+// AcquireFunc is the asynchronous Acquire, for event loops and simulations
+// that must not block. It calls done exactly once with the token or the
+// rejection, unless the request is cancelled first: at once when the request
+// is admitted or rejected on arrival, and otherwise, when the limiter has a
+// queue, later, from the goroutine that frees the slot (inside its Success,
+// Dropped or Ignore, after the limiter's lock is released) or that evicts the
+// request. done must not block.
+//
+// cancel withdraws a waiting request: it reports true when the request was
+// still waiting (it is then counted and observed as shed, and done is never
+// called), false when done has been or is being called.
+func (l *Limiter) AcquireFunc(r Request, done func(*Token, error)) (cancel func() bool) {
+	w := &waiter{done: done}
+	t, err, queued := l.enter(r, w)
+	if !queued {
+		done(t, err)
+		return func() bool { return false }
+	}
+	return func() bool {
+		l.mu.Lock()
+		if w.index < 0 {
+			l.mu.Unlock()
+			return false
+		}
+		l.waiters.remove(w)
+		l.st.Rejected++
+		d := l.decision(false)
+		l.mu.Unlock()
+		l.observe(w.label, floodgate.OutcomeShed, d, context.Canceled, l.elapsed(w.since))
+		return true
+	}
+}
+
+// enter admits, rejects or queues a request; w is its waiter should it
+// queue. It reports queued when w went into the queue.
+func (l *Limiter) enter(r Request, w *waiter) (t *Token, err error, queued bool) {
 	share := r.Share
 	if !(share > 0 && share <= 1) {
 		share = 1
@@ -133,28 +185,28 @@ func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (*Token, error)
 	now := l.now()
 	leaks := l.reclaim(now)
 	l.serve(now)
-	if l.fits(share) {
-		t := l.admit(now, r.Label)
+	switch {
+	case l.fits(share):
+		t = l.admit(now, r.Label)
 		d := l.decision(true)
-		l.mu.Unlock()
+		l.unlock()
 		l.leaked(leaks)
 		l.observe(r.Label, floodgate.OutcomeAllowed, d, nil, 0)
-		return t, nil
-	}
-	if l.o.queue == 0 || !l.enqueueable(r.Rank) {
+		return t, nil, false
+	case l.o.queue == 0 || !l.enqueueable(r.Rank):
 		l.st.Rejected++
 		d := l.decision(false)
-		l.mu.Unlock()
+		l.unlock()
 		l.leaked(leaks)
 		l.observe(r.Label, floodgate.OutcomeShed, d, nil, 0)
-		return nil, ErrLimitExceeded
+		return nil, ErrLimitExceeded, false
 	}
-	w := &waiter{ch: make(chan *Token, 1), rank: r.Rank, share: share, label: r.Label, seq: l.seq}
+	w.rank, w.share, w.label, w.seq, w.since = r.Rank, share, r.Label, l.seq, now
 	l.seq++
 	l.waiters.push(w)
-	l.mu.Unlock()
+	l.unlock()
 	l.leaked(leaks)
-	return l.wait(ctx, w, now)
+	return nil, nil, true
 }
 
 // enqueueable makes room in the queue for a request of the given rank,
@@ -170,12 +222,41 @@ func (l *Limiter) enqueueable(rank int) bool {
 	}
 	l.waiters.remove(v)
 	l.st.Rejected++
-	v.ch <- nil
+	l.handOff(v, nil)
 	return true
 }
 
+// handOff gives a waiter out of the queue its token, or nil when it was
+// evicted. Channel waiters get it at once; callbacks run at the next unlock.
+// Called with l.mu held.
+func (l *Limiter) handOff(w *waiter, t *Token) {
+	if w.done == nil {
+		w.ch <- t
+		return
+	}
+	l.pending = append(l.pending, handoff{w: w, t: t, d: l.decision(t != nil)})
+}
+
+// unlock releases l.mu, then runs the callbacks of the waiters handed off
+// while it was held.
+func (l *Limiter) unlock() {
+	p := l.pending
+	l.pending = nil
+	l.mu.Unlock()
+	for _, h := range p {
+		lat := l.elapsed(h.w.since)
+		if h.t == nil {
+			l.observe(h.w.label, floodgate.OutcomeShed, h.d, nil, lat)
+			h.w.done(nil, ErrLimitExceeded)
+			continue
+		}
+		l.observe(h.w.label, floodgate.OutcomeAllowed, h.d, nil, lat)
+		h.w.done(h.t, nil)
+	}
+}
+
 // wait blocks until w is served, evicted, or ctx ends.
-func (l *Limiter) wait(ctx context.Context, w *waiter, since int64) (*Token, error) {
+func (l *Limiter) wait(ctx context.Context, w *waiter) (*Token, error) {
 	var t *Token
 	select {
 	case t = <-w.ch:
@@ -187,7 +268,7 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, since int64) (*Token, err
 			d := l.decision(false)
 			l.mu.Unlock()
 			err := ctx.Err()
-			l.observe(w.label, floodgate.OutcomeShed, d, err, l.elapsed(since))
+			l.observe(w.label, floodgate.OutcomeShed, d, err, l.elapsed(w.since))
 			return nil, fmt.Errorf("%w: %w", ErrLimitExceeded, err)
 		}
 		l.mu.Unlock()
@@ -197,10 +278,10 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, since int64) (*Token, err
 	d := l.decision(t != nil)
 	l.mu.Unlock()
 	if t == nil {
-		l.observe(w.label, floodgate.OutcomeShed, d, nil, l.elapsed(since))
+		l.observe(w.label, floodgate.OutcomeShed, d, nil, l.elapsed(w.since))
 		return nil, ErrLimitExceeded
 	}
-	l.observe(w.label, floodgate.OutcomeAllowed, d, nil, l.elapsed(since))
+	l.observe(w.label, floodgate.OutcomeAllowed, d, nil, l.elapsed(w.since))
 	return t, nil
 }
 
@@ -249,7 +330,7 @@ func (l *Limiter) Stats() Stats {
 	l.serve(now)
 	s := l.st
 	s.Limit, s.InFlight, s.Queued = l.limit, l.inflight, l.waiters.len()
-	l.mu.Unlock()
+	l.unlock()
 	l.leaked(leaks)
 	return s
 }
@@ -307,7 +388,7 @@ func (l *Limiter) unlink(t *Token) {
 func (l *Limiter) serve(now int64) {
 	for w := l.waiters.peek(); w != nil && l.fits(w.share); w = l.waiters.peek() {
 		l.waiters.pop()
-		w.ch <- l.admit(now, w.label)
+		l.handOff(w, l.admit(now, w.label))
 	}
 }
 
@@ -395,7 +476,7 @@ func (l *Limiter) release(t *Token, k outcome) {
 	change := l.closeWindow(now)
 	leaks := l.reclaim(now)
 	l.serve(now)
-	l.mu.Unlock()
+	l.unlock()
 	l.leaked(leaks)
 	if change != nil && l.o.onChange != nil {
 		l.o.onChange(*change)

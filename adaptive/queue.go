@@ -4,7 +4,9 @@ import "container/heap"
 
 // waiter is one request waiting for a slot.
 type waiter struct {
-	ch    chan *Token // receives the token, or nil when evicted
+	ch    chan *Token         // receives the token, or nil when evicted
+	done  func(*Token, error) // or, for AcquireFunc, is called with it
+	since int64               // when it was queued (Unix ns)
 	rank  int
 	share float64
 	label string

@@ -68,12 +68,19 @@ type Config struct {
 	Window time.Duration
 	// Seed seeds the random source.
 	Seed uint64
+	// MaxWait is how long a request may wait in the limiter's queue when the
+	// Target has AcquireFunc; it is then withdrawn and counted as shed.
+	MaxWait time.Duration
 }
 
 // Target is what the simulation drives.
 type Target struct {
 	// Acquire asks for a slot for a request of class c.
 	Acquire func(c int) (*adaptive.Token, error)
+	// AcquireFunc, when set, is used instead of Acquire: the asynchronous
+	// form (see [adaptive.Limiter.AcquireFunc]) that lets a request wait in
+	// the limiter's queue, for at most Config.MaxWait.
+	AcquireFunc func(c int, done func(*adaptive.Token, error)) (cancel func() bool)
 	// Limit and InFlight are read at the end of every window.
 	Limit    func() int
 	InFlight func() int
@@ -94,7 +101,8 @@ type Window struct {
 	// Index is the window's number, from 0.
 	Index int
 	// Offered counts arrivals; Admitted and Shed split them by the limiter's
-	// verdict.
+	// verdict (given later for a request that waited in the limiter's queue,
+	// but counted in the window of its arrival).
 	Offered, Admitted, Shed []int
 	// Succeeded and Dropped count requests that completed or were refused by
 	// the server during the window (they may have arrived earlier).
@@ -163,55 +171,136 @@ func (h *jobHeap) Pop() any {
 
 // Run drives t for cfg.Windows windows and returns their figures.
 func (s *Sim) Run(t Target) []Window {
-	cfg := s.cfg
-	nc := max(cfg.Classes, 1)
-	win := int64(cfg.Window)
-	var (
-		busy    int
-		queue   []*job
-		running jobHeap
-		out     = make([]Window, 0, cfg.Windows)
-		next    = make([]int64, nc)
-	)
-	service := func() int64 {
-		f := 1 + cfg.Server.Jitter*(2*s.rng.Float64()-1)
-		return int64(float64(cfg.Server.Service) * f)
+	r := &runner{s: s, t: t, nc: max(s.cfg.Classes, 1)}
+	return r.run()
+}
+
+// runner is the state of one Run.
+type runner struct {
+	s       *Sim
+	t       Target
+	nc      int
+	busy    int
+	queue   []*job  // the server's queue
+	running jobHeap // jobs in service, by completion time
+	waits   []wait  // requests waiting in the limiter's queue, by deadline
+	cur     *Window
+	lat     [][]time.Duration
+}
+
+// wait is a request waiting in the limiter's queue.
+type wait struct {
+	deadline int64
+	from     *Window
+	class    int
+	cancel   func() bool
+}
+
+func (r *runner) service() int64 {
+	cfg := r.s.cfg
+	f := 1 + cfg.Server.Jitter*(2*r.s.rng.Float64()-1)
+	return int64(float64(cfg.Server.Service) * f)
+}
+
+// accept puts an admitted request, offered in window from, on the server, at
+// the current time.
+func (r *runner) accept(from *Window, c int, arrival int64, tok *adaptive.Token) {
+	from.Admitted[c]++
+	j := &job{tok: tok, class: c, arrival: arrival}
+	now := r.s.now.Load()
+	switch {
+	case r.busy < r.s.cfg.Server.Workers:
+		r.busy++
+		j.done = now + r.service()
+		heap.Push(&r.running, j)
+	case len(r.queue) < r.s.cfg.Server.Queue:
+		r.queue = append(r.queue, j)
+	default:
+		r.cur.Dropped[c]++
+		tok.Dropped() // may hand the slot to a waiting request
 	}
+}
+
+// complete ends the next job in service. The server's state is settled
+// before the token is released, because the release may start another
+// request (a waiter of the limiter's queue) re-entrantly.
+func (r *runner) complete() {
+	j := heap.Pop(&r.running).(*job)
+	r.s.now.Store(j.done)
+	r.busy--
+	if len(r.queue) > 0 {
+		q := r.queue[0]
+		r.queue = r.queue[1:]
+		q.done = j.done + r.service()
+		heap.Push(&r.running, q)
+		r.busy++
+	}
+	r.cur.Succeeded[j.class]++
+	r.lat[j.class] = append(r.lat[j.class], time.Duration(j.done-j.arrival))
+	j.tok.Success()
+}
+
+// arrive offers one request of class c at the current time.
+func (r *runner) arrive(c int) {
+	at, from := r.s.now.Load(), r.cur
+	from.Offered[c]++
+	if r.t.AcquireFunc == nil {
+		tok, err := r.t.Acquire(c)
+		if err != nil {
+			from.Shed[c]++
+			return
+		}
+		r.accept(from, c, at, tok)
+		return
+	}
+	cancel := r.t.AcquireFunc(c, func(tok *adaptive.Token, err error) {
+		if err != nil {
+			from.Shed[c]++
+			return
+		}
+		r.accept(from, c, at, tok)
+	})
+	r.waits = append(r.waits, wait{deadline: at + int64(r.s.cfg.MaxWait), from: from, class: c, cancel: cancel})
+}
+
+func (r *runner) run() []Window {
+	s, cfg, nc := r.s, r.s.cfg, r.nc
+	win := int64(cfg.Window)
+	out := make([]*Window, 0, cfg.Windows)
+	next := make([]int64, nc)
 	for w := 0; w < cfg.Windows; w++ {
 		start := s.epoch + int64(w)*win
 		end := start + win
-		cur := Window{Index: w}
-		for _, p := range []*[]int{&cur.Offered, &cur.Admitted, &cur.Shed, &cur.Succeeded, &cur.Dropped} {
+		r.cur = &Window{Index: w}
+		for _, p := range []*[]int{&r.cur.Offered, &r.cur.Admitted, &r.cur.Shed, &r.cur.Succeeded, &r.cur.Dropped} {
 			*p = make([]int, nc)
 		}
-		lat := make([][]time.Duration, nc)
+		r.lat = make([][]time.Duration, nc)
 		// Poisson arrivals are memoryless: draw each class's next arrival
 		// afresh from the window's start with the window's rate.
 		for c := range nc {
 			next[c] = s.arrival(start, cfg.Rate(w, c))
 		}
 		for {
-			// The next event: the earliest arrival or completion in the window.
+			// The next event: the earliest arrival, completion or wait
+			// deadline within the window.
 			c, at := -1, end
 			for k := range nc {
 				if next[k] < at {
 					c, at = k, next[k]
 				}
 			}
-			if len(running) > 0 && running[0].done <= at {
-				j := heap.Pop(&running).(*job)
-				s.now.Store(j.done)
-				j.tok.Success()
-				cur.Succeeded[j.class]++
-				lat[j.class] = append(lat[j.class], time.Duration(j.done-j.arrival))
-				busy--
-				if len(queue) > 0 {
-					q := queue[0]
-					queue = queue[1:]
-					q.done = j.done + service()
-					heap.Push(&running, q)
-					busy++
+			if len(r.waits) > 0 && r.waits[0].deadline <= at {
+				wt := r.waits[0]
+				r.waits = r.waits[1:]
+				s.now.Store(wt.deadline)
+				if wt.cancel() {
+					wt.from.Shed[wt.class]++
 				}
+				continue
+			}
+			if len(r.running) > 0 && r.running[0].done <= at {
+				r.complete()
 				continue
 			}
 			if c < 0 {
@@ -219,38 +308,24 @@ func (s *Sim) Run(t Target) []Window {
 			}
 			s.now.Store(at)
 			next[c] = s.arrival(at, cfg.Rate(w, c))
-			cur.Offered[c]++
-			tok, err := t.Acquire(c)
-			if err != nil {
-				cur.Shed[c]++
-				continue
-			}
-			cur.Admitted[c]++
-			j := &job{tok: tok, class: c, arrival: at}
-			switch {
-			case busy < cfg.Server.Workers:
-				busy++
-				j.done = at + service()
-				heap.Push(&running, j)
-			case len(queue) < cfg.Server.Queue:
-				queue = append(queue, j)
-			default:
-				tok.Dropped()
-				cur.Dropped[c]++
-			}
+			r.arrive(c)
 		}
 		s.now.Store(end)
-		cur.P99 = make([]time.Duration, nc)
+		r.cur.P99 = make([]time.Duration, nc)
 		var all []time.Duration
 		for c := range nc {
-			cur.P99[c] = P99(lat[c])
-			all = append(all, lat[c]...)
+			r.cur.P99[c] = P99(r.lat[c])
+			all = append(all, r.lat[c]...)
 		}
-		cur.P99All = P99(all)
-		cur.Limit, cur.InFlight = t.Limit(), t.InFlight()
-		out = append(out, cur)
+		r.cur.P99All = P99(all)
+		r.cur.Limit, r.cur.InFlight = r.t.Limit(), r.t.InFlight()
+		out = append(out, r.cur)
 	}
-	return out
+	res := make([]Window, len(out))
+	for i, w := range out {
+		res[i] = *w
+	}
+	return res
 }
 
 // arrival draws the next arrival after from a Poisson process of rate per

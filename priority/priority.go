@@ -1,0 +1,191 @@
+package priority
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/adaptive"
+)
+
+// Class identifies a traffic class: an index into the limiter's classes, 0
+// being the most important.
+type Class int
+
+// The default classes (see [DefaultClasses]).
+const (
+	// Critical is shed only when the capacity is exhausted (100%).
+	Critical Class = iota
+	// Standard is shed at 95% utilisation.
+	Standard
+	// BestEffort is shed first, at 85% utilisation.
+	BestEffort
+)
+
+// ClassConfig describes one class.
+type ClassConfig struct {
+	// Name labels the class in statistics and observer events (as
+	// Event.Route). Unique and not empty.
+	Name string
+	// ShedAt in (0, 1] is the utilisation at which the class is shed: a
+	// request of the class is admitted only while
+	// in-flight < ShedAt * capacity.
+	ShedAt float64
+}
+
+// DefaultClasses returns the three default classes: critical (shed at
+// 100%), standard (95%) and best-effort (85%), matching [Critical],
+// [Standard] and [BestEffort].
+func DefaultClasses() []ClassConfig {
+	return []ClassConfig{{"critical", 1}, {"standard", 0.95}, {"best-effort", 0.85}}
+}
+
+// ErrUnknownClass is returned by Acquire for a class the limiter does not
+// have.
+var ErrUnknownClass = errors.New("priority: unknown class")
+
+// ClassStats counts one class's Acquire outcomes.
+type ClassStats struct {
+	// Name is the class's name.
+	Name string
+	// Admitted and Shed count the requests admitted and rejected.
+	Admitted, Shed uint64
+}
+
+// Limiter sheds traffic by class from one shared capacity. It is safe for
+// concurrent use. Create it with [New] or [NewFixed].
+type Limiter struct {
+	cap     *adaptive.Limiter
+	classes []ClassConfig
+	admit   []atomic.Uint64
+	shed    []atomic.Uint64
+}
+
+// New returns a Limiter whose capacity is the current limit of capacity, an
+// adaptive (or fixed) limiter that it then owns: requests should reach
+// capacity only through the returned Limiter, so that every admission is
+// subject to the class thresholds. With no classes, [DefaultClasses] are
+// used. Classes are listed from the most important to the least; their
+// ShedAt may not increase along the list.
+//
+// The wait is capacity's: build it with [adaptive.WithQueue] to make Acquire
+// wait in a bounded queue, where a more important class is served first
+// when a slot frees (and may take a full queue's place from a less
+// important one).
+func New(capacity *adaptive.Limiter, classes ...ClassConfig) (*Limiter, error) {
+	if capacity == nil {
+		return nil, fmt.Errorf("%w: priority: nil capacity limiter", floodgate.ErrInvalidConfig)
+	}
+	if len(classes) == 0 {
+		classes = DefaultClasses()
+	}
+	seen := make(map[string]bool, len(classes))
+	for i, c := range classes {
+		switch {
+		case c.Name == "" || seen[c.Name]:
+			return nil, fmt.Errorf("%w: priority: class %d needs a unique, non-empty name, got %q", floodgate.ErrInvalidConfig, i, c.Name)
+		case !(c.ShedAt > 0 && c.ShedAt <= 1):
+			return nil, fmt.Errorf("%w: priority: class %q ShedAt must be in (0, 1], got %v", floodgate.ErrInvalidConfig, c.Name, c.ShedAt)
+		case i > 0 && c.ShedAt > classes[i-1].ShedAt:
+			return nil, fmt.Errorf("%w: priority: class %q sheds at %v, above the more important %q (%v)", floodgate.ErrInvalidConfig, c.Name, c.ShedAt, classes[i-1].Name, classes[i-1].ShedAt)
+		}
+		seen[c.Name] = true
+	}
+	return &Limiter{
+		cap:     capacity,
+		classes: append([]ClassConfig(nil), classes...),
+		admit:   make([]atomic.Uint64, len(classes)),
+		shed:    make([]atomic.Uint64, len(classes)),
+	}, nil
+}
+
+// NewFixed returns a Limiter on a fixed capacity of n requests in flight;
+// opts configure the underlying [adaptive.Limiter] (queue, observer, clock).
+func NewFixed(n int, classes []ClassConfig, opts ...adaptive.Option) (*Limiter, error) {
+	alg, err := adaptive.NewFixed(n)
+	if err != nil {
+		return nil, err
+	}
+	l, err := adaptive.New(alg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return New(l, classes...)
+}
+
+// Acquire asks for a slot for a request of class c. It returns the token to
+// end with Success, Dropped or Ignore, or a rejection wrapping
+// [adaptive.ErrLimitExceeded] when the class is shed (after waiting, when the
+// capacity has a queue). It returns [ErrUnknownClass] for a class out of
+// range and ctx's error when ctx is already done.
+func (p *Limiter) Acquire(ctx context.Context, c Class) (*adaptive.Token, error) {
+	if c < 0 || int(c) >= len(p.classes) {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownClass, c)
+	}
+	tok, err := p.cap.AcquireRequest(ctx, p.request(c))
+	p.count(c, err)
+	return tok, err
+}
+
+// AcquireFunc is the asynchronous Acquire (see
+// [adaptive.Limiter.AcquireFunc]): done receives the token or the rejection,
+// at once or, when the request waits in the capacity's queue, later; cancel
+// withdraws a waiting request.
+func (p *Limiter) AcquireFunc(c Class, done func(*adaptive.Token, error)) (cancel func() bool) {
+	if c < 0 || int(c) >= len(p.classes) {
+		done(nil, fmt.Errorf("%w: %d", ErrUnknownClass, c))
+		return func() bool { return false }
+	}
+	return p.cap.AcquireFunc(p.request(c), func(t *adaptive.Token, err error) {
+		p.count(c, err)
+		done(t, err)
+	})
+}
+
+func (p *Limiter) request(c Class) adaptive.Request {
+	cc := p.classes[c]
+	return adaptive.Request{Share: cc.ShedAt, Rank: len(p.classes) - 1 - int(c), Label: cc.Name}
+}
+
+func (p *Limiter) count(c Class, err error) {
+	switch {
+	case err == nil:
+		p.admit[c].Add(1)
+	case errors.Is(err, adaptive.ErrLimitExceeded):
+		p.shed[c].Add(1)
+	}
+}
+
+// Class returns the class with the given name.
+func (p *Limiter) Class(name string) (Class, bool) {
+	for i, c := range p.classes {
+		if c.Name == name {
+			return Class(i), true
+		}
+	}
+	return 0, false
+}
+
+// Classes returns a copy of the limiter's classes.
+func (p *Limiter) Classes() []ClassConfig { return append([]ClassConfig(nil), p.classes...) }
+
+// Capacity returns the underlying limiter (for its Limit, InFlight and
+// Stats; acquire through p, not through it).
+func (p *Limiter) Capacity() *adaptive.Limiter { return p.cap }
+
+// Limit returns the current capacity.
+func (p *Limiter) Limit() int { return p.cap.Limit() }
+
+// InFlight returns the number of requests in flight, all classes together.
+func (p *Limiter) InFlight() int { return p.cap.InFlight() }
+
+// Stats returns each class's counters, in class order.
+func (p *Limiter) Stats() []ClassStats {
+	out := make([]ClassStats, len(p.classes))
+	for i, c := range p.classes {
+		out[i] = ClassStats{Name: c.Name, Admitted: p.admit[i].Load(), Shed: p.shed[i].Load()}
+	}
+	return out
+}
