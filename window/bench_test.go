@@ -94,3 +94,26 @@ func BenchmarkTakeParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStep measures the pure steps alone (no store), on a key held at
+// its limit (every step denied after the first ones) and on one that is
+// mostly admitted.
+func BenchmarkStep(b *testing.B) {
+	for _, load := range []struct {
+		name   string
+		perSec int64
+	}{{"denied", 100}, {"admitted", 1_000_000}} {
+		for _, c := range benchCases(load.perSec) {
+			b.Run(load.name+"/"+c.name, func(b *testing.B) {
+				alg := benchLimiter(b, c).Algorithm()
+				var s store.State
+				now := int64(1_700_000_000_000_000)
+				b.ReportAllocs()
+				for b.Loop() {
+					now++
+					s, _ = alg.Step(s, now, 1)
+				}
+			})
+		}
+	}
+}
