@@ -54,7 +54,8 @@
 // is back (Decision.RetryAfter, rounded up), so that Retry-After >= t.
 //
 // A request the limiter refuses gets 429 Too Many Requests, without reaching
-// the handler, with the fields above (r=0) and:
+// the handler, with the fields above (r is what is left: 0, unless the
+// request cost more than one unit) and:
 //
 //	Retry-After: 1                  whole seconds, rounded up, >= 1, plus WithRetryJitter's jitter
 //	Cache-Control: no-store
@@ -96,8 +97,9 @@
 // [WithDryRun] (shadow mode) decides and charges every request exactly as
 // enforcement would, reports refusals as floodgate.OutcomeWouldDeny, and
 // changes nothing the client sees: no refusal, no delay, no rate-limit
-// headers. Build one middleware per route to give each route its own dry-run
-// flag, fail mode and observer labels.
+// headers; a limiter error is served (error_open) whatever the fail mode.
+// Build one middleware per route to give each route its own dry-run flag,
+// fail mode and observer labels.
 //
 // # Observing
 //

@@ -360,7 +360,7 @@ func TestBadOptions(t *testing.T) {
 		return floodgate.Decision{Allowed: true}, nil
 	})
 	bad := map[string]Option{
-		"nil option":   nil,
+		"zero option":  {},
 		"nil observer": WithObserver(nil),
 		"header name":  WithHeaderKey("X Bad"),
 		"empty header": WithHeaderKey(""),

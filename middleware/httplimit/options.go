@@ -12,8 +12,12 @@ import (
 
 // Option configures [Middleware] and [Shed]. Options are applied in order; an
 // option given a value it cannot use makes the constructor return an error
-// wrapping [floodgate.ErrInvalidConfig].
-type Option func(*config) error
+// wrapping [floodgate.ErrInvalidConfig]. The zero Option is invalid.
+type Option struct {
+	apply func(*config) error
+}
+
+func option(f func(*config) error) Option { return Option{apply: f} }
 
 // Policy describes the quota policy a limiter enforces, for the
 // RateLimit-Policy field: "name";q=Quota;w=Window.
@@ -136,39 +140,39 @@ func invalid(format string, args ...any) error {
 
 // WithName sets the limiter name reported to the observer (Event.Limiter).
 func WithName(name string) Option {
-	return func(c *config) error { c.name = name; return nil }
+	return option(func(c *config) error { c.name = name; return nil })
 }
 
 // WithTier sets the tier label reported to the observer and sent in
 // X-RateLimit-Tier when diagnostic headers are on. It must be printable
 // ASCII.
 func WithTier(tier string) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if !printable(tier) {
 			return invalid("tier %q is not printable ASCII", tier)
 		}
 		c.tier = tier
 		return nil
-	}
+	})
 }
 
 // WithRoute sets the route class reported to the observer (Event.Route), for
 // example "/search". Build one middleware per route to give routes their own
 // labels, dry-run flag and fail mode.
 func WithRoute(route string) Option {
-	return func(c *config) error { c.route = route; return nil }
+	return option(func(c *config) error { c.route = route; return nil })
 }
 
 // WithObserver sends every decision to o. Without an observer the
 // middleware does not even read the clock to time decisions.
 func WithObserver(o floodgate.Observer) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if o == nil {
 			return invalid("nil observer")
 		}
 		c.observer = o
 		return nil
-	}
+	})
 }
 
 // WithHeaderKey keys requests by the value of header name (for example
@@ -178,35 +182,35 @@ func WithObserver(o floodgate.Observer) Option {
 // Values longer than 128 bytes or holding bytes outside printable ASCII are
 // replaced by a SHA-256 digest, so that hostile values cannot bloat a store.
 func WithHeaderKey(name string) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if name == "" || !validHeaderName(name) {
 			return invalid("bad header name %q", name)
 		}
 		c.keyKind = keyHeader
 		c.header = http.CanonicalHeaderKey(name)
 		return nil
-	}
+	})
 }
 
 // WithKeyFunc keys requests by f. The key f returns is used as it is (keep it
 // apart from IP keys, which are canonical addresses or prefixes such as
 // "192.0.2.1" and "2001:db8::/64"); "" falls back to the client IP.
 func WithKeyFunc(f KeyFunc) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if f == nil {
 			return invalid("nil key func")
 		}
 		c.keyKind = keyCustom
 		c.keyFunc = f
 		return nil
-	}
+	})
 }
 
 // WithRouteKey scopes every key to route: the key becomes route + " " + key,
 // so one limiter (and one store) can hold separate budgets per route. It
 // also sets the observer's route label when WithRoute was not given.
 func WithRouteKey(route string) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if route == "" {
 			return invalid("empty route key")
 		}
@@ -215,18 +219,18 @@ func WithRouteKey(route string) Option {
 			c.route = route
 		}
 		return nil
-	}
+	})
 }
 
 // WithCost sets the cost of each request. The default is 1.
 func WithCost(f CostFunc) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if f == nil {
 			return invalid("nil cost func")
 		}
 		c.cost = f
 		return nil
-	}
+	})
 }
 
 // WithTrustedProxies lists the proxies whose forwarding header
@@ -236,7 +240,7 @@ func WithCost(f CostFunc) Option {
 // proxy. With no trusted proxies (the default) the
 // headers are ignored and the client IP is the peer's address.
 func WithTrustedProxies(prefixes ...netip.Prefix) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		for _, p := range prefixes {
 			if !p.IsValid() {
 				return invalid("invalid trusted proxy prefix %v", p)
@@ -244,7 +248,7 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 			c.trusted = append(c.trusted, p.Masked())
 		}
 		return nil
-	}
+	})
 }
 
 // WithForwardedHeader chooses the header trusted proxies report the client
@@ -253,7 +257,7 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 // Forwarded header through untouched, so reading both would let clients
 // pick their key.
 func WithForwardedHeader(name string) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		switch {
 		case strings.EqualFold(name, hXFF):
 			c.fwdHeader = hXFF
@@ -263,7 +267,7 @@ func WithForwardedHeader(name string) Option {
 			return invalid("forwarded header %q: want X-Forwarded-For or Forwarded", name)
 		}
 		return nil
-	}
+	})
 }
 
 // WithIPPrefix aggregates client addresses before they become keys: IPv4
@@ -271,31 +275,31 @@ func WithForwardedHeader(name string) Option {
 // addresses to v6Bits (1..128, default 64: one key per /64, the smallest
 // block a single subscriber usually holds).
 func WithIPPrefix(v4Bits, v6Bits int) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if v4Bits < 1 || v4Bits > 32 || v6Bits < 1 || v6Bits > 128 {
 			return invalid("IP prefix lengths %d/%d outside 1..32/1..128", v4Bits, v6Bits)
 		}
 		c.v4Bits, c.v6Bits = v4Bits, v6Bits
 		return nil
-	}
+	})
 }
 
 // WithHeaders selects which header groups are sent; see [HeaderSet].
 func WithHeaders(h HeaderSet) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if h&^(HeadersIETF|HeadersLegacy|HeadersDiagnostic) != 0 {
 			return invalid("unknown header set %#x", uint8(h))
 		}
 		c.headers = h
 		return nil
-	}
+	})
 }
 
 // WithPolicy describes the enforced policy for the RateLimit-Policy and
 // RateLimit fields. The default is Policy{Name: "default"}: quota from the
 // limiter's Decision.Limit, no window.
 func WithPolicy(p Policy) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if p.Name == "" {
 			p.Name = "default"
 		}
@@ -307,71 +311,71 @@ func WithPolicy(p Policy) Option {
 		}
 		c.policy = p
 		return nil
-	}
+	})
 }
 
 // WithProblemDetails makes refusals carry an application/problem+json body
 // (RFC 9457) instead of a one-line text/plain body. The body states the
 // status and the retry delay; it never contains the key.
 func WithProblemDetails(on bool) Option {
-	return func(c *config) error { c.problem = on; return nil }
+	return option(func(c *config) error { c.problem = on; return nil })
 }
 
 // WithRetryJitter adds a uniformly random delay in [0, max] to Retry-After
 // on refusals (before rounding up to whole seconds), so that refused
 // clients do not all come back in the same second.
 func WithRetryJitter(max time.Duration) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if max < 0 {
 			return invalid("negative jitter %v", max)
 		}
 		c.jitter = max
 		return nil
-	}
+	})
 }
 
 // WithFailMode sets what happens when the limiter cannot decide. The default
 // is FailOpen.
 func WithFailMode(m FailMode) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if m > FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}
 		c.failMode = m
 		return nil
-	}
+	})
 }
 
 // WithDelayMode sets what happens to requests a shaping limiter admits with
 // a delay. The default is DelayHonour.
 func WithDelayMode(m DelayMode) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if m > DelayRefuse {
 			return invalid("unknown delay mode %d", m)
 		}
 		c.delayMode = m
 		return nil
-	}
+	})
 }
 
 // WithDryRun turns shadow mode on: every request is decided, charged and
-// reported (a refusal as floodgate.OutcomeWouldDeny), headers are sent, but
-// nothing is refused and no delay is applied. Use it on a route before
-// enforcing a new limit there.
+// reported (a refusal as floodgate.OutcomeWouldDeny) exactly as enforcement
+// would, but the client sees nothing of it: no refusal, no delay, no
+// rate-limit headers. Use it on a route before enforcing a new limit there.
 func WithDryRun(on bool) Option {
-	return func(c *config) error { c.dryRun = on; return nil }
+	return option(func(c *config) error { c.dryRun = on; return nil })
 }
 
 // WithShedRetryAfter sets the Retry-After sent with 503 when [Shed] sheds a
 // request (default 1s; rounded up to whole seconds).
 func WithShedRetryAfter(d time.Duration) Option {
-	return func(c *config) error {
+	return option(func(c *config) error {
 		if d <= 0 {
 			return invalid("shed Retry-After %v must be positive", d)
 		}
 		c.shedRetry = d
 		return nil
-	}
+	})
 }
 
 func printable(s string) bool {
@@ -398,10 +402,10 @@ func validHeaderName(s string) bool {
 func buildConfig(opts []Option) (config, error) {
 	c := defaultConfig()
 	for i, o := range opts {
-		if o == nil {
-			return c, invalid("option %d is nil", i)
+		if o.apply == nil {
+			return c, invalid("option %d is the zero Option", i)
 		}
-		if err := o(&c); err != nil {
+		if err := o.apply(&c); err != nil {
 			return c, err
 		}
 	}
