@@ -71,9 +71,11 @@
 //
 // Time is in Unix microseconds inside the steps ([store.Micros]); Window must
 // be a whole number of microseconds, at most [MaxWindow]. Limit is at least 1
-// and at most [MaxLimit] (fixed window), [MaxLogLimit] (sliding log; the log
-// keeps one timestamp per unit) or MaxCounterProduct / Window in microseconds
-// (sliding counter, [MaxCounterProduct]). These bounds keep every
+// and at most [MaxLimit]; the sliding log also caps it at [MaxLogLimit] (the
+// log keeps one timestamp per unit), the sliding counter at
+// [MaxCounterProduct] / Window in microseconds. The zero [Config] is invalid:
+// Limit and Window have no defaults. The zero [store.State] is a fresh key,
+// at full capacity. These bounds keep every
 // intermediate value below 2^53 so that the Lua twins, which compute in
 // doubles, are bit-identical to the Go steps. Invalid configurations are
 // refused at construction with an error wrapping

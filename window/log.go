@@ -67,7 +67,7 @@ func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, flood
 		// time at which the log is empty.
 		d.RetryAfter = store.Dur(l.w)
 		if count > 0 {
-			d.RetryAfter = store.Dur(log[count-1] + l.w - now)
+			d.RetryAfter = store.Dur(max(1, log[count-1]+l.w-now))
 		}
 	default:
 		// Admitted once the oldest count+n-limit entries have expired.
@@ -129,6 +129,7 @@ return function(s, now, n, p)
   elseif n > limit then
     retry = w
     if count > 0 then retry = log[count] + w - now end
+    if retry < 1 then retry = 1 end
   else
     retry = log[count + n - limit] + w - now
     if retry < 1 then retry = 1 end
