@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
@@ -23,7 +24,7 @@ import (
 
 func benchClient(b *testing.B) *Store {
 	c := newClient(b, singleAddr)
-	s, err := New(c, WithPrefix(uniquePrefix(b)))
+	s, err := New(c, WithPrefix(uniquePrefix(b)), WithTimeout(time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -30,8 +30,8 @@ import (
 //
 // State encoding in the key: the words as decimal integers joined by ",",
 // then, for algorithms with a log, ";" and the log entries joined by ",".
-// Redis 7 replicates the effects of scripts, so calling TIME before writing is
-// allowed (redis.replicate_commands is called where it still exists).
+// Redis 5 and later replicate the effects of scripts (not the scripts), so
+// calling TIME before writing is allowed.
 const scriptHead = `-- floodgate redisstore decision script
 local steps = {}
 `
@@ -43,7 +43,6 @@ local now
 if test then
   now = tonumber(ARGV[2])
 else
-  if redis.replicate_commands then redis.replicate_commands() end
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
@@ -143,10 +142,46 @@ end
 return acc
 `
 
+// scriptOneWord is the script for the most common case, one policy whose
+// state is one word (the token bucket): the same arguments, the same encoding
+// of the state and the same reply as the general script, with less work.
+const scriptOneWord = `
+local n = tonumber(ARGV[1])
+local test = ARGV[2] ~= ''
+local now
+if test then
+  now = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local p = {}
+for j = 1, tonumber(ARGV[5]) do p[j] = tonumber(ARGV[5 + j]) end
+local v = redis.call('GET', KEYS[1])
+local s, d = step({v and tonumber(v) or 0}, now, n, p)
+local w = s[1]
+if w <= now then
+  redis.call('DEL', KEYS[1])
+else
+  local ttl = math.floor((w - now + 999) / 1000)
+  if test and ttl < 60000 then ttl = 60000 end
+  redis.call('SET', KEYS[1], string.format('%d', w), 'PX', ttl)
+end
+if test then
+  return {d[1], d[2], d[3], d[4], d[5], d[6], w, 0}
+end
+return d
+`
+
 // buildScript returns the script text for the policies described by specs,
 // in that order.
 func buildScript(specs []store.Spec) string {
 	var b strings.Builder
+	if len(specs) == 1 && specs[0].Words == 1 && specs[0].MaxLog == 0 {
+		fmt.Fprintf(&b, "-- floodgate redisstore decision script: %s\nlocal step = (function()\n%s\nend)()\n", specs[0].Name, specs[0].Lua.Source)
+		b.WriteString(scriptOneWord)
+		return b.String()
+	}
 	b.WriteString(scriptHead)
 	for i, sp := range specs {
 		fmt.Fprintf(&b, "-- policy %d: %s\nsteps[%d] = (function()\n%s\nend)()\n", i+1, sp.Name, i+1, sp.Lua.Source)
@@ -155,7 +190,8 @@ func buildScript(specs []store.Spec) string {
 	return b.String()
 }
 
-// scripts caches one rueidis.Lua per combination of (Name, Source), shared
+// scripts caches one rueidis.Lua per combination of (Name, Source) (and
+// the state's shape, which picks the script's template), shared
 // by every Store of the process: the script text does not depend on the
 // algorithm's parameters (they travel in ARGV), so a thousand token buckets
 // with different rates share one script.
@@ -164,7 +200,7 @@ var scripts sync.Map // string -> *rueidis.Lua
 func scriptFor(specs []store.Spec) *rueidis.Lua {
 	var kb strings.Builder
 	for _, sp := range specs {
-		kb.WriteString(sp.Name)
+		fmt.Fprintf(&kb, "%s/%d/%d", sp.Name, sp.Words, sp.MaxLog)
 		kb.WriteByte(0)
 		kb.WriteString(sp.Lua.Source)
 		kb.WriteByte(1)
