@@ -349,9 +349,14 @@ func (l *Limiter) elapsed(since int64) time.Duration {
 	return time.Duration(max(0, l.o.clock.Now().UnixNano()-since))
 }
 
-// fits reports whether a request with this share may take a slot now.
+// fits reports whether a request with this share may take a slot now:
+// in-flight < share*limit, with the product rounded up to whole slots
+// (tolerating float error, so that 0.85*20 is 17 slots, not 18).
 func (l *Limiter) fits(share float64) bool {
-	return float64(l.inflight) < share*float64(l.limit)
+	if share >= 1 {
+		return l.inflight < l.limit
+	}
+	return float64(l.inflight) < math.Ceil(share*float64(l.limit)-1e-9)
 }
 
 // admit creates a token. Called with l.mu held.

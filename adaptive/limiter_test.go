@@ -409,3 +409,44 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+func TestAcquireFunc(t *testing.T) {
+	rec := &recorder{}
+	l := must(adaptive.New(must(adaptive.NewFixed(1)), adaptive.WithQueue(1, adaptive.FIFO), adaptive.WithObserver(rec)))
+	type result struct {
+		tok *adaptive.Token
+		err error
+	}
+	var got []result
+	done := func(tok *adaptive.Token, err error) { got = append(got, result{tok, err}) }
+	l.AcquireFunc(adaptive.Request{}, done) // admitted at once
+	if len(got) != 1 || got[0].err != nil {
+		t.Fatalf("first: %+v", got)
+	}
+	l.AcquireFunc(adaptive.Request{Rank: 0, Label: "low"}, done) // queued
+	if len(got) != 1 {
+		t.Fatalf("queued request called back: %+v", got)
+	}
+	l.AcquireFunc(adaptive.Request{Rank: 1, Label: "high"}, done) // evicts "low"
+	if len(got) != 2 || !errors.Is(got[1].err, adaptive.ErrLimitExceeded) {
+		t.Fatalf("eviction: %+v", got)
+	}
+	if e := rec.last(); e.Outcome != floodgate.OutcomeShed || e.Route != "low" {
+		t.Fatalf("eviction event = %+v", e)
+	}
+	got[0].tok.Success() // serves "high"
+	if len(got) != 3 || got[2].err != nil || got[2].tok == nil {
+		t.Fatalf("served: %+v", got)
+	}
+	got[2].tok.Success()
+	noQueue := must(adaptive.New(must(adaptive.NewFixed(1))))
+	hold := must(noQueue.Acquire(context.Background()))
+	cancel := noQueue.AcquireFunc(adaptive.Request{}, done)
+	if len(got) != 4 || !errors.Is(got[3].err, adaptive.ErrLimitExceeded) || cancel() {
+		t.Fatalf("without a queue: %+v", got)
+	}
+	hold.Success()
+	if st := l.Stats(); st.InFlight != 0 || st.Admitted != 2 || st.Rejected != 1 {
+		t.Fatalf("stats = %+v", st)
+	}
+}

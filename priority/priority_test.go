@@ -1,0 +1,177 @@
+package priority_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/adaptive"
+	"github.com/floodgate-go/floodgate/priority"
+)
+
+// fill acquires for class c until it is shed, and returns the tokens.
+func fill(t *testing.T, p *priority.Limiter, c priority.Class) []*adaptive.Token {
+	t.Helper()
+	var toks []*adaptive.Token
+	for {
+		tok, err := p.Acquire(context.Background(), c)
+		if err != nil {
+			if !errors.Is(err, adaptive.ErrLimitExceeded) {
+				t.Fatalf("class %d: %v", c, err)
+			}
+			return toks
+		}
+		toks = append(toks, tok)
+	}
+}
+
+func TestThresholds(t *testing.T) {
+	p := must(priority.NewFixed(20, nil))
+	// Best-effort fills 85% of 20 = 17, standard up to 95% = 19, critical
+	// the last slot.
+	be := fill(t, p, priority.BestEffort)
+	std := fill(t, p, priority.Standard)
+	crit := fill(t, p, priority.Critical)
+	if len(be) != 17 || len(std) != 2 || len(crit) != 1 {
+		t.Fatalf("admitted best-effort %d, standard %d, critical %d; want 17, 2, 1", len(be), len(std), len(crit))
+	}
+	// Freeing two slots lets standard in again, not best-effort.
+	be[0].Success()
+	be[1].Success()
+	if _, err := p.Acquire(context.Background(), priority.BestEffort); !errors.Is(err, adaptive.ErrLimitExceeded) {
+		t.Fatalf("best-effort at 18/20: %v", err)
+	}
+	if _, err := p.Acquire(context.Background(), priority.Standard); err != nil {
+		t.Fatalf("standard at 18/20: %v", err)
+	}
+	st := p.Stats()
+	if st[0] != (priority.ClassStats{Name: "critical", Admitted: 1, Shed: 1}) ||
+		st[1] != (priority.ClassStats{Name: "standard", Admitted: 3, Shed: 1}) ||
+		st[2] != (priority.ClassStats{Name: "best-effort", Admitted: 17, Shed: 2}) {
+		t.Fatalf("stats = %+v", st)
+	}
+	if p.InFlight() != 19 || p.Limit() != 20 {
+		t.Fatalf("in flight %d, limit %d", p.InFlight(), p.Limit())
+	}
+}
+
+func TestCustomClasses(t *testing.T) {
+	rec := &struct{ routes []string }{}
+	obs := floodgate.ObserverFunc(func(e floodgate.Event) {
+		if e.Outcome == floodgate.OutcomeShed {
+			rec.routes = append(rec.routes, e.Route)
+		}
+	})
+	classes := []priority.ClassConfig{{"payments", 1}, {"api", 0.9}, {"search", 0.6}, {"prefetch", 0.3}, {"crawler", 0.1}}
+	p := must(priority.NewFixed(10, classes, adaptive.WithObserver(obs)))
+	want := []int{1, 3, 3, 2, 1} // by class: crawler 1 (10%), prefetch up to 3, search to 6, api to 9, payments to 10
+	for c := len(classes) - 1; c >= 0; c-- {
+		if got := len(fill(t, p, priority.Class(c))); got != want[c] {
+			t.Fatalf("class %s admitted %d, want %d", classes[c].Name, got, want[c])
+		}
+	}
+	if len(rec.routes) != 5 || rec.routes[0] != "crawler" || rec.routes[4] != "payments" {
+		t.Fatalf("shed events by route = %v", rec.routes)
+	}
+	if c, ok := p.Class("prefetch"); !ok || c != 3 {
+		t.Fatalf("Class(prefetch) = %d, %v", c, ok)
+	}
+	if _, ok := p.Class("nope"); ok {
+		t.Fatal("Class(nope) found")
+	}
+	if _, err := p.Acquire(context.Background(), priority.Class(5)); !errors.Is(err, priority.ErrUnknownClass) {
+		t.Fatalf("class 5: %v", err)
+	}
+	p.AcquireFunc(-1, func(_ *adaptive.Token, err error) {
+		if !errors.Is(err, priority.ErrUnknownClass) {
+			t.Fatalf("AcquireFunc class -1: %v", err)
+		}
+	})
+	if got := p.Classes(); len(got) != 5 || got[2].Name != "search" {
+		t.Fatalf("Classes() = %+v", got)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	for i, classes := range [][]priority.ClassConfig{
+		{{"a", 1}, {"a", 0.5}},
+		{{"", 1}},
+		{{"a", 0}},
+		{{"a", 1.5}},
+		{{"a", 0.8}, {"b", 0.9}}, // a less important class shedding later
+	} {
+		if _, err := priority.NewFixed(10, classes); !errors.Is(err, floodgate.ErrInvalidConfig) {
+			t.Errorf("case %d: err = %v", i, err)
+		}
+	}
+	if _, err := priority.New(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		t.Errorf("nil capacity: %v", err)
+	}
+	if _, err := priority.NewFixed(0, nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		t.Errorf("capacity 0: %v", err)
+	}
+}
+
+// TestQueueServesHigherClassFirst: with a queue, a freed slot goes to the
+// most important waiter, whatever the arrival order.
+func TestQueueServesHigherClassFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := must(priority.NewFixed(1, nil, adaptive.WithQueue(10, adaptive.FIFO), adaptive.WithClock(floodgate.ClockFunc(time.Now))))
+		hold := must(p.Acquire(context.Background(), priority.Critical))
+		served := make(chan priority.Class, 3)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for _, c := range []priority.Class{priority.BestEffort, priority.Standard, priority.Critical} {
+			wg.Go(func() {
+				tok, err := p.Acquire(context.Background(), c)
+				if err != nil {
+					t.Errorf("class %d: %v", c, err)
+					return
+				}
+				served <- c
+				time.Sleep(time.Millisecond)
+				tok.Success()
+			})
+			synctest.Wait()
+		}
+		hold.Success()
+		got := []priority.Class{<-served, <-served, <-served}
+		if got[0] != priority.Critical || got[1] != priority.Standard || got[2] != priority.BestEffort {
+			t.Fatalf("served %v, want critical, standard, best-effort", got)
+		}
+	})
+}
+
+// TestAcquireFunc: the asynchronous form admits at once, or waits and is
+// served by a release, or is withdrawn by cancel.
+func TestAcquireFunc(t *testing.T) {
+	p := must(priority.NewFixed(1, nil, adaptive.WithQueue(2, adaptive.FIFO)))
+	var first *adaptive.Token
+	cancel := p.AcquireFunc(priority.Standard, func(tok *adaptive.Token, err error) { first = tok })
+	if first == nil || cancel() {
+		t.Fatal("not admitted at once")
+	}
+	var second *adaptive.Token
+	var calls int
+	p.AcquireFunc(priority.Critical, func(tok *adaptive.Token, err error) { second, calls = tok, calls+1 })
+	withdrawn := p.AcquireFunc(priority.BestEffort, func(*adaptive.Token, error) { t.Fatal("withdrawn request called back") })
+	if calls != 0 || p.Capacity().Stats().Queued != 2 {
+		t.Fatalf("calls %d, stats %+v", calls, p.Capacity().Stats())
+	}
+	if !withdrawn() || withdrawn() {
+		t.Fatal("cancel of a waiting request must report true once")
+	}
+	first.Success() // hands the slot to the critical waiter, in this call
+	if calls != 1 || second == nil {
+		t.Fatalf("after the release: calls %d, token %v", calls, second)
+	}
+	second.Success()
+	st := p.Capacity().Stats()
+	if st.InFlight != 0 || st.Queued != 0 || st.Rejected != 1 || st.Admitted != 2 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
