@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -384,7 +385,8 @@ func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, 
 		extra(h)
 	}
 	if c.jitter > 0 {
-		retry += time.Duration(rand.Int64N(int64(c.jitter) + 1))
+		j := time.Duration(rand.Int64N(int64(c.jitter) + 1))
+		retry = min(retry, math.MaxInt64-j) + j // saturate, never wrap
 	}
 	secs := max(ceilSeconds(retry), 1)
 	h[hRetryAfter] = []string{strconv.FormatInt(secs, 10)}

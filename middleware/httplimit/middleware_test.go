@@ -474,7 +474,7 @@ func FuzzHeaders(f *testing.F) {
 				d.RetryAfter = time.Duration(retry)
 			}
 			return d, nil
-		}), WithPolicy(Policy{Name: name, Window: time.Duration(max(window, 0))}))
+		}), WithPolicy(Policy{Name: name, Window: time.Duration(max(window, 0))}), WithRetryJitter(time.Duration(max(window, 0))))
 		if err != nil {
 			if !printable(name) {
 				return
