@@ -149,6 +149,9 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	sh := &s.shards[id&s.mask].shard
 
 	sh.mu.Lock()
+	// Deferred (open-coded, nearly free): the shard stays usable even if a
+	// faulty algorithm panics in Step.
+	defer sh.mu.Unlock()
 	now := s.now()
 	t := &sh.tables[ti]
 	var st store.State
@@ -169,7 +172,6 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	default:
 		sh.insert(t, ti, id, chk, &next, now)
 	}
-	sh.mu.Unlock()
 	return d, nil
 }
 

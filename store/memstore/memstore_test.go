@@ -445,3 +445,40 @@ func TestBytesPerKey(t *testing.T) {
 		t.Fatalf("%.1f bytes per key, want <= %d", per, maxBytesPerKey)
 	}
 }
+
+// panicAlg violates the Step contract by panicking.
+type panicAlg struct{}
+
+func (panicAlg) Spec() store.Spec {
+	return store.Spec{Name: "panics", Namespace: 0xbad, Words: 1}
+}
+func (panicAlg) Step(store.State, int64, int64) (store.State, floodgate.Decision) {
+	panic("faulty algorithm")
+}
+
+// TestPanickingAlgorithmDoesNotLockTheShard checks that a panic in Step
+// (recovered by the caller, as net/http does) leaves the shard usable.
+func TestPanickingAlgorithmDoesNotLockTheShard(t *testing.T) {
+	s := newStore(t, memstore.WithShards(1))
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the algorithm's panic was swallowed")
+			}
+		}()
+		s.Apply(context.Background(), "k", panicAlg{}, 1)
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 1})
+		if d, err := l.Take(context.Background(), "k", 1); err != nil || !d.Allowed {
+			t.Errorf("Take after a panic: %+v, %v", d, err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shard stayed locked after a panic in Step")
+	}
+}
