@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
 )
 
 // TestTransportHonoursRetryAfterOverRealServer is the one test that sleeps
@@ -329,5 +330,32 @@ func TestRetryAfterParse(t *testing.T) {
 		if got := RetryAfter(http.Header{"Retry-After": {v}}, now); got != want {
 			t.Errorf("Retry-After %q: %v, want %v", v, got, want)
 		}
+	}
+}
+
+// The keyless token bucket is a Waiter.
+var _ Waiter = (*bucket.Limiter)(nil)
+
+// TestTransportWithKeylessBucket: two requests fit the burst; the third
+// would have to wait past its deadline and fails at once, before the
+// network.
+func TestTransportWithKeylessBucket(t *testing.T) {
+	f := &fakeServer{answer: func(int, *http.Request) *http.Response { return reply(200) }}
+	tr, err := NewTransport(f, WithWaiter(bucket.NewLimiter(bucket.Limit(1), 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := roundTrip(t, tr, context.Background(), "GET", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	// ErrWouldExceedDeadline (not a plain DeadlineExceeded) shows the
+	// transport did not sleep into the deadline.
+	_, err = roundTrip(t, tr, ctx, "GET", "")
+	if !errors.Is(err, floodgate.ErrWouldExceedDeadline) || len(f.calls) != 2 {
+		t.Fatalf("third request: %v, %d calls", err, len(f.calls))
 	}
 }
