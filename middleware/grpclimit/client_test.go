@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -332,4 +333,29 @@ func TestClientAgainstRealServer(t *testing.T) {
 		return err
 	})
 	assertWaitedPushback(t, first, retry)
+}
+
+// The keyless token bucket is a Waiter: a client throttled at 10 calls per
+// second with bursts of 1 spaces its calls 100ms apart.
+var _ Waiter = (*bucket.Limiter)(nil)
+
+func TestClientThrottleKeylessBucket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, WithThrottle(bucket.NewLimiter(10, 1)))
+		s := &script{results: []func([]grpc.CallOption) error{ok}}
+		for range 3 {
+			require.NoError(t, c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke))
+		}
+		require.Len(t, s.at, 3)
+		for i := 1; i < 3; i++ {
+			gap := s.at[i].Sub(s.at[i-1])
+			assert.InDelta(t, float64(100*time.Millisecond), float64(gap), float64(time.Millisecond), "gap %d", i)
+		}
+		// A call whose deadline comes before its token fails at once.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		err := c.Unary()(ctx, checkMethod, nil, nil, nil, s.invoke)
+		assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+		assert.Len(t, s.at, 3)
+	})
 }

@@ -518,3 +518,55 @@ func TestDelayHonouredOrRefused(t *testing.T) {
 	assert.Equal(t, int64(1), dl.refunded.Load(), "the units were given back before the answer")
 	assert.Equal(t, 1, obs.count(floodgate.OutcomeDenied))
 }
+
+// A key or cost function that panics is a limiter that could not decide:
+// the call follows the fail mode, the server goes on.
+func TestPanickingKeyAndCostFuncs(t *testing.T) {
+	l := newBucket(t, floodgate.PerMinute(1), 5)
+	info := &grpc.UnaryServerInfo{FullMethod: checkMethod}
+	handler := func(context.Context, any) (any, error) { return "served", nil }
+	for name, opt := range map[string]Option{
+		"key":  WithKeyFunc(func(context.Context, string) string { panic("key bug") }),
+		"cost": WithCost(func(context.Context, string) int { panic("cost bug") }),
+	} {
+		for _, mode := range []FailMode{FailOpen, FailClosed} {
+			obs := &events{}
+			ic, err := New(l, opt, WithFailMode(mode), WithObserver(obs))
+			require.NoError(t, err)
+			resp, err := ic.Unary()(peerCtx(t, "192.0.2.1:1"), nil, info, handler)
+			if mode == FailOpen {
+				require.NoError(t, err, name)
+				assert.Equal(t, "served", resp)
+				assert.Equal(t, 1, obs.count(floodgate.OutcomeErrorOpen))
+			} else {
+				assert.Equal(t, codes.Unavailable, status.Code(err), name)
+				assert.Equal(t, 1, obs.count(floodgate.OutcomeErrorClosed))
+			}
+			assert.Contains(t, obs.all()[0].Err.Error(), "bug")
+		}
+	}
+}
+
+// FuzzMetadataKey: whatever a client puts in the metadata entry, the key is
+// bounded, in the metadata namespace, and the same value gives the same key.
+func FuzzMetadataKey(f *testing.F) {
+	for _, s := range []string{"svc-a", "", "127.0.0.1", "a\x00b", "a\r\nb", strings.Repeat("x", 200), "é"} {
+		f.Add(s)
+	}
+	c, err := buildConfig([]Option{WithMetadataKey("x-token")})
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, v string) {
+		ctx := metadata.NewIncomingContext(peerCtx(t, "192.0.2.1:1"), metadata.Pairs("x-token", v))
+		k := c.key(ctx, checkMethod)
+		if v == "" {
+			require.Equal(t, "192.0.2.1", k, "an empty value falls back to the peer")
+			return
+		}
+		require.True(t, strings.HasPrefix(k, "md:") || strings.HasPrefix(k, "md#"), "key %q", k)
+		require.LessOrEqual(t, len(k), 3+maxPlainKey)
+		require.Equal(t, k, c.key(ctx, checkMethod))
+		if strings.HasPrefix(k, "md:") {
+			require.Equal(t, "md:"+v, k, "plain values are kept as they are")
+		}
+	})
+}
