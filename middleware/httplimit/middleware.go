@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -142,9 +143,8 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// the time until full is certainly enough.
 			retry = max(d.ResetAfter, time.Second)
 		}
-		c.refuse(w, http.StatusTooManyRequests, retry, reasonRateLimited, scope, func(hd http.Header) {
-			m.setHeaders(hd, d, scope, retry)
-		})
+		m.setHeaders(w.Header(), d, scope, retry)
+		c.refuse(w, http.StatusTooManyRequests, retry, reasonRateLimited, scope)
 		return
 	case d.Delay > 0:
 		if !m.delay(r.Context(), d.Delay) {
@@ -152,9 +152,8 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ev.Outcome = floodgate.OutcomeDenied
 			c.observe(ev)
 			d.Allowed, d.RetryAfter = false, d.Delay
-			c.refuse(w, http.StatusTooManyRequests, d.Delay, reasonDelay, scope, func(hd http.Header) {
-				m.setHeaders(hd, d, scope, d.Delay)
-			})
+			m.setHeaders(w.Header(), d, scope, d.Delay)
+			c.refuse(w, http.StatusTooManyRequests, d.Delay, reasonDelay, scope)
 			return
 		}
 		ev.Outcome = floodgate.OutcomeDelayed
@@ -201,7 +200,7 @@ func (c *config) failed(w http.ResponseWriter, ev floodgate.Event, err error, sc
 	if c.failMode == FailClosed && !c.dryRun {
 		ev.Outcome = floodgate.OutcomeErrorClosed
 		c.observe(ev)
-		c.refuse(w, http.StatusServiceUnavailable, time.Second, reasonUnavailable, scope, nil)
+		c.refuse(w, http.StatusServiceUnavailable, time.Second, reasonUnavailable, scope)
 		return false
 	}
 	ev.Outcome = floodgate.OutcomeErrorOpen
@@ -376,53 +375,97 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 	}
 }
 
+// refuseBlock holds the header values of one refusal, in one allocation.
+type refuseBlock struct {
+	vals [7]string
+	buf  [20]byte
+}
+
+// Constant header values of refusals.
+const (
+	noStore     = "no-store"
+	noSniff     = "nosniff"
+	ctPlain     = "text/plain; charset=utf-8"
+	ctProblem   = "application/problem+json"
+	maxBodySize = 256
+)
+
+// bodyPool recycles the buffers refusal bodies are formatted in (Write
+// copies them).
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, maxBodySize); return &b }}
+
 // refuse writes a refusal: status, Retry-After (whole seconds, at least 1,
-// jittered), Cache-Control: no-store, the informational headers (set by
-// extra) and a short body.
-func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, reason, scope string, extra func(http.Header)) {
+// jittered), Cache-Control: no-store and a short body. The informational
+// headers, if any, are already set.
+func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, reason, scope string) {
 	h := w.Header()
-	if extra != nil {
-		extra(h)
-	}
 	if c.jitter > 0 {
 		j := time.Duration(rand.Int64N(int64(c.jitter) + 1))
 		retry = min(retry, math.MaxInt64-j) + j // saturate, never wrap
 	}
 	secs := max(ceilSeconds(retry), 1)
-	h[hRetryAfter] = []string{strconv.FormatInt(secs, 10)}
-	h[hCacheControl] = []string{"no-store"}
-	h[hNoSniff] = []string{"nosniff"}
+
+	blk := new(refuseBlock)
+	digits := strconv.AppendInt(blk.buf[:0], secs, 10)
+	blk.vals[0] = unsafe.String(&digits[0], len(digits)) // digits is never written again
+	blk.vals[1], blk.vals[2] = noStore, noSniff
+	blk.vals[3] = ctPlain
+	if c.problem {
+		blk.vals[3] = ctProblem
+	}
+	h[hRetryAfter] = blk.vals[0:1:1]
+	h[hCacheControl] = blk.vals[1:2:2]
+	h[hNoSniff] = blk.vals[2:3:3]
+	h[hContentType] = blk.vals[3:4:4]
 	if c.headers&HeadersDiagnostic != 0 {
-		h[hReason] = []string{reason}
+		blk.vals[4], blk.vals[5], blk.vals[6] = reason, c.tier, scope
+		h[hReason] = blk.vals[4:5:5]
 		if c.tier != "" {
-			h[hTier] = []string{c.tier}
+			h[hTier] = blk.vals[5:6:6]
 		}
 		if h[hScope] == nil {
-			h[hScope] = []string{scope}
+			h[hScope] = blk.vals[6:7:7]
 		}
 	}
-	h.Del("Content-Length")
-	var body []byte
+	delete(h, "Content-Length")
+
+	bp := bodyPool.Get().(*[]byte)
+	body := (*bp)[:0]
 	if c.problem {
-		h[hContentType] = []string{"application/problem+json"}
-		body = problemBody(status, secs)
+		body = problemBody(body, status, secs)
 	} else {
-		h[hContentType] = []string{"text/plain; charset=utf-8"}
-		body = fmt.Appendf(nil, "%d %s: retry after %d s\n", status, http.StatusText(status), secs)
+		body = strconv.AppendInt(body, int64(status), 10)
+		body = append(body, ' ')
+		body = append(body, http.StatusText(status)...)
+		body = append(body, ": retry after "...)
+		body = append(body, digits...)
+		body = append(body, " s\n"...)
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+	if cap(body) <= maxBodySize {
+		*bp = body[:0]
+		bodyPool.Put(bp)
+	}
 }
 
-// problemBody is an RFC 9457 problem details object. It states the status
-// and the retry delay and nothing about the request (never the key).
-func problemBody(status int, secs int64) []byte {
+// problemBody appends an RFC 9457 problem details object to b. It states
+// the status and the retry delay and nothing about the request (never the
+// key).
+func problemBody(b []byte, status int, secs int64) []byte {
 	detail := "The request rate limit was exceeded."
 	if status == http.StatusServiceUnavailable {
 		detail = "The server cannot take this request now."
 	}
-	return fmt.Appendf(nil, `{"type":"about:blank","title":%q,"status":%d,"detail":%q,"retry_after":%d}`+"\n",
-		http.StatusText(status), status, detail, secs)
+	b = append(b, `{"type":"about:blank","title":"`...)
+	b = append(b, http.StatusText(status)...)
+	b = append(b, `","status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"detail":"`...)
+	b = append(b, detail...)
+	b = append(b, `","retry_after":`...)
+	b = strconv.AppendInt(b, secs, 10)
+	return append(b, "}\n"...)
 }
 
 // ceilSeconds rounds a duration up to whole seconds (0 for d <= 0).

@@ -119,7 +119,7 @@ func (h *shedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		ev.Outcome = floodgate.OutcomeShed
 		c.observe(ev)
-		c.refuse(w, http.StatusServiceUnavailable, c.shedRetry, reasonOverloaded, scopeConcurrency, nil)
+		c.refuse(w, http.StatusServiceUnavailable, c.shedRetry, reasonOverloaded, scopeConcurrency)
 		return
 	}
 	ev.Outcome = floodgate.OutcomeAllowed
