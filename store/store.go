@@ -22,7 +22,10 @@ type State struct {
 	// W holds fixed-size state; Spec.Words of them are used.
 	W [MaxWords]int64
 	// Log holds variable-size state for the algorithms that need it (the
-	// sliding log), bounded by Spec.MaxLog entries. Nil for the others.
+	// sliding log), bounded by Spec.MaxLog entries. Nil for the others. A
+	// step may append into the slice's spare capacity (never changing the
+	// entries it was given), so a store keeps at most one of the states
+	// stepped from one input: no speculative step-then-retry on a shared log.
 	Log []int64
 }
 
