@@ -22,9 +22,9 @@ import (
 // to 1024 keys (a busy limiter sees many keys) with a token bucket that admits
 // most of them.
 
-func benchClient(b *testing.B) *Store {
+func benchClient(b *testing.B, opts ...Option) *Store {
 	c := newClient(b, singleAddr)
-	s, err := New(c, WithPrefix(uniquePrefix(b)), WithTimeout(time.Second))
+	s, err := New(c, append([]Option{WithPrefix(uniquePrefix(b)), WithTimeout(time.Second)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,6 +115,32 @@ func BenchmarkDecision(b *testing.B) {
 			}
 			i++
 		}
+	})
+}
+
+// BenchmarkDecisionNoCoalescing is BenchmarkDecision/parallel64 with every
+// decision its own EVALSHA (WithCoalescing(0)).
+func BenchmarkDecisionNoCoalescing(b *testing.B) {
+	s := benchClient(b, WithCoalescing(0))
+	l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("parallel64", func(b *testing.B) {
+		b.ReportAllocs()
+		setParallel64(b)
+		var next atomic.Uint32
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(97))
+			for pb.Next() {
+				if _, err := l.Take(ctx, benchKeys[i&1023], 1); err != nil {
+					b.Error(err)
+					return
+				}
+				i++
+			}
+		})
 	})
 }
 

@@ -39,6 +39,7 @@ type Store struct {
 	name     string
 	dl       *deadlines
 	clock    floodgate.Clock // tests only: inject the time instead of Redis TIME
+	coalesce int             // max script calls in flight per algorithm before coalescing; 0: never
 
 	mu       sync.Mutex
 	policies atomic.Pointer[map[uint64]*policy]
@@ -51,6 +52,7 @@ type config struct {
 	observer floodgate.Observer
 	name     string
 	clock    floodgate.Clock
+	coalesce int
 	err      error
 }
 
@@ -97,6 +99,22 @@ func WithObserver(o floodgate.Observer) Option {
 	return func(c *config) { c.observer = o }
 }
 
+// DefaultCoalescing is the coalescing threshold of a [Store] built without
+// [WithCoalescing].
+const DefaultCoalescing = 4
+
+// WithCoalescing sets how many script calls of one algorithm may be in flight
+// before further calls are coalesced into one script call (default
+// [DefaultCoalescing]; 0 or less turns coalescing off). A coalesced call waits
+// for an in-flight call to finish, then runs with the other waiting calls in
+// one EVALSHA (one TIME, then each decision in turn, atomically): under
+// concurrency this cuts the server's work per decision by about half. It
+// applies to single-node and Sentinel clients (on a Cluster the keys of one
+// script must share a slot) and to single-policy calls.
+func WithCoalescing(maxInFlight int) Option {
+	return func(c *config) { c.coalesce = maxInFlight }
+}
+
 // WithName names the store in observer events (Event.Limiter); default
 // "redis".
 func WithName(name string) Option {
@@ -119,7 +137,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil client", floodgate.ErrInvalidConfig)
 	}
-	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, name: "redis"}
+	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, name: "redis", coalesce: DefaultCoalescing}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: redisstore: nil option", floodgate.ErrInvalidConfig)
@@ -141,6 +159,9 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		name:     c.name,
 		dl:       newDeadlines(c.timeout),
 		clock:    c.clock,
+	}
+	if c.coalesce > 0 && client.Mode() != rueidis.ClientModeCluster {
+		s.coalesce = c.coalesce
 	}
 	empty := map[uint64]*policy{}
 	s.policies.Store(&empty)
@@ -194,6 +215,9 @@ func (s *Store) prepare(alg store.Algorithm) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.coalesce > 0 {
+		p.co = newCoalescer(s, p, s.coalesce)
+	}
 	next := make(map[uint64]*policy, len(old)+1)
 	for k, v := range old {
 		next[k] = v
@@ -212,9 +236,14 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
+	var d floodgate.Decision
 	var one [1]*policy
 	one[0] = p
-	d, err := s.eval(ctx, key, one[:], p.script, n, s.injectedNow(), nil)
+	if p.co != nil {
+		d, err = p.co.do(ctx, key, n)
+	} else {
+		d, err = s.eval(ctx, key, one[:], p.script, n, s.injectedNow(), nil)
+	}
 	if err != nil {
 		return s.fail(ctx, key, one[:], n, err, start)
 	}

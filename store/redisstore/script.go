@@ -226,6 +226,7 @@ type policy struct {
 	limit  int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
 	local  store.Algorithm
 	script *rueidis.Lua
+	co     *coalescer // nil when the store does not coalesce
 }
 
 func newPolicy(alg store.Algorithm, fp FailurePolicy) (*policy, error) {

@@ -1,0 +1,271 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// Coalescing. Under concurrency the cost of a decision on the Redis server
+// is mostly the cost of running a script at all (EVALSHA, TIME, the reply),
+// not the step. When more than a few calls of one algorithm are in flight,
+// the calls that arrive meanwhile wait in a queue, and one script call takes
+// the whole queue: one TIME, then for each call in turn GET, step, SET, all
+// atomically. Each decision is still made by exactly one script run, in one
+// round trip once it leaves the queue, with the same semantics as alone (the
+// calls of one batch on one key see each other in order).
+//
+// Only on single-node and Sentinel clients: on a Cluster the keys of one
+// script must share a slot, which the keys of different users do not.
+
+const scriptBatchBody = `
+local test = ARGV[1] ~= ''
+local now
+if test then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local words, maxlog, np = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local p = {}
+for j = 1, np do p[j] = tonumber(ARGV[4 + j]) end
+local base = 4 + np
+local out = {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local v = redis.call('GET', key)
+  local s = {}
+  for j = 1, words do s[j] = 0 end
+  if maxlog > 0 then s.log = {} end
+  if v then
+    local wpart, lpart = string.match(v, '^([^;]*);?(.*)$')
+    local j = 1
+    for x in string.gmatch(wpart, '[^,]+') do
+      if j <= words then s[j] = tonumber(x) end
+      j = j + 1
+    end
+    if maxlog > 0 then
+      local lg = s.log
+      for x in string.gmatch(lpart, '[^,]+') do lg[#lg + 1] = tonumber(x) end
+    end
+  end
+  local s2, d = step(s, now, tonumber(ARGV[base + i]), p)
+  local w = s2[1]
+  if w <= now then
+    redis.call('DEL', key)
+  else
+    local val
+    if words == 1 then
+      val = string.format('%d', w)
+    else
+      local parts = {}
+      for j = 1, words do parts[j] = string.format('%d', s2[j]) end
+      val = table.concat(parts, ',')
+    end
+    if maxlog > 0 and s2.log and #s2.log > 0 then
+      local lp = {}
+      for j = 1, #s2.log do lp[j] = string.format('%d', s2.log[j]) end
+      val = val .. ';' .. table.concat(lp, ',')
+    end
+    local ttl = math.floor((w - now + 999) / 1000)
+    if test and ttl < 60000 then ttl = 60000 end
+    redis.call('SET', key, val, 'PX', ttl)
+  end
+  local o = (i - 1) * 6
+  for j = 1, 6 do out[o + j] = d[j] end
+end
+return out
+`
+
+// batchScripts caches the batch script per (Name, Source).
+var batchScripts sync.Map // string -> *rueidis.Lua
+
+func batchScriptFor(sp store.Spec) *rueidis.Lua {
+	key := sp.Name + "\x00" + sp.Lua.Source
+	if l, ok := batchScripts.Load(key); ok {
+		return l.(*rueidis.Lua)
+	}
+	src := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step = (function()\n%s\nend)()\n%s", sp.Name, sp.Lua.Source, scriptBatchBody)
+	// Not retryable, like every consuming script.
+	l, _ := batchScripts.LoadOrStore(key, rueidis.NewLuaScript(src))
+	return l.(*rueidis.Lua)
+}
+
+// maxBatch bounds the calls of one batch script.
+const maxBatch = 256
+
+// coalescer queues the calls of one policy beyond max in flight.
+type coalescer struct {
+	s      *Store
+	p      *policy
+	script *rueidis.Lua
+	max    int
+
+	mu     sync.Mutex
+	queue  []*call
+	spare  []*call
+	flying int // script calls in flight (direct or batch)
+
+	batches, batched atomic.Int64 // batch scripts run, calls they carried (tests)
+}
+
+// call is one queued decision.
+type call struct {
+	key   string
+	n     int64
+	d     floodgate.Decision
+	err   error
+	done  chan struct{} // receives once, when state goes to delivered
+	state atomic.Int32
+}
+
+const (
+	callWaiting int32 = iota
+	callDelivered
+	callAbandoned
+)
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func newCoalescer(s *Store, p *policy, max int) *coalescer {
+	return &coalescer{s: s, p: p, script: batchScriptFor(p.spec), max: max}
+}
+
+// do makes one decision: directly when fewer than max script calls are in
+// flight, else through the queue.
+func (b *coalescer) do(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	b.mu.Lock()
+	if b.flying < b.max {
+		b.flying++
+		b.mu.Unlock()
+		var one [1]*policy
+		one[0] = b.p
+		d, err := b.s.eval(ctx, key, one[:], b.p.script, n, b.s.injectedNow(), nil)
+		b.release()
+		return d, err
+	}
+	c := callPool.Get().(*call)
+	c.key, c.n = key, n
+	c.state.Store(callWaiting)
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+
+	cctx, cancel := b.s.callContext(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	select {
+	case <-c.done:
+		return b.finish(c)
+	case <-cctx.Done():
+	}
+	// Timed out or cancelled: leave the queue if still in it.
+	b.mu.Lock()
+	for i, q := range b.queue {
+		if q == c {
+			copy(b.queue[i:], b.queue[i+1:])
+			b.queue[len(b.queue)-1] = nil
+			b.queue = b.queue[:len(b.queue)-1]
+			b.mu.Unlock()
+			c.key = ""
+			callPool.Put(c)
+			return floodgate.Decision{}, cctx.Err()
+		}
+	}
+	b.mu.Unlock()
+	// A batch took it: the decision may be made or not. Abandon it unless
+	// the result is already here.
+	if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+		return floodgate.Decision{}, cctx.Err() // the batch runner recycles c
+	}
+	<-c.done
+	return b.finish(c)
+}
+
+func (b *coalescer) finish(c *call) (floodgate.Decision, error) {
+	d, err := c.d, c.err
+	c.key, c.err = "", nil
+	callPool.Put(c)
+	return d, err
+}
+
+// release ends a script call; a worker takes over the queue if needed.
+func (b *coalescer) release() {
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		b.mu.Unlock()
+		go b.drain()
+		return
+	}
+	b.flying--
+	b.mu.Unlock()
+}
+
+// drain runs batches until the queue is empty. It owns one of the in-flight
+// slots.
+func (b *coalescer) drain() {
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.flying--
+			b.mu.Unlock()
+			return
+		}
+		batch := b.queue
+		if len(batch) > maxBatch {
+			batch = batch[:maxBatch]
+			rest := append(b.spare[:0], b.queue[maxBatch:]...)
+			b.queue, b.spare = rest, nil
+		} else {
+			b.queue, b.spare = b.spare[:0], nil
+		}
+		b.mu.Unlock()
+		b.runBatch(batch)
+		clear(batch)
+		b.mu.Lock()
+		if b.spare == nil {
+			b.spare = batch[:0]
+		}
+		b.mu.Unlock()
+	}
+}
+
+// runBatch runs one batch script and delivers every result.
+func (b *coalescer) runBatch(batch []*call) {
+	keys := make([]string, len(batch))
+	args := make([]string, 0, 1+len(b.p.args)+len(batch))
+	args = append(args, b.s.injectedNow())
+	args = append(args, b.p.args...)
+	for i, c := range batch {
+		keys[i] = b.s.redisKey(c.key, b.p.nsHex)
+		args = append(args, strconv.FormatInt(c.n, 10))
+	}
+	b.batches.Add(1)
+	b.batched.Add(int64(len(batch)))
+	ctx := b.s.dl.get()
+	arr, err := b.script.Exec(ctx, b.s.client, keys, args).ToArray()
+	if err == nil && len(arr) != 6*len(batch) {
+		err = errReply
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+		} else {
+			c.d, c.err = decode(arr[6*i:6*i+6], nil, nil)
+		}
+		if c.state.CompareAndSwap(callWaiting, callDelivered) {
+			c.done <- struct{}{}
+		} else { // abandoned by its caller
+			c.key, c.err = "", nil
+			callPool.Put(c)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/storetest"
+)
+
+// Many goroutines on one key of a bucket that does not refill during the
+// test: exactly the burst is admitted, and the calls beyond the in-flight
+// limit were coalesced.
+func TestCoalescedCallsAdmitExactly(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s := testStore(t, c, WithCoalescing(2))
+	const burst, goroutines, each = 1500, 64, 40
+	alg := tokenBucket(t, floodgate.PerHour(1), burst)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				d, err := s.Apply(context.Background(), "hot", alg, 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(burst), admitted.Load())
+	p, err := s.prepare(alg)
+	require.NoError(t, err)
+	t.Logf("%d calls, %d batch scripts carried %d of them", goroutines*each, p.co.batches.Load(), p.co.batched.Load())
+	assert.Positive(t, p.co.batches.Load(), "nothing was coalesced")
+	d, err := s.Apply(context.Background(), "hot", alg, 0)
+	require.NoError(t, err)
+	assert.Zero(t, d.Remaining)
+}
+
+// The batch script makes the same decisions as the Go steps, and shares the
+// state encoding with the single-call script: steps alternate between the
+// two, with injected times (one time per batch).
+func TestBatchScriptEquivalence(t *testing.T) {
+	const timelines, perBatch, steps = 8, 250, 8
+	c := newClient(t, singleAddr)
+	clk := storetest.NewClock(time.Unix(0, 0))
+	s := testStore(t, c, withClock(clk), WithCoalescing(1))
+	names := make([]string, 0, len(families))
+	for n := range families {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for fi, name := range names {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(fi), 7))
+			failures := 0
+			for tl := range timelines {
+				alg, err := families[name](r)
+				require.NoError(t, err)
+				p, err := s.prepare(alg)
+				require.NoError(t, err)
+				// One timeline (shared times), perBatch sequences of costs.
+				times := randomSequence(r, steps, p.limit)
+				goStates := make([]store.State, perBatch)
+				for step, tm := range times {
+					clk.Set(time.UnixMicro(tm.now))
+					costs := make([]int64, perBatch)
+					for i := range costs {
+						costs[i] = randomSequence(r, 1, p.limit)[0].n
+					}
+					got := make([]floodgate.Decision, perBatch)
+					if step%2 == 0 {
+						batch := make([]*call, perBatch)
+						for i := range batch {
+							batch[i] = &call{key: "tl" + strconv.Itoa(tl) + ":" + strconv.Itoa(i), n: costs[i], done: make(chan struct{}, 1)}
+						}
+						p.co.runBatch(batch)
+						for i, cl := range batch {
+							require.NoError(t, cl.err)
+							got[i] = cl.d
+						}
+					} else {
+						for i := range got {
+							got[i], err = s.eval(context.Background(), "tl"+strconv.Itoa(tl)+":"+strconv.Itoa(i), []*policy{p}, p.script, costs[i], s.injectedNow(), nil)
+							require.NoError(t, err)
+						}
+					}
+					for i := range got {
+						next, want := alg.Step(goStates[i], tm.now, costs[i])
+						if got[i] != want {
+							if failures++; failures <= 5 {
+								t.Errorf("params %v timeline %d seq %d step %d (now=%d n=%d, batch=%v):\n go  %+v\n lua %+v", p.spec.Lua.Params, tl, i, step, tm.now, costs[i], step%2 == 0, want, got[i])
+							}
+						}
+						if next.W[0] <= tm.now {
+							next = store.State{}
+						}
+						goStates[i] = next
+					}
+				}
+			}
+		})
+	}
+}
