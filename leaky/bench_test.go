@@ -7,6 +7,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -50,6 +51,31 @@ func BenchmarkTakeHotKey(b *testing.B) {
 				if _, err := lim.Take(ctx, "hot", 1); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkStep is the pure step, without a store: leaky against the token
+// bucket's GCRA.
+func BenchmarkStep(b *testing.B) {
+	rate := floodgate.PerSecond(1_000_000)
+	const burst = 1_000_000
+	gcra, err := bucket.Config{Rate: rate, Burst: burst}.Algorithm()
+	if err != nil {
+		b.Fatal(err)
+	}
+	lk, err := leaky.Config{Rate: rate, Burst: burst, Delay: burst / 2}.Algorithm()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, alg := range []store.Algorithm{gcra, lk} {
+		b.Run(alg.Spec().Name, func(b *testing.B) {
+			var s store.State
+			now := t0
+			for b.Loop() {
+				now += 3
+				s, _ = alg.Step(s, now, 1)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package leaky_test
 
 import (
+	"math/bits"
 	"testing"
 	"time"
 
@@ -129,7 +130,12 @@ func FuzzStep(f *testing.F) {
 			for j := i; j < len(admitted); j++ {
 				sum += admitted[j].n
 				elapsedMs := admitted[j].at/1000 - admitted[i].at/1000
-				bound := limit + r*elapsedMs/1_000_000
+				hi, lo := bits.Mul64(uint64(r), uint64(elapsedMs))
+				if hi >= 1_000_000 {
+					break // bound beyond any count
+				}
+				q, _ := bits.Div64(hi, lo, 1_000_000)
+				bound := limit + int64(q)
 				require.LessOrEqual(t, sum, bound, "admitted %d over %d ms", sum, elapsedMs)
 			}
 		}

@@ -83,8 +83,11 @@ type Result struct {
 // safe for concurrent use. Nothing in it sleeps: a delayed request is
 // admitted with Decision.Delay set, and the caller (or [Shape]) waits.
 type Keyed struct {
-	lim *store.Limiter
-	cfg Config
+	st      store.Store
+	alg     store.Algorithm
+	maxCost int64
+	dryRun  bool
+	cfg     Config
 }
 
 // NewKeyed returns the leaky bucket described by c, running on s. It returns
@@ -96,36 +99,57 @@ func NewKeyed(s store.Store, c Config) (*Keyed, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim, err := store.NewLimiter(s, alg, c.Capacity())
-	if err != nil {
-		return nil, err
+	if s == nil {
+		return nil, fmt.Errorf("%w: leaky: nil store", floodgate.ErrInvalidConfig)
 	}
-	return &Keyed{lim: lim, cfg: c}, nil
+	return &Keyed{st: s, alg: alg, maxCost: c.Capacity(), dryRun: c.DryRun, cfg: c}, nil
+}
+
+// apply validates the cost (1..Capacity) and runs one step of cost n, or -n
+// for a refund.
+func (k *Keyed) apply(ctx context.Context, key string, n int, refund bool) (floodgate.Decision, error) {
+	if n < 1 || int64(n) > k.maxCost {
+		return floodgate.Decision{}, k.costError(n)
+	}
+	if refund {
+		return k.st.Apply(ctx, key, k.alg, -int64(n))
+	}
+	return k.st.Apply(ctx, key, k.alg, int64(n))
+}
+
+func (k *Keyed) costError(n int) error {
+	return fmt.Errorf("%w: leaky bucket cost %d outside 1..%d (Burst+1)", floodgate.ErrInvalidCost, n, k.maxCost)
 }
 
 // Config returns the limiter's configuration.
 func (k *Keyed) Config() Config { return k.cfg }
 
 // Algorithm returns the algorithm the limiter runs.
-func (k *Keyed) Algorithm() store.Algorithm { return k.lim.Algorithm() }
+func (k *Keyed) Algorithm() store.Algorithm { return k.alg }
 
 // Take implements [floodgate.Limiter]: n requests for key, all or none. With
 // DryRun the Decision is always Allowed without Delay; use [Keyed.TakeResult]
 // to learn what would have happened.
 func (k *Keyed) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	r, err := k.TakeResult(ctx, key, n)
-	return r.Decision, err
+	if n < 1 || int64(n) > k.maxCost {
+		return floodgate.Decision{}, k.costError(n)
+	}
+	d, err := k.st.Apply(ctx, key, k.alg, int64(n))
+	if k.dryRun && err == nil {
+		d.Allowed, d.RetryAfter, d.Delay = true, 0, 0
+	}
+	return d, err
 }
 
 // TakeResult is Take with the nginx status and, in dry run, the verdict the
 // limit reached. With a non-nil error the Result is the zero value.
 func (k *Keyed) TakeResult(ctx context.Context, key string, n int) (Result, error) {
-	v, err := k.lim.Take(ctx, key, n)
+	v, err := k.apply(ctx, key, n, false)
 	if err != nil {
 		return Result{}, err
 	}
-	r := Result{Decision: v, Verdict: v, Status: StatusOf(v, k.cfg.DryRun)}
-	if k.cfg.DryRun {
+	r := Result{Decision: v, Verdict: v, Status: StatusOf(v, k.dryRun)}
+	if k.dryRun {
 		r.Allowed, r.RetryAfter, r.Delay = true, 0, 0
 	}
 	return r, nil
@@ -139,11 +163,12 @@ func (k *Keyed) TakeResult(ctx context.Context, key string, n int) (Result, erro
 // rejection: in [floodgate.All], place dry-run limiters after the enforcing
 // ones, so that they are never refunded.
 func (k *Keyed) Refund(ctx context.Context, key string, n int) error {
-	return k.lim.Refund(ctx, key, n)
+	_, err := k.apply(ctx, key, n, true)
+	return err
 }
 
 // Peek reports key's state now without taking anything: Remaining is how
 // many requests would pass at once.
 func (k *Keyed) Peek(ctx context.Context, key string) (floodgate.Decision, error) {
-	return k.lim.Peek(ctx, key)
+	return k.st.Apply(ctx, key, k.alg, 0)
 }

@@ -66,34 +66,54 @@ func (a *Algorithm) Step(s store.State, now int64, n int64) (store.State, floodg
 	// "excess - rate * ms / 1000 + 1000", floored at 0.
 	base := max(0, leaked+milli)
 
-	if n == 0 || (n > 0 && base+(n-1)*milli > a.burst) {
-		// Peek, or denial: nothing changes but normalisation.
-		s.W[0], s.W[1], s.W[2] = a.idleAt(last, exc), last, exc
-		d := a.decide(n == 0, base, last, exc, now)
-		if n > 0 {
-			d.RetryAfter = store.Dur(a.retryAfter(last, exc, n, now))
-		}
-		return s, d
-	}
 	var e1 int64
-	if n > 0 {
+	switch {
+	case n > 0:
 		// n requests arriving together: the first as in nginx, the n-1
 		// others in the same millisecond (+1000 each).
 		e1 = base + (n-1)*milli
-	} else {
+		if e1 > a.burst {
+			return a.hold(s, last, exc, base, n, now)
+		}
+	case n < 0:
 		// Refund: give back exactly the n*1000 milli-requests a take adds,
 		// never more than one request of credit below empty.
 		e1 = max(-milli, leaked+n*milli)
+	default:
+		return a.hold(s, last, exc, base, n, now)
 	}
 	if ms != 0 { // nginx moves last only when time moved
 		last = nowMs
 	}
-	s.W[0] = a.idleAt(last, e1)
-	s.W[1] = last
-	s.W[2] = e1
-	d := a.decide(true, max(0, e1+milli), last, e1, now)
+	idle := a.idleAt(last, e1)
+	s.W[0], s.W[1], s.W[2] = idle, last, e1
+	// A request of cost 1 now would have excess e1+1000.
+	d := floodgate.Decision{Allowed: true, Limit: a.limit}
+	if b := max(0, e1+milli); b <= a.burst {
+		d.Remaining = (a.burst-b)/milli + 1
+	}
+	if d.Remaining < a.limit {
+		d.ResetAfter = store.Dur(satSub(idle, now))
+	}
 	if n > 0 && e1 > a.delay {
 		d.Delay = store.Dur((e1 - a.delay) * milli / a.rate * 1000)
+	}
+	return s, d
+}
+
+// hold is a peek (n == 0) or a denial (n > 0): the state changes only by
+// normalisation, which credits nothing.
+func (a *Algorithm) hold(s store.State, last, exc, base, n, now int64) (store.State, floodgate.Decision) {
+	s.W[0], s.W[1], s.W[2] = a.idleAt(last, exc), last, exc
+	d := floodgate.Decision{Allowed: n == 0, Limit: a.limit}
+	if base <= a.burst {
+		d.Remaining = (a.burst-base)/milli + 1
+	}
+	if d.Remaining < a.limit {
+		d.ResetAfter = store.Dur(satSub(s.W[0], now))
+	}
+	if n > 0 {
+		d.RetryAfter = store.Dur(a.retryAfter(last, exc, n, now))
 	}
 	return s, d
 }
@@ -115,19 +135,6 @@ func (a *Algorithm) retryAfter(last, exc, n, now int64) int64 {
 	need := exc + milli - allow // leak needed, > 0 since denied
 	at := (last + ceilDiv(need*milli, a.rate)) * 1000
 	return max(1, satSub(at, now))
-}
-
-// decide builds an allowed or denied decision from the excess a unit
-// request would have now (base) and the state (last, exc).
-func (a *Algorithm) decide(allowed bool, base, last, exc, now int64) floodgate.Decision {
-	d := floodgate.Decision{Allowed: allowed, Limit: a.limit}
-	if base <= a.burst {
-		d.Remaining = (a.burst-base)/milli + 1
-	}
-	if d.Remaining < a.limit {
-		d.ResetAfter = store.Dur(satSub(a.idleAt(last, exc), now))
-	}
-	return d
 }
 
 // floorDiv is floor(x/y) for y > 0 (Go's / truncates toward zero).
