@@ -16,7 +16,9 @@ import (
 func BenchmarkUnaryInterceptor(b *testing.B) {
 	info := &grpc.UnaryServerInfo{FullMethod: checkMethod}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
-	peerCtx := peerCtx(b, "192.0.2.10:40000")
+	// A server call's context: a peer, and a transport stream for the
+	// pushback trailer, as a real server gives the interceptor.
+	peerCtx := grpc.NewContextWithServerTransportStream(peerCtx(b, "192.0.2.10:40000"), nopStream{})
 	mdCtx := metadata.NewIncomingContext(peerCtx, metadata.Pairs("x-service-token", "svc-reporting"))
 	// A bucket that never runs dry (the allowed path) and one that always
 	// is (the refusal path).
@@ -56,3 +58,12 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		run(b, peerCtx, mustUnary(b, dry, WithDryRun(true)))
 	})
 }
+
+// nopStream is a grpc.ServerTransportStream that accepts and drops
+// headers and trailers.
+type nopStream struct{}
+
+func (nopStream) Method() string                  { return checkMethod }
+func (nopStream) SetHeader(metadata.MD) error     { return nil }
+func (nopStream) SendHeader(metadata.MD) error    { return nil }
+func (nopStream) SetTrailer(md metadata.MD) error { return nil }

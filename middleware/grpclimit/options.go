@@ -123,7 +123,8 @@ func WithTier(tier string) Option {
 // WithRoute sets how a full method name maps to the route class reported to
 // the observer (Event.Route). The default reports the full method name,
 // "/package.Service/Method", whose set is bounded by the services the server
-// registers; map it to fewer classes to keep metric cardinality down.
+// registers; map it to fewer classes to keep metric cardinality down. A
+// route function that panics reports the class "unknown".
 func WithRoute(route func(fullMethod string) string) Option {
 	return func(c *config) error {
 		if route == nil {
@@ -134,7 +135,9 @@ func WithRoute(route func(fullMethod string) string) Option {
 	}
 }
 
-// WithObserver sends every decision to o. The default discards them.
+// WithObserver sends every decision to o. The default discards them. o is
+// called on the call's goroutine and must not block or panic (see
+// [floodgate.Observer]).
 func WithObserver(o floodgate.Observer) Option {
 	return func(c *config) error {
 		if o == nil {
@@ -146,7 +149,9 @@ func WithObserver(o floodgate.Observer) Option {
 }
 
 // WithFilter limits only the calls for which f returns true; the others pass
-// untouched and are not reported. Use it to exempt health checks, or with
+// untouched and are not reported. f runs on every call, before anything
+// else: keep it cheap, and it must not panic (a panic there is the server's
+// to handle, like a handler's). Use it to exempt health checks, or with
 // [Methods] to give an expensive method a tighter limit of its own.
 func WithFilter(f func(ctx context.Context, fullMethod string) bool) Option {
 	return func(c *config) error {

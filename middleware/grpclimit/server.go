@@ -284,11 +284,18 @@ func (i *Interceptors) since(start int64) time.Duration {
 	return time.Duration(floodgate.Nanotime() - start)
 }
 
-func (i *Interceptors) route(method string) string {
-	if i.cfg.route != nil {
-		return i.cfg.route(method)
+// route maps a method to its route class. A route function that panics
+// gets the class "unknown" rather than crashing the server.
+func (i *Interceptors) route(method string) (route string) {
+	if i.cfg.route == nil {
+		return method
 	}
-	return method
+	defer func() {
+		if r := recover(); r != nil {
+			route = "unknown"
+		}
+	}()
+	return i.cfg.route(method)
 }
 
 // failed applies the fail mode to a call the limiter could not decide (in

@@ -520,7 +520,8 @@ func TestDelayHonouredOrRefused(t *testing.T) {
 }
 
 // A key or cost function that panics is a limiter that could not decide:
-// the call follows the fail mode, the server goes on.
+// the call follows the fail mode, the server goes on. A route function that
+// panics only loses the label.
 func TestPanickingKeyAndCostFuncs(t *testing.T) {
 	l := newBucket(t, floodgate.PerMinute(1), 5)
 	info := &grpc.UnaryServerInfo{FullMethod: checkMethod}
@@ -545,6 +546,16 @@ func TestPanickingKeyAndCostFuncs(t *testing.T) {
 			assert.Contains(t, obs.all()[0].Err.Error(), "bug")
 		}
 	}
+
+	obs := &events{}
+	ic, err := New(l, WithRoute(func(string) string { panic("route bug") }), WithObserver(obs))
+	require.NoError(t, err)
+	resp, err := ic.Unary()(peerCtx(t, "192.0.2.2:1"), nil, info, handler)
+	require.NoError(t, err)
+	assert.Equal(t, "served", resp)
+	require.Len(t, obs.all(), 1)
+	assert.Equal(t, "unknown", obs.all()[0].Route)
+	assert.Equal(t, floodgate.OutcomeAllowed, obs.all()[0].Outcome)
 }
 
 // FuzzMetadataKey: whatever a client puts in the metadata entry, the key is
