@@ -29,7 +29,10 @@
 // [ErrLimitExceeded]. By default it never blocks. With [WithQueue] a request
 // that finds the limit reached waits in a bounded queue (FIFO or LIFO;
 // higher [Request.Rank] first) until a slot frees or its context ends; it
-// never waits past the context's deadline. Every admission and every
+// never waits past the context's deadline. [Limiter.AcquireFunc] is the
+// asynchronous form for event loops and simulations: a callback receives the
+// token or the rejection, and the returned function withdraws a waiting
+// request. Every admission and every
 // rejection is reported to the [floodgate.Observer] ([WithObserver]) with
 // outcome [floodgate.OutcomeAllowed] or [floodgate.OutcomeShed]; every limit
 // change is reported to the [OnLimitChange] hook.
