@@ -289,12 +289,14 @@ type tally struct {
 	counts map[string]int
 }
 
+// Observe counts e.
 func (t *tally) Observe(e floodgate.Event) {
 	t.mu.Lock()
 	t.counts[e.Limiter+" "+e.Outcome.String()]++
 	t.mu.Unlock()
 }
 
+// String lists the counts of allowed and denied calls per policy.
 func (t *tally) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

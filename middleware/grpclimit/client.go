@@ -270,6 +270,7 @@ type watchedStream struct {
 	method string
 }
 
+// RecvMsg receives like the wrapped stream and records a refusal's pushback.
 func (s *watchedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err != nil && err != io.EOF {
