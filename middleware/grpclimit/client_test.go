@@ -359,3 +359,35 @@ func TestClientThrottleKeylessBucket(t *testing.T) {
 		assert.Len(t, s.at, 3)
 	})
 }
+
+// TestClientStreamAgainstRealServer: a real refused stream carries the
+// pushback to the client interceptor, which then holds the next stream.
+func TestClientStreamAgainstRealServer(t *testing.T) {
+	ic, err := New(newBucket(t, floodgate.PerMinute(1), 1))
+	require.NoError(t, err)
+	cl := newClient(t)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.StreamInterceptor(ic.Stream())},
+		grpc.WithStreamInterceptor(cl.Stream()))
+	hc := healthpb.NewHealthClient(conn)
+	ctx := testCtx(t)
+
+	wctx, cancel := context.WithCancel(ctx)
+	w1, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w1.Recv()
+	require.NoError(t, err)
+	cancel()
+
+	w2, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w2.Recv()
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	until := cl.PushbackUntil("/grpc.health.v1.Health/Watch")
+	require.False(t, until.IsZero(), "the refusal's pushback was recorded")
+	assert.InDelta(t, float64(time.Minute), float64(time.Until(until)), float64(5*time.Second))
+
+	short, cancel2 := context.WithTimeout(ctx, time.Second)
+	defer cancel2()
+	_, err = hc.Watch(short, &healthpb.HealthCheckRequest{})
+	assert.ErrorIs(t, err, ErrPushbackDeadline, "held locally, not sent")
+}
