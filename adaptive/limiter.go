@@ -133,9 +133,8 @@ func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (*Token, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	w := &waiter{ch: make(chan *Token, 1)}
-	t, err, queued := l.enter(r, w)
-	if !queued {
+	t, err, w := l.enter(r, nil)
+	if w == nil {
 		return t, err
 	}
 	return l.wait(ctx, w)
@@ -153,9 +152,8 @@ func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (*Token, error)
 // still waiting (it is then counted and observed as shed, and done is never
 // called), false when done has been or is being called.
 func (l *Limiter) AcquireFunc(r Request, done func(*Token, error)) (cancel func() bool) {
-	w := &waiter{done: done}
-	t, err, queued := l.enter(r, w)
-	if !queued {
+	t, err, w := l.enter(r, done)
+	if w == nil {
 		done(t, err)
 		return func() bool { return false }
 	}
@@ -174,9 +172,9 @@ func (l *Limiter) AcquireFunc(r Request, done func(*Token, error)) (cancel func(
 	}
 }
 
-// enter admits, rejects or queues a request; w is its waiter should it
-// queue. It reports queued when w went into the queue.
-func (l *Limiter) enter(r Request, w *waiter) (t *Token, err error, queued bool) {
+// enter admits, rejects or queues a request. When it queues it, it returns
+// the waiter: a callback waiter when done is set, a channel waiter otherwise.
+func (l *Limiter) enter(r Request, done func(*Token, error)) (t *Token, err error, w *waiter) {
 	share := r.Share
 	if !(share > 0 && share <= 1) {
 		share = 1
@@ -192,21 +190,24 @@ func (l *Limiter) enter(r Request, w *waiter) (t *Token, err error, queued bool)
 		l.unlock()
 		l.leaked(leaks)
 		l.observe(r.Label, floodgate.OutcomeAllowed, d, nil, 0)
-		return t, nil, false
+		return t, nil, nil
 	case l.o.queue == 0 || !l.enqueueable(r.Rank):
 		l.st.Rejected++
 		d := l.decision(false)
 		l.unlock()
 		l.leaked(leaks)
 		l.observe(r.Label, floodgate.OutcomeShed, d, nil, 0)
-		return nil, ErrLimitExceeded, false
+		return nil, ErrLimitExceeded, nil
 	}
-	w.rank, w.share, w.label, w.seq, w.since = r.Rank, share, r.Label, l.seq, now
+	w = &waiter{done: done, rank: r.Rank, share: share, label: r.Label, seq: l.seq, since: now}
+	if done == nil {
+		w.ch = make(chan *Token, 1)
+	}
 	l.seq++
 	l.waiters.push(w)
 	l.unlock()
 	l.leaked(leaks)
-	return nil, nil, true
+	return nil, nil, w
 }
 
 // enqueueable makes room in the queue for a request of the given rank,
