@@ -56,7 +56,11 @@
 // refused with [floodgate.ErrInvalidCost]). A refund of n subtracts exactly
 // the n*1000 milli-requests a take adds; it may leave up to one request of
 // credit (excess down to -1000) so that a refund right after a take from an
-// idle key restores the idle key.
+// idle key restores the idle key. Right after the take, the key then decides
+// exactly as if the take had not happened when the rate is a whole number of
+// requests per second; at other rates nginx's own rounding (each admitted
+// request drops the fraction of a milli-request that rate*ms/1000 truncates)
+// is not given back, an error below 1/1000 of a request.
 //
 // # Decision
 //
@@ -81,7 +85,14 @@
 // the µs at which the key is idle again (the store may drop it from then on),
 // W[1] last (Unix ms), W[2] excess (milli-requests). The zero State is a
 // fresh key. The same step exists in Lua (Spec().Lua) for the Redis store,
-// exact in doubles (every integer stays below 2^53).
+// exact in doubles: every integer stays below 2^53 for times below 2^53 µs
+// (the year 2255), and divisions are exact floors in both languages.
+//
+// Rates are integers ([floodgate.Rate]), so a NaN or infinite rate cannot be
+// expressed; a rate below nginx's resolution (0.001 r/s) or above 1,000,000
+// r/s, a negative burst or delay, a delay above the burst, NoDelay with
+// Delay, or a bucket that would take more than 2^40 ms to drain are refused
+// by [Config.Validate] with an error wrapping [floodgate.ErrInvalidConfig].
 //
 // Nothing in this package reads a clock except [Shape], and nothing but
 // [Shape] sleeps. [Algorithm] and [Keyed] are safe for concurrent use; the

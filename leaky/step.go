@@ -49,6 +49,8 @@ func (a *Algorithm) Step(s store.State, now int64, n int64) (store.State, floodg
 	nowMs := min(max(floorDiv(now, milli), -maxLastMs), maxLastMs)
 	ms := nowMs - last
 	switch {
+	case s.W[1] == 0 && s.W[2] == 0:
+		ms = a.msCap // the zero State: a fresh key, whatever the time
 	case ms < -backJumpMs:
 		// nginx counts 1 ms; we also re-base last (below, even on a
 		// denial) so that the key leaks normally from now on instead of
@@ -183,7 +185,8 @@ return function(s, now, n, p)
   local nowms = fdiv(now, 1000)
   if nowms < -maxlast then nowms = -maxlast elseif nowms > maxlast then nowms = maxlast end
   local ms = nowms - last
-  if ms < -60000 then last = nowms - 1; ms = 1
+  if (s[2] or 0) == 0 and (s[3] or 0) == 0 then ms = mscap
+  elseif ms < -60000 then last = nowms - 1; ms = 1
   elseif ms < 0 then ms = 0 elseif ms > mscap then ms = mscap end
   local leaked = exc - fdiv(rate * ms, 1000)
   local base = leaked + 1000

@@ -237,4 +237,15 @@ func TestStateWords(t *testing.T) {
 	require.Equal(t, [store.MaxWords]int64{t0 + 623*ms, t0/1000 + 123, 1000}, s.W)
 	other := mustAlg(t, leaky.Config{Rate: floodgate.PerSecond(4), Burst: 4, NoDelay: true})
 	require.NotEqual(t, sp.Namespace, other.Spec().Namespace)
+
+	// The zero State is fresh at any time, even for a bucket that takes 31
+	// years to drain, in 2000 (testing/synctest's epoch) or before 1970.
+	slow := leaky.Config{Rate: floodgate.Rate{N: 1, Per: 1000 * time.Second}, Burst: 999_999, NoDelay: true}
+	sa := mustAlg(t, slow)
+	for _, now := range []int64{946_684_800 * sec, 0, -3600 * sec} {
+		_, d := sa.Step(store.State{}, now, 0)
+		require.Equal(t, floodgate.Decision{Allowed: true, Limit: 1_000_000, Remaining: 1_000_000}, d)
+		_, d = sa.Step(store.State{}, now, 1_000_000)
+		require.True(t, d.Allowed, "now %d", now)
+	}
 }
