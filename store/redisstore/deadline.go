@@ -41,9 +41,8 @@ func (d *deadlines) get() context.Context {
 	}
 	life := d.timeout + d.grain
 	c := &sharedDeadline{
-		at:       now + int64(life),
-		deadline: time.Now().Add(life),
-		done:     make(chan struct{}),
+		at:   now + int64(life),
+		done: make(chan struct{}),
 	}
 	time.AfterFunc(life, c.expire)
 	d.cur.Store(c)
@@ -53,10 +52,9 @@ func (d *deadlines) get() context.Context {
 // sharedDeadline is a context.Context with a deadline and no parent, values
 // or cancel function.
 type sharedDeadline struct {
-	at       int64 // floodgate.Nanotime of the deadline
-	deadline time.Time
-	done     chan struct{}
-	expired  atomic.Bool
+	at      int64 // floodgate.Nanotime of the deadline
+	done    chan struct{}
+	expired atomic.Bool
 }
 
 func (c *sharedDeadline) expire() {
@@ -64,7 +62,13 @@ func (c *sharedDeadline) expire() {
 	close(c.done)
 }
 
-func (c *sharedDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
+// Deadline reports no deadline, on purpose: given a deadline, rueidis may
+// run a lone command synchronously with a connection deadline and close the
+// connection when it passes, and the next command then waits for a new
+// connection's handshake, whatever its context says. Without one, rueidis
+// queues the command and abandons the wait when Done closes, keeping the
+// connection.
+func (c *sharedDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (c *sharedDeadline) Done() <-chan struct{}       { return c.done }
 func (c *sharedDeadline) Value(any) any               { return nil }
 
@@ -76,3 +80,9 @@ func (c *sharedDeadline) Err() error {
 }
 
 func (c *sharedDeadline) String() string { return "redisstore.deadline" }
+
+// noDeadline hides the deadline of a context from rueidis (see
+// sharedDeadline.Deadline) and keeps everything else.
+type noDeadline struct{ context.Context }
+
+func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }

@@ -352,15 +352,17 @@ func (s *Store) scriptArgs(keys, args []string, key string, ps []*policy, n int6
 // callContext bounds one call by the store's timeout. A context without a
 // Done channel (context.Background) gets a shared deadline context (no
 // allocation); a context whose deadline is no later than the timeout is used
-// as it is; any other one is wrapped with context.WithTimeout.
+// as it is; any other one is wrapped with context.WithTimeout. rueidis is
+// never shown the deadline (see sharedDeadline.Deadline): it waits on Done.
 func (s *Store) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() == nil {
 		return s.dl.get(), nil
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
-		return ctx, nil
+		return noDeadline{ctx}, nil
 	}
-	return context.WithTimeout(ctx, s.timeout)
+	c, cancel := context.WithTimeout(ctx, s.timeout)
+	return noDeadline{c}, cancel
 }
 
 // fail applies the failure policy after err.
