@@ -173,15 +173,17 @@ func WithRetry(p RetryPolicy) ClientOption {
 // service), and register both its interceptors so that unary calls and
 // streams share the pushback. A Client is safe for concurrent use.
 type Client struct {
-	cfg     clientConfig
-	until   atomic.Int64 // Unix ns before which no call is sent; 0: none
-	methods sync.Map     // per-method pushback: full method -> *atomic.Int64
+	cfg  clientConfig
+	base time.Time // times below are ns since base, on the monotonic clock
+	// until is the time before which no call is sent; 0: none.
+	until   atomic.Int64
+	methods sync.Map // per-method pushback: full method -> *atomic.Int64
 }
 
 // NewClient returns the client-side interceptors configured by opts. With
 // no option it only honours server pushback.
 func NewClient(opts ...ClientOption) (*Client, error) {
-	c := &Client{cfg: clientConfig{pushback: true, maxPushback: time.Minute}}
+	c := &Client{cfg: clientConfig{pushback: true, maxPushback: time.Minute}, base: time.Now()}
 	for _, o := range opts {
 		if o == nil {
 			return nil, invalid("nil client option")
@@ -198,11 +200,15 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 // on); the zero Time when no pushback is in force.
 func (c *Client) PushbackUntil(method string) time.Time {
 	u := c.gate(method, false).Load()
-	if u == 0 || u <= time.Now().UnixNano() {
+	if u == 0 || u <= c.now() {
 		return time.Time{}
 	}
-	return time.Unix(0, u)
+	return c.base.Add(time.Duration(u))
 }
+
+// now reads the client's clock: nanoseconds since base, monotonic, so that
+// a wall clock stepped back cannot stretch a pushback.
+func (c *Client) now() int64 { return int64(time.Since(c.base)) }
 
 // Unary returns the unary client interceptor: it waits for pushback and the
 // throttle, sends the call, records the server's pushback, and retries by
@@ -342,11 +348,11 @@ func (c *Client) waitPushback(ctx context.Context, method string) error {
 		if until == 0 {
 			return nil
 		}
-		wait := time.Duration(until - time.Now().UnixNano())
+		wait := time.Duration(until - c.now())
 		if wait <= 0 {
 			return nil
 		}
-		if dl, ok := ctx.Deadline(); ok && dl.UnixNano() < until {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return ErrPushbackDeadline
 		}
 		if err := sleep(ctx, wait); err != nil {
@@ -380,7 +386,7 @@ func (c *Client) record(method string, err error, trailer metadata.MD) time.Dura
 	d = min(d, c.cfg.maxPushback)
 	if c.cfg.pushback {
 		g := c.gate(method, true)
-		until := time.Now().UnixNano() + int64(d)
+		until := c.now() + int64(d)
 		for {
 			cur := g.Load()
 			if cur >= until || g.CompareAndSwap(cur, until) {
