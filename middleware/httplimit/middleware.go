@@ -338,9 +338,11 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 	// Stacked middlewares: an outer one already wrote its fields. The IETF
 	// fields are lists and get one member per policy; the legacy fields hold
 	// one policy and keep the one with the fewest units remaining.
+	oldRem, stackedLegacy := h[hRemaining]
+	_, stackedIETF := h[hRateLimit]
 	keepLegacy := false
-	if old := h[hRemaining]; len(old) > 0 {
-		if v, err := strconv.ParseInt(old[0], 10, 64); err == nil && v <= remaining {
+	if stackedLegacy && len(oldRem) > 0 {
+		if v, err := strconv.ParseInt(oldRem[0], 10, 64); err == nil && v <= remaining {
 			keepLegacy = true
 		}
 	}
@@ -354,14 +356,15 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 			blk.vals[i] = unsafe.String(&buf[from[i]], to[i]-from[i])
 		}
 		v := blk.vals[i : i+1 : i+1]
-		if old := h[names[i]]; len(old) > 0 {
-			if names[i] != hRateLimitPolicy && names[i] != hRateLimit {
-				if keepLegacy {
-					continue
+		switch name := names[i]; {
+		case name == hRateLimitPolicy || name == hRateLimit:
+			if stackedIETF {
+				if old := h[name]; len(old) > 0 {
+					v = append(old[:len(old):len(old)], v[0])
 				}
-			} else {
-				v = append(old[:len(old):len(old)], v[0])
 			}
+		case keepLegacy:
+			continue
 		}
 		h[names[i]] = v
 	}
