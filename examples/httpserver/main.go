@@ -7,6 +7,8 @@
 //   - /internal/: 3 per minute per service (X-Service-Token header), bursts
 //     of 3; a caller without a token is limited by its IP instead.
 //
+// Every refusal is logged to stderr through the log/slog observer.
+//
 // Run it with -addr to serve, or with -demo to start it on a free loopback
 // port, send a few requests and print what the client saw:
 //
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -29,6 +32,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
+	"github.com/floodgate-go/floodgate/observer/slogobserver"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -52,7 +56,11 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer s.Close()
-	handler, err := newHandler(s)
+	obs, err := slogobserver.New(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		return err
+	}
+	handler, err := newHandler(s, obs)
 	if err != nil {
 		return err
 	}
@@ -91,24 +99,27 @@ func run(args []string, out io.Writer) error {
 	return err
 }
 
-// newHandler builds the routes and their limits, all on store s.
-func newHandler(s *memstore.Store) (http.Handler, error) {
+// newHandler builds the routes and their limits, all on store s, all
+// reporting to obs.
+func newHandler(s *memstore.Store, obs floodgate.Observer) (http.Handler, error) {
 	perIP, err := limit(s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 20},
 		httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Quota: 20, Window: 2 * time.Second}),
-		httplimit.WithName("per-ip"))
+		httplimit.WithName("per-ip"), httplimit.WithObserver(obs))
 	if err != nil {
 		return nil, err
 	}
 	search, err := limit(s, bucket.Config{Rate: floodgate.PerMinute(6), Burst: 2},
 		httplimit.WithPolicy(httplimit.Policy{Name: "search", Quota: 2, Window: 20 * time.Second}),
-		httplimit.WithRouteKey("/search"), httplimit.WithName("search"), httplimit.WithProblemDetails(true))
+		httplimit.WithRouteKey("/search"), httplimit.WithName("search"), httplimit.WithProblemDetails(true),
+		httplimit.WithObserver(obs))
 	if err != nil {
 		return nil, err
 	}
 	internal, err := limit(s, bucket.Config{Rate: floodgate.PerMinute(3), Burst: 3},
 		httplimit.WithPolicy(httplimit.Policy{Name: "per-service", Quota: 3, Window: time.Minute}),
 		httplimit.WithHeaderKey("X-Service-Token"), httplimit.WithRouteKey("/internal"),
-		httplimit.WithName("per-service"), httplimit.WithHeaders(httplimit.HeadersIETF|httplimit.HeadersDiagnostic))
+		httplimit.WithName("per-service"), httplimit.WithHeaders(httplimit.HeadersIETF|httplimit.HeadersDiagnostic),
+		httplimit.WithObserver(obs))
 	if err != nil {
 		return nil, err
 	}
