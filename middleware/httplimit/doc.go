@@ -50,6 +50,12 @@
 // seconds, omitted when zero. All numbers are whole seconds rounded up, and
 // integers of at most 15 digits, as RFC 9651 requires.
 //
+// On admissions, t is the number of seconds until the budget is full again
+// (Decision.ResetAfter). The draft defines t as the time until additional
+// quota is available; for a bucket that refills continuously that moment
+// depends on the algorithm, while "full again" holds for every algorithm and
+// is never early: a client that waits t seconds may send q units.
+//
 // On refusals, t is the number of seconds until enough quota for the request
 // is back (Decision.RetryAfter, rounded up), so that Retry-After >= t.
 //
