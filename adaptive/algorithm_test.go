@@ -221,3 +221,28 @@ func run(t *testing.T, a Algorithm, exact func() float64, steps []step) {
 		}
 	}
 }
+
+// TestGradient2StableTimeouts is the reference's known failure (Netflix
+// concurrency-limits issue 137): every request times out at the same RTT, so
+// the RTT is stable and the reference's gradient stays 1 while the limit
+// climbs to the maximum. Reported as drops (as Limiter.Do does for
+// context.DeadlineExceeded), the timeouts drive the limit to the minimum.
+func TestGradient2StableTimeouts(t *testing.T) {
+	g, _ := NewGradient2(Gradient2Config{InitialLimit: 100})
+	for range 30 {
+		g.Update(Sample{RTT: 0, InFlight: int(g.limit), Dropped: 50, Count: 50})
+	}
+	if got := int(g.limit); got != 20 {
+		t.Fatalf("limit after 30 windows of timeouts = %d, want the minimum 20", got)
+	}
+	// The same windows reported as successes at a stable 5s RTT look like a
+	// healthy server to any gradient: the limit grows. Drops must be
+	// reported as drops.
+	h, _ := NewGradient2(Gradient2Config{InitialLimit: 100})
+	for range 30 {
+		h.Update(Sample{RTT: 5 * time.Second, InFlight: int(h.limit), Count: 50})
+	}
+	if got := int(h.limit); got <= 100 {
+		t.Fatalf("limit = %d, want growth: the RTT alone cannot tell stable timeouts from health", got)
+	}
+}
