@@ -23,13 +23,13 @@ const (
 )
 
 // mapStore is the smallest correct store: a mutex, a map, an explicit
-// clock (or the real one when real is set). Like a real store it drops a key
-// once its W[0] has passed, which by contract changes no decision.
+// time (or clock, when set). Like a real store it drops a key once its W[0]
+// has passed, which by contract changes no decision.
 type mapStore struct {
-	mu   sync.Mutex
-	now  int64
-	real bool
-	m    map[string]store.State
+	mu    sync.Mutex
+	now   int64
+	clock floodgate.Clock
+	m     map[string]store.State
 }
 
 func newMapStore(now int64) *mapStore { return &mapStore{now: now, m: map[string]store.State{}} }
@@ -48,8 +48,8 @@ func (s *mapStore) Apply(ctx context.Context, key string, alg store.Algorithm, n
 	defer s.mu.Unlock()
 	k := fmt.Sprintf("%x/%s", alg.Spec().Namespace, key)
 	now := s.now
-	if s.real {
-		now = time.Now().UnixMicro()
+	if s.clock != nil {
+		now = s.clock.Now().UnixMicro()
 	}
 	st := s.m[k]
 	if st.W[0] <= now {

@@ -32,7 +32,7 @@ func newMemstore(t *testing.T, clk floodgate.Clock) *memstore.Store {
 
 // The store conformance suite's algorithm part, on memstore with a manual
 // clock (which adds the decision-by-decision comparison with Step), and on
-// the test's own map store on real time.
+// the test's own map store.
 func TestConformance(t *testing.T) {
 	for name, c := range conformanceConfigs {
 		t.Run(name, func(t *testing.T) {
@@ -40,7 +40,10 @@ func TestConformance(t *testing.T) {
 			clk := storetest.NewClock(time.UnixMicro(t0))
 			storetest.RunAlgorithm(t, func(t *testing.T) store.Store { return newMemstore(t, clk) }, a, storetest.WithClock(clk))
 			t.Run("mapStore", func(t *testing.T) {
-				storetest.RunAlgorithm(t, func(t *testing.T) store.Store { return &mapStore{real: true, m: map[string]store.State{}} }, a)
+				clk := storetest.NewClock(time.UnixMicro(t0))
+				storetest.RunAlgorithm(t, func(t *testing.T) store.Store {
+					return &mapStore{clock: clk, m: map[string]store.State{}}
+				}, a, storetest.WithClock(clk))
 			})
 		})
 	}
