@@ -13,8 +13,19 @@ import (
 
 var errBadRequest = errors.New("bad request")
 
+// seesaw is an algorithm whose limit goes 1, 2, 3, 2, 1, 2, ... window after
+// window, so that limit changes race with everything else.
+type seesaw struct{ n int }
+
+func (s *seesaw) InitialLimit() int { return 2 }
+func (s *seesaw) Update(adaptive.Sample) int {
+	s.n++
+	return []int{1, 2, 3, 2}[s.n%4]
+}
+
 // TestMillionCycles runs 1,000,000 acquire/release cycles from 4 goroutines
-// on a limit of 2 with a queue of 1, mixing every way a request can end:
+// on a limit that moves between 1 and 3 every millisecond window, with a
+// queue of 1, mixing every way a request can end:
 // success, drop, ignore (a failed call), a panic in the handler, a context
 // cancelled while the handler runs, and a context that expires while the
 // request waits in the queue. Every admitted token must be released exactly
@@ -24,7 +35,7 @@ func TestMillionCycles(t *testing.T) {
 		goroutines = 4
 		cycles     = 1_000_000
 	)
-	l := must(adaptive.New(must(adaptive.NewFixed(2)), adaptive.WithQueue(1, adaptive.LIFO)))
+	l := must(adaptive.New(&seesaw{}, adaptive.WithQueue(1, adaptive.LIFO), adaptive.WithWindow(1, time.Millisecond), adaptive.WithMinRTT(0)))
 	var attempts, panics, cancelled, expired atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -83,7 +94,7 @@ func TestMillionCycles(t *testing.T) {
 	if got := int64(st.Admitted+st.Rejected) + expired.Load(); got != attempts.Load() {
 		t.Fatalf("admitted+rejected+expired = %d, attempts %d", got, attempts.Load())
 	}
-	if panics.Load() == 0 || st.Dropped == 0 || st.Ignored == 0 || st.Succeeded == 0 {
+	if panics.Load() == 0 || st.Dropped == 0 || st.Ignored == 0 || st.Succeeded == 0 || st.Windows < 10 {
 		t.Fatalf("a kind of ending never happened: %+v, %d panics", st, panics.Load())
 	}
 }
