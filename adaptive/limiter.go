@@ -107,7 +107,10 @@ func New(alg Algorithm, opts ...Option) (*Limiter, error) {
 	}
 	o := defaultOptions()
 	for _, opt := range opts {
-		if err := opt(&o); err != nil {
+		if opt.apply == nil {
+			continue // the zero Option does nothing
+		}
+		if err := opt.apply(&o); err != nil {
 			return nil, err
 		}
 	}

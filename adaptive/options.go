@@ -40,8 +40,9 @@ type Leak struct {
 	At time.Time
 }
 
-// Option configures a [Limiter].
-type Option func(*options) error
+// Option configures a [Limiter]. Build one with the With... and On...
+// functions of this package.
+type Option struct{ apply func(*options) error }
 
 type options struct {
 	clock      floodgate.Clock
@@ -75,13 +76,13 @@ func invalid(format string, args ...any) error {
 // WithClock sets the clock that times requests and windows. Default
 // [floodgate.SystemClock].
 func WithClock(c floodgate.Clock) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if c == nil {
 			return invalid("nil clock")
 		}
 		o.clock = c
 		return nil
-	}
+	}}
 }
 
 // WithObserver sets the observer that receives every admission
@@ -89,31 +90,31 @@ func WithClock(c floodgate.Clock) Option {
 // with the limiter's name as Event.Limiter and the request's label as
 // Event.Route. Default [floodgate.NopObserver].
 func WithObserver(obs floodgate.Observer) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if obs == nil {
 			return invalid("nil observer")
 		}
 		o.observer = obs
 		return nil
-	}
+	}}
 }
 
 // WithName sets the name reported as Event.Limiter.
 func WithName(name string) Option {
-	return func(o *options) error { o.name = name; return nil }
+	return Option{func(o *options) error { o.name = name; return nil }}
 }
 
 // OnLimitChange registers f, called after every window that changes the
 // limit. It runs on the goroutine that released the request closing the
 // window, after the limiter's lock is released; it must be fast.
 func OnLimitChange(f func(LimitChange)) Option {
-	return func(o *options) error { o.onChange = f; return nil }
+	return Option{func(o *options) error { o.onChange = f; return nil }}
 }
 
 // OnLeak registers f, called for every token reclaimed because it outlived
 // the maximum age (see [WithMaxAge]), outside the limiter's lock.
 func OnLeak(f func(Leak)) Option {
-	return func(o *options) error { o.onLeak = f; return nil }
+	return Option{func(o *options) error { o.onLeak = f; return nil }}
 }
 
 // WithWindow sets the sampling window: a window closes at the first release
@@ -121,26 +122,26 @@ func OnLeak(f func(Leak)) Option {
 // least minSamples requests (smaller windows are discarded). Defaults 10
 // samples and 1s, the reference values; minSamples >= 1, d > 0.
 func WithWindow(minSamples int, d time.Duration) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if minSamples < 1 || d <= 0 {
 			return invalid("window needs >= 1 sample and a positive duration, got %d and %v", minSamples, d)
 		}
 		o.minSamples, o.window = minSamples, d
 		return nil
-	}
+	}}
 }
 
 // WithMinRTT sets the RTT under which a successful request is not measured
 // (too fast to say anything about the server: a cache hit, a validation
 // error). Drops are counted whatever their RTT. Default 100µs; d >= 0.
 func WithMinRTT(d time.Duration) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if d < 0 {
 			return invalid("negative minimum RTT %v", d)
 		}
 		o.minRTT = d
 		return nil
-	}
+	}}
 }
 
 // WithMaxAge sets how long a token may stay unreleased before the limiter
@@ -149,13 +150,13 @@ func WithMinRTT(d time.Duration) Option {
 // nothing. Set it well above the slowest legitimate request. Zero disables
 // leak detection. Default one minute.
 func WithMaxAge(d time.Duration) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if d < 0 {
 			return invalid("negative maximum age %v", d)
 		}
 		o.maxAge = d
 		return nil
-	}
+	}}
 }
 
 // WithQueue makes Acquire wait when the limit is reached: up to size
@@ -164,11 +165,11 @@ func WithMaxAge(d time.Duration) Option {
 // that finds the queue full is rejected at once, unless it outranks a waiter,
 // which is then rejected in its place. size >= 1.
 func WithQueue(size int, order Order) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if size < 1 || order > LIFO {
 			return invalid("queue needs size >= 1 and order FIFO or LIFO, got %d and %d", size, order)
 		}
 		o.queue, o.order = size, order
 		return nil
-	}
+	}}
 }
