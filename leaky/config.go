@@ -172,3 +172,41 @@ func ParseRate(s string) (floodgate.Rate, error) {
 	}
 	return floodgate.Rate{N: n, Per: per}, nil
 }
+
+// ParseNginx builds a Config from the two nginx directives it replaces: rate
+// is limit_req_zone's rate= value ("10r/s", see [ParseRate]) and params is
+// the rest of a limit_req directive ("zone=ip burst=20 nodelay", the zone=
+// parameter ignored, a trailing ';' allowed). DryRun (limit_req_dry_run) is
+// left to the caller. The Config is validated; errors wrap
+// [floodgate.ErrInvalidConfig].
+func ParseNginx(rate, params string) (Config, error) {
+	r, err := ParseRate(rate)
+	if err != nil {
+		return Config{}, err
+	}
+	c := Config{Rate: r}
+	for _, f := range strings.Fields(strings.TrimSuffix(strings.TrimSpace(params), ";")) {
+		name, val, hasVal := strings.Cut(f, "=")
+		switch {
+		case name == "zone" && hasVal:
+		case name == "nodelay" && !hasVal:
+			c.NoDelay = true
+		case (name == "burst" || name == "delay") && hasVal:
+			v, err := strconv.ParseInt(val, 10, 64)
+			if err != nil || v <= 0 {
+				return Config{}, fmt.Errorf("%w: invalid nginx %s value %q", floodgate.ErrInvalidConfig, name, val)
+			}
+			if name == "burst" {
+				c.Burst = v
+			} else {
+				c.Delay = v
+			}
+		default:
+			return Config{}, fmt.Errorf("%w: unknown limit_req parameter %q", floodgate.ErrInvalidConfig, f)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}

@@ -18,6 +18,9 @@
 //	several limit_req in one location       floodgate.All(limiters...) (Delay = the largest)
 //	the request waits in nginx              Shape(ctx, limiter, key, 1), or wait Decision.Delay yourself
 //
+// [ParseNginx] reads the two directives as written: ParseNginx("10r/s",
+// "zone=ip burst=20 nodelay").
+//
 // # The arithmetic (nginx's, in integers)
 //
 // The rate is kept in milli-requests per second, truncated as nginx does (see
@@ -30,7 +33,7 @@
 //	excess = max(0, excess - rate*ms/1000 + 1000)
 //
 // and is rejected when excess > burst*1000. A rejected request changes
-// nothing. An admitted one stores excess (and last = now, if ms != 0), and is
+// nothing (but the re-basing after a clock jump). An admitted one stores excess (and last = now, if ms != 0), and is
 // delayed by (excess - delay*1000) * 1000 / rate milliseconds when excess is
 // above delay*1000 (delay is Burst with NoDelay, Delay otherwise). A fresh key
 // admits its first request with excess 0.

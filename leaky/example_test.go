@@ -24,11 +24,11 @@ func Example() {
 	}
 	defer s.Close()
 
-	rate, err := leaky.ParseRate("10r/s")
+	// The same as leaky.Config{Rate: floodgate.PerSecond(10), Burst: 20, NoDelay: true}.
+	cfg, err := leaky.ParseNginx("10r/s", "zone=ip burst=20 nodelay")
 	if err != nil {
 		panic(err)
 	}
-	cfg := leaky.Config{Rate: rate, Burst: 20, NoDelay: true}
 	lim, err := leaky.NewKeyed(s, cfg)
 	if err != nil {
 		panic(err)

@@ -82,6 +82,11 @@ type Result struct {
 // each key. It implements [floodgate.Limiter] and [floodgate.Refunder] and is
 // safe for concurrent use. Nothing in it sleeps: a delayed request is
 // admitted with Decision.Delay set, and the caller (or [Shape]) waits.
+//
+// Two Keyed with the same Rate, Burst and delay settings on one store share
+// each key's state, like two limit_req directives on one zone; limiters that
+// differ in any of them never do. DryRun does not count: a dry-run limiter and
+// an enforcing one with the same settings share state.
 type Keyed struct {
 	st      store.Store
 	alg     store.Algorithm

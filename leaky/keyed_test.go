@@ -200,3 +200,24 @@ func TestKeyedErrorsPassThrough(t *testing.T) {
 	require.True(t, errors.Is(err, context.Canceled))
 	require.Equal(t, leaky.Result{}, r)
 }
+
+func TestParseNginx(t *testing.T) {
+	for params, want := range map[string]leaky.Config{
+		"zone=ip":                      {Rate: floodgate.PerSecond(10)},
+		"zone=ip burst=20 nodelay":     {Rate: floodgate.PerSecond(10), Burst: 20, NoDelay: true},
+		" zone=ip  burst=12 delay=8; ": {Rate: floodgate.PerSecond(10), Burst: 12, Delay: 8},
+		"burst=5":                      {Rate: floodgate.PerSecond(10), Burst: 5},
+		"zone=z burst=5 delay=5":       {Rate: floodgate.PerSecond(10), Burst: 5, Delay: 5},
+		"zone=z nodelay burst=3":       {Rate: floodgate.PerSecond(10), Burst: 3, NoDelay: true},
+	} {
+		got, err := leaky.ParseNginx("10r/s", params)
+		require.NoError(t, err, params)
+		require.Equal(t, want, got, params)
+	}
+	for _, params := range []string{"burst=0", "burst=-1", "burst=x", "delay=0", "burst=2 delay=3", "burst=2 delay=1 nodelay", "nodelay=1", "zone", "foo=bar", "burst"} {
+		_, err := leaky.ParseNginx("10r/s", params)
+		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, params)
+	}
+	_, err := leaky.ParseNginx("10r/h", "burst=1")
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+}

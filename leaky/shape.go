@@ -25,7 +25,9 @@ import (
 // [floodgate.ErrInvalidConfig] without taking anything.
 //
 // On success the returned Decision is the admitting one, its Delay already
-// waited.
+// waited. With an error from an abandoned wait, it is the admitting decision
+// whose units were given back (for logging); with any other error it is the
+// zero value.
 func Shape(ctx context.Context, limiter floodgate.Limiter, key string, n int) (floodgate.Decision, error) {
 	refunder, ok := limiter.(floodgate.Refunder)
 	if !ok {
