@@ -434,6 +434,9 @@ func (l *Limiter) decision(allowed bool) floodgate.Decision {
 		Remaining: int64(min(max(l.limit-l.inflight, 0), l.limit)),
 	}
 	if !allowed {
+		// Slots may remain for more important requests (a larger share),
+		// none for this one.
+		d.Remaining = 0
 		d.RetryAfter = l.retryAfter()
 	}
 	return d
