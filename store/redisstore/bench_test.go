@@ -87,21 +87,7 @@ func BenchmarkDecision(b *testing.B) {
 			i++
 		}
 	})
-	b.Run("parallel64", func(b *testing.B) {
-		b.ReportAllocs()
-		setParallel64(b)
-		var next atomic.Uint32
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(next.Add(97))
-			for pb.Next() {
-				if _, err := l.Take(ctx, benchKeys[i&1023], 1); err != nil {
-					b.Error(err)
-					return
-				}
-				i++
-			}
-		})
-	})
+	b.Run("parallel64", func(b *testing.B) { benchParallel64(b, l) })
 	// A caller context that can be cancelled and has no deadline (an HTTP
 	// request's) costs the allocations of context.WithTimeout.
 	b.Run("serial-cancelable-ctx", func(b *testing.B) {
@@ -126,22 +112,7 @@ func BenchmarkDecisionNoCoalescing(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	b.Run("parallel64", func(b *testing.B) {
-		b.ReportAllocs()
-		setParallel64(b)
-		var next atomic.Uint32
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(next.Add(97))
-			for pb.Next() {
-				if _, err := l.Take(ctx, benchKeys[i&1023], 1); err != nil {
-					b.Error(err)
-					return
-				}
-				i++
-			}
-		})
-	})
+	b.Run("parallel64", func(b *testing.B) { benchParallel64(b, l) })
 }
 
 func BenchmarkMultiDecision(b *testing.B) {
@@ -150,22 +121,25 @@ func BenchmarkMultiDecision(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	b.Run("parallel64", func(b *testing.B) {
-		b.ReportAllocs()
-		setParallel64(b)
-		var next atomic.Uint32
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(next.Add(97))
-			for pb.Next() {
-				if _, err := m.Take(ctx, benchKeys[i&1023], 1); err != nil {
-					b.Error(err)
-					return
-				}
-				i++
-			}
-		})
-	})
+	b.Run("parallel64", func(b *testing.B) { benchParallel64(b, m) })
 }
 
 func testingProcs() int { return runtime.GOMAXPROCS(0) }
+
+// benchParallel64 takes 1 from l with 64 goroutines over the bench keys.
+func benchParallel64(b *testing.B, l floodgate.Limiter) {
+	b.ReportAllocs()
+	setParallel64(b)
+	var next atomic.Uint32
+	ctx := context.Background()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(97))
+		for pb.Next() {
+			if _, err := l.Take(ctx, benchKeys[i&1023], 1); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}

@@ -26,14 +26,7 @@ import (
 // script must share a slot, which the keys of different users do not.
 
 const scriptBatchBody = `
-local test = ARGV[1] ~= ''
-local now
-if test then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local test, now = clock(ARGV[1])
 local words, maxlog, np = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local p = {}
 for j = 1, np do p[j] = tonumber(ARGV[4 + j]) end
@@ -41,44 +34,8 @@ local base = 4 + np
 local out = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local v = redis.call('GET', key)
-  local s = {}
-  for j = 1, words do s[j] = 0 end
-  if maxlog > 0 then s.log = {} end
-  if v then
-    local wpart, lpart = string.match(v, '^([^;]*);?(.*)$')
-    local j = 1
-    for x in string.gmatch(wpart, '[^,]+') do
-      if j <= words then s[j] = tonumber(x) end
-      j = j + 1
-    end
-    if maxlog > 0 then
-      local lg = s.log
-      for x in string.gmatch(lpart, '[^,]+') do lg[#lg + 1] = tonumber(x) end
-    end
-  end
-  local s2, d = step(s, now, tonumber(ARGV[base + i]), p)
-  local w = s2[1]
-  if w <= now then
-    redis.call('DEL', key)
-  else
-    local val
-    if words == 1 then
-      val = string.format('%d', w)
-    else
-      local parts = {}
-      for j = 1, words do parts[j] = string.format('%d', s2[j]) end
-      val = table.concat(parts, ',')
-    end
-    if maxlog > 0 and s2.log and #s2.log > 0 then
-      local lp = {}
-      for j = 1, #s2.log do lp[j] = string.format('%d', s2.log[j]) end
-      val = val .. ';' .. table.concat(lp, ',')
-    end
-    local ttl = math.floor((w - now + 999) / 1000)
-    if test and ttl < 60000 then ttl = 60000 end
-    redis.call('SET', key, val, 'PX', ttl)
-  end
+  local s, d = step(decode(redis.call('GET', key), words, maxlog), now, tonumber(ARGV[base + i]), p)
+  save(key, s, words, maxlog, now, test)
   local o = (i - 1) * 6
   for j = 1, 6 do out[o + j] = d[j] end
 end
@@ -93,7 +50,7 @@ func batchScriptFor(sp store.Spec) *rueidis.Lua {
 	if l, ok := batchScripts.Load(key); ok {
 		return l.(*rueidis.Lua)
 	}
-	src := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step = (function()\n%s\nend)()\n%s", sp.Name, sp.Lua.Source, scriptBatchBody)
+	src := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step = (function()\n%s\nend)()\n%s%s", sp.Name, sp.Lua.Source, luaCommon, scriptBatchBody)
 	// Not retryable, like every consuming script.
 	l, _ := batchScripts.LoadOrStore(key, rueidis.NewLuaScript(src))
 	return l.(*rueidis.Lua)

@@ -36,16 +36,66 @@ const scriptHead = `-- floodgate redisstore decision script
 local steps = {}
 `
 
+// luaCommon is the start of every script of the store: the clock, and the
+// encoding of a state in its key.
+const luaCommon = `
+-- clock returns (injected, now): the injected time a when it is not empty,
+-- else the server's TIME in microseconds.
+local function clock(a)
+  if a ~= '' then return true, tonumber(a) end
+  local t = redis.call('TIME')
+  return false, tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- decode turns a key's value (or false) into a state.
+local function decode(v, words, maxlog)
+  if words == 1 and maxlog == 0 then return {v and tonumber(v) or 0} end
+  local s = {}
+  for j = 1, words do s[j] = 0 end
+  if maxlog > 0 then s.log = {} end
+  if v then
+    local wpart, lpart = string.match(v, '^([^;]*);?(.*)$')
+    local j = 1
+    for x in string.gmatch(wpart, '[^,]+') do
+      if j <= words then s[j] = tonumber(x) end
+      j = j + 1
+    end
+    if maxlog > 0 then
+      local lg = s.log
+      for x in string.gmatch(lpart, '[^,]+') do lg[#lg + 1] = tonumber(x) end
+    end
+  end
+  return s
+end
+-- save writes s to key with a TTL equal to its time to full (at least a
+-- minute with an injected time), or deletes key when s is full.
+local function save(key, s, words, maxlog, now, injected)
+  local w = s[1]
+  if w <= now then
+    redis.call('DEL', key)
+    return
+  end
+  local v
+  if words == 1 and maxlog == 0 then
+    v = string.format('%d', w)
+  else
+    local parts = {}
+    for j = 1, words do parts[j] = string.format('%d', s[j]) end
+    v = table.concat(parts, ',')
+    if maxlog > 0 and s.log and #s.log > 0 then
+      local lp = {}
+      for j = 1, #s.log do lp[j] = string.format('%d', s.log[j]) end
+      v = v .. ';' .. table.concat(lp, ',')
+    end
+  end
+  local ttl = math.floor((w - now + 999) / 1000)
+  if injected and ttl < 60000 then ttl = 60000 end
+  redis.call('SET', key, v, 'PX', ttl)
+end
+`
+
 const scriptBody = `
 local n = tonumber(ARGV[1])
-local test = ARGV[2] ~= ''
-local now
-if test then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local test, now = clock(ARGV[2])
 local k = #KEYS
 local words, maxlog, params, raw = {}, {}, {}, {}
 local a = 3
@@ -58,63 +108,21 @@ for i = 1, k do
   a = a + 3 + np
   raw[i] = redis.call('GET', KEYS[i])
 end
-local function load(i)
-  local w, ml, v = words[i], maxlog[i], raw[i]
-  if w == 1 and ml == 0 then
-    return {v and tonumber(v) or 0}
-  end
-  local s = {}
-  for j = 1, w do s[j] = 0 end
-  if ml > 0 then s.log = {} end
-  if v then
-    local wpart, lpart = string.match(v, '^([^;]*);?(.*)$')
-    local j = 1
-    for x in string.gmatch(wpart, '[^,]+') do
-      if j <= w then s[j] = tonumber(x) end
-      j = j + 1
-    end
-    if ml > 0 then
-      local lg = s.log
-      for x in string.gmatch(lpart, '[^,]+') do lg[#lg + 1] = tonumber(x) end
-    end
-  end
-  return s
-end
 local states, ds, allowed = {}, {}, true
 for i = 1, k do
-  local s2, d = steps[i](load(i), now, n, params[i])
+  local s2, d = steps[i](decode(raw[i], words[i], maxlog[i]), now, n, params[i])
   states[i], ds[i] = s2, d
   if d[1] == 0 then allowed = false end
 end
 if not allowed and k > 1 then
   for i = 1, k do
     if ds[i][1] ~= 0 then
-      states[i], ds[i] = steps[i](load(i), now, 0, params[i])
+      states[i], ds[i] = steps[i](decode(raw[i], words[i], maxlog[i]), now, 0, params[i])
     end
   end
 end
 for i = 1, k do
-  local s = states[i]
-  if s[1] <= now then
-    redis.call('DEL', KEYS[i])
-  else
-    local v
-    if words[i] == 1 and maxlog[i] == 0 then
-      v = string.format('%d', s[1])
-    else
-      local parts = {}
-      for j = 1, words[i] do parts[j] = string.format('%d', s[j]) end
-      v = table.concat(parts, ',')
-      if maxlog[i] > 0 and s.log and #s.log > 0 then
-        local lp = {}
-        for j = 1, #s.log do lp[j] = string.format('%d', s.log[j]) end
-        v = v .. ';' .. table.concat(lp, ',')
-      end
-    end
-    local ttl = math.floor((s[1] - now + 999) / 1000)
-    if test and ttl < 60000 then ttl = 60000 end
-    redis.call('SET', KEYS[i], v, 'PX', ttl)
-  end
+  save(KEYS[i], states[i], words[i], maxlog[i], now, test)
 end
 local acc = ds[1]
 if k > 1 then
@@ -147,28 +155,13 @@ return acc
 // of the state and the same reply as the general script, with less work.
 const scriptOneWord = `
 local n = tonumber(ARGV[1])
-local test = ARGV[2] ~= ''
-local now
-if test then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local test, now = clock(ARGV[2])
 local p = {}
 for j = 1, tonumber(ARGV[5]) do p[j] = tonumber(ARGV[5 + j]) end
-local v = redis.call('GET', KEYS[1])
-local s, d = step({v and tonumber(v) or 0}, now, n, p)
-local w = s[1]
-if w <= now then
-  redis.call('DEL', KEYS[1])
-else
-  local ttl = math.floor((w - now + 999) / 1000)
-  if test and ttl < 60000 then ttl = 60000 end
-  redis.call('SET', KEYS[1], string.format('%d', w), 'PX', ttl)
-end
+local s, d = step(decode(redis.call('GET', KEYS[1]), 1, 0), now, n, p)
+save(KEYS[1], s, 1, 0, now, test)
 if test then
-  return {d[1], d[2], d[3], d[4], d[5], d[6], w, 0}
+  return {d[1], d[2], d[3], d[4], d[5], d[6], s[1], 0}
 end
 return d
 `
@@ -179,6 +172,7 @@ func buildScript(specs []store.Spec) string {
 	var b strings.Builder
 	if len(specs) == 1 && specs[0].Words == 1 && specs[0].MaxLog == 0 {
 		fmt.Fprintf(&b, "-- floodgate redisstore decision script: %s\nlocal step = (function()\n%s\nend)()\n", specs[0].Name, specs[0].Lua.Source)
+		b.WriteString(luaCommon)
 		b.WriteString(scriptOneWord)
 		return b.String()
 	}
@@ -186,6 +180,7 @@ func buildScript(specs []store.Spec) string {
 	for i, sp := range specs {
 		fmt.Fprintf(&b, "-- policy %d: %s\nsteps[%d] = (function()\n%s\nend)()\n", i+1, sp.Name, i+1, sp.Lua.Source)
 	}
+	b.WriteString(luaCommon)
 	b.WriteString(scriptBody)
 	return b.String()
 }
