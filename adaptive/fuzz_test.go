@@ -105,3 +105,35 @@ func FuzzLimiter(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAlgorithms feeds each algorithm arbitrary windows and checks that the
+// limit stays within its bounds.
+func FuzzAlgorithms(f *testing.F) {
+	f.Add(int64(100e6), 20, 0, int64(50e6), 10, 30e6)
+	f.Add(int64(0), 0, 5, int64(0), 1, 1e9)
+	f.Add(int64(1<<62), 1000, 0, int64(1), 1<<20, -1.0)
+	f.Fuzz(func(t *testing.T, rtt int64, inflight, dropped int, rtt2 int64, inflight2 int, rtt3 float64) {
+		algs := []struct {
+			a        adaptive.Algorithm
+			min, max int
+		}{
+			{must(adaptive.NewVegas(adaptive.VegasConfig{Rand: rand.New(rand.NewPCG(1, 1))})), 1, 1000},
+			{must(adaptive.NewGradient2(adaptive.Gradient2Config{})), 20, 200},
+			{must(adaptive.NewAIMD(adaptive.AIMDConfig{})), 20, 200},
+		}
+		samples := []adaptive.Sample{
+			{RTT: time.Duration(rtt), InFlight: inflight, Dropped: dropped, Count: 10},
+			{RTT: time.Duration(rtt2), InFlight: inflight2, Count: 10},
+			{RTT: time.Duration(rtt3), InFlight: inflight, Count: 10},
+		}
+		for _, c := range algs {
+			for range 20 {
+				for _, s := range samples {
+					if got := c.a.Update(s); got < c.min || got > c.max {
+						t.Fatalf("%T: limit %d outside [%d, %d] after %+v", c.a, got, c.min, c.max, s)
+					}
+				}
+			}
+		}
+	})
+}
