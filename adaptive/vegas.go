@@ -72,6 +72,13 @@ func (c VegasConfig) Validate() error {
 // One departure from the reference: drops are handled first. The reference
 // checks the probe and a new minimum RTT before the drop, so a window of
 // fast failures (which often carries a new minimum) never lowers the limit.
+//
+// Vegas steers by latency. Its reaction to drops is the reference's small
+// step (lg(limit) per window), so a limit that grew far above what the server
+// can take (it grows whenever a window uses half of it and sees no queueing)
+// comes down slowly once the server starts refusing: for a server that
+// signals overload by refusing fast rather than by slowing down, prefer
+// [AIMD] or [Gradient2], which cut the limit by 10% per window with drops.
 type Vegas struct {
 	cfg        VegasConfig
 	limit      float64
