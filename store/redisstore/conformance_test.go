@@ -31,19 +31,22 @@ func conformanceAlgorithms(t *testing.T) []store.Algorithm {
 }
 
 // TestConformance runs the store conformance suite on a single node and on
-// the cluster. The store gets its time from the suite's clock (injected in
-// ARGV instead of Redis TIME), which lets the suite check every duration
+// the cluster, twice: with the Redis server's time (the production path:
+// the suite sleeps where time must pass), and with the suite's clock
+// injected in ARGV instead of Redis TIME, which lets it check every duration
 // exactly, jump the clock (-1s, -1h, +10y) and compare the store with the Go
-// steps decision by decision. The server-time path is the one every other
-// test of this package uses.
+// steps decision by decision.
 func TestConformance(t *testing.T) {
 	for name, c := range targets(t) {
-		t.Run(name, func(t *testing.T) {
+		t.Run(name+"/server-time", func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) store.Store {
+				return testStore(t, c)
+			}, storetest.WithAlgorithms(conformanceAlgorithms(t)...))
+		})
+		t.Run(name+"/injected-clock", func(t *testing.T) {
 			clk := storetest.NewClock(time.Unix(1_700_000_000, 0))
 			storetest.Run(t, func(t *testing.T) store.Store {
-				s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second), withClock(clk))
-				require.NoError(t, err)
-				return s
+				return testStore(t, c, withClock(clk))
 			}, storetest.WithClock(clk), storetest.WithAlgorithms(conformanceAlgorithms(t)...))
 		})
 	}
