@@ -3,9 +3,11 @@ package grpclimit
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"net"
 	"net/netip"
+	"sync/atomic"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -63,11 +65,47 @@ func (c *config) peerKey(ctx context.Context) string {
 	if a.Is4() {
 		bits = c.v4Bits
 	}
-	if bits == a.BitLen() {
-		return a.String()
-	}
 	p, _ := a.Prefix(bits)
+	if c.keys != nil {
+		return c.keys.get(p)
+	}
+	return prefixKey(p)
+}
+
+// prefixKey spells a peer key: the address alone for a full-length prefix
+// ("192.0.2.1"), the prefix otherwise ("2001:db8::/64").
+func prefixKey(p netip.Prefix) string {
+	if p.Bits() == p.Addr().BitLen() {
+		return p.Addr().String()
+	}
 	return p.String()
+}
+
+// keyCache remembers the key strings of recent peers, so that a peer seen
+// before costs no allocation. It is a fixed array of slots indexed by a
+// hash of the (masked) address; a slot holds the last peer that hashed to
+// it. A miss only costs what no cache would.
+type keyCache struct {
+	slots [keyCacheSlots]atomic.Pointer[cachedKey]
+}
+
+const keyCacheSlots = 1024 // a power of two; 8 KiB of pointers
+
+type cachedKey struct {
+	prefix netip.Prefix
+	key    string
+}
+
+func (kc *keyCache) get(p netip.Prefix) string {
+	a := p.Addr().As16()
+	h := binary.LittleEndian.Uint64(a[0:8])*0x9e3779b97f4a7c15 ^ binary.LittleEndian.Uint64(a[8:16])*0xc2b2ae3d27d4eb4f
+	slot := &kc.slots[(h>>32)&(keyCacheSlots-1)]
+	if e := slot.Load(); e != nil && e.prefix == p {
+		return e.key
+	}
+	key := prefixKey(p)
+	slot.Store(&cachedKey{prefix: p, key: key})
+	return key
 }
 
 // metadataKey turns a metadata value into a key in its own namespace.

@@ -58,6 +58,7 @@ type config struct {
 	keyKind  keyKind
 	keySet   bool
 	prefix   string
+	keys     *keyCache
 	mdName   string
 	keyFunc  KeyFunc
 	cost     CostFunc
@@ -80,6 +81,7 @@ func buildConfig(opts []Option) (config, error) {
 		v4Bits:    32,
 		v6Bits:    64,
 		shedRetry: time.Second,
+		keys:      new(keyCache),
 	}
 	for _, o := range opts {
 		if o == nil {

@@ -3,8 +3,10 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -580,4 +582,34 @@ func FuzzMetadataKey(f *testing.F) {
 			require.Equal(t, "md:"+v, k, "plain values are kept as they are")
 		}
 	})
+}
+
+// TestKeyCacheNeverMixesPeers: far more peers than cache slots, looked up
+// concurrently, each always gets its own key.
+func TestKeyCacheNeverMixesPeers(t *testing.T) {
+	kc := new(keyCache)
+	var prefixes []netip.Prefix
+	for i := range 2 * keyCacheSlots {
+		v4 := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		prefixes = append(prefixes, netip.PrefixFrom(v4, 32))
+		v6 := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, byte(i >> 8), byte(i)})
+		prefixes = append(prefixes, netip.PrefixFrom(v6, 64))
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for round := range 2 {
+				for i := range prefixes {
+					p := prefixes[(i*7+g+round)%len(prefixes)]
+					if got, want := kc.get(p), prefixKey(p); got != want {
+						t.Errorf("key of %v: got %q, want %q", p, got, want)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, "10.0.0.1", kc.get(prefixes[2]))
+	assert.Equal(t, "2001:db8:1::/64", kc.get(prefixes[3]))
 }
