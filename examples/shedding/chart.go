@@ -70,7 +70,12 @@ func writeChart(path, title string, names []string, sc scenario, ws []simulate.W
 		{"Offered load per class", "req/s", append(perClass(func(w simulate.Window, c int) float64 { return float64(w.Offered[c]) }), capacity)},
 		{"Served (successes) per class", "req/s", append(perClass(func(w simulate.Window, c int) float64 { return float64(w.Succeeded[c]) }), capacity)},
 		{"Concurrency limit and requests in flight", "requests", []series{limit, inflight, workers}},
-		{"p99 latency per class", "ms", perClass(func(w simulate.Window, c int) float64 { return float64(w.P99[c]) / float64(time.Millisecond) })},
+		{"p99 latency per class (gaps: nothing served)", "ms", perClass(func(w simulate.Window, c int) float64 {
+			if w.Succeeded[c] == 0 {
+				return math.NaN()
+			}
+			return float64(w.P99[c]) / float64(time.Millisecond)
+		})},
 	}
 	var b strings.Builder
 	height := top + nPanels*(panelH+gap)
@@ -93,7 +98,9 @@ func drawPanel(b *strings.Builder, p panel, y0, n int, sc scenario) {
 	ymax := 0.0
 	for _, s := range p.lines {
 		for _, v := range s.ys {
-			ymax = math.Max(ymax, v)
+			if !math.IsNaN(v) {
+				ymax = math.Max(ymax, v)
+			}
 		}
 	}
 	ymax = niceCeil(ymax * 1.05)
@@ -117,15 +124,26 @@ func drawPanel(b *strings.Builder, p panel, y0, n int, sc scenario) {
 	}
 	// Lines and legend.
 	for k, s := range p.lines {
-		var pts strings.Builder
-		for i, v := range s.ys {
-			fmt.Fprintf(&pts, "%.1f,%.1f ", xOf(i), yOf(v))
-		}
 		dash := ""
 		if s.dash {
 			dash = ` stroke-dasharray="5,4"`
 		}
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.8"%s points="%s"/>`+"\n", s.color, dash, strings.TrimSpace(pts.String()))
+		// One polyline per run of defined values (NaN leaves a gap).
+		var pts strings.Builder
+		flush := func() {
+			if pts.Len() > 0 {
+				fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.8"%s points="%s"/>`+"\n", s.color, dash, strings.TrimSpace(pts.String()))
+				pts.Reset()
+			}
+		}
+		for i, v := range s.ys {
+			if math.IsNaN(v) {
+				flush()
+				continue
+			}
+			fmt.Fprintf(&pts, "%.1f,%.1f ", xOf(i), yOf(v))
+		}
+		flush()
 		ly := y0 + 14 + k*18
 		fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", left+plotW+12, left+plotW+36, ly-4, ly-4, s.color, dash)
 		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", left+plotW+42, ly, esc(s.name))

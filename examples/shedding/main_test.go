@@ -51,9 +51,10 @@ func TestShortRun(t *testing.T) {
 		t.Fatalf("the chart is not well-formed SVG: %v", err)
 	}
 	// 4 panels: offered (3 classes + capacity), served (3 + capacity),
-	// limit/in-flight/workers, p99 (3).
-	if len(doc.Polylines) != 14 {
-		t.Errorf("%d polylines, want 14", len(doc.Polylines))
+	// limit/in-flight/workers, p99 (3, with gaps where a class got nothing
+	// served, so possibly in several pieces).
+	if len(doc.Polylines) < 14 {
+		t.Errorf("%d polylines, want at least 14", len(doc.Polylines))
 	}
 	all := strings.Join(doc.Texts, "|")
 	for _, want := range []string{"Offered load per class", "p99 latency per class", "limit", "in flight", "critical", "standard", "best-effort"} {
