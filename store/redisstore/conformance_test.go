@@ -14,11 +14,12 @@ import (
 )
 
 // conformanceAlgorithms are the algorithms besides the token bucket that the
-// conformance suite runs on the Redis store.
+// conformance suite runs on the Redis store. Their rates are slow so that the
+// real-time run's concurrent check (1,000 takes) sees no refill.
 func conformanceAlgorithms(t *testing.T) []store.Algorithm {
-	lk, err := leaky.Config{Rate: floodgate.PerSecond(5), Burst: 4, NoDelay: true}.Algorithm()
+	lk, err := leaky.Config{Rate: floodgate.PerMinute(5), Burst: 4, NoDelay: true}.Algorithm()
 	require.NoError(t, err)
-	ld, err := leaky.Config{Rate: floodgate.PerSecond(5), Burst: 4, Delay: 2}.Algorithm()
+	ld, err := leaky.Config{Rate: floodgate.PerMinute(5), Burst: 4, Delay: 2}.Algorithm()
 	require.NoError(t, err)
 	wc := window.Config{Limit: 5, Window: time.Hour}
 	fx, err := wc.FixedAlgorithm()
