@@ -56,8 +56,8 @@
 //   - nginx may forget a key that has been idle for 60 s once its excess has
 //     leaked to zero, but only when it needs room for another key; the next
 //     request is then a fresh key's first. leaky never forgets a key before
-//     it is fully idle, so at rates below 1 r/min (nginx's 1r/m is 0.96) its
-//     verdicts are those of an nginx that kept the key.
+//     it is fully idle: at 1r/m and slower rates (where 60 s leak less than
+//     one request) its verdicts are those of an nginx that kept the key.
 //
 // A request of cost n counts as n requests arriving in the same millisecond
 // and is admitted only if all n are (n may be 1..Burst+1; other costs are
