@@ -74,6 +74,11 @@ const (
 // configuration that is no longer current.
 type params struct {
 	state atomic.Uint64
+	// last is the latest time (limiter clock) at which tokens were taken:
+	// the present, as far as the limiter knows. A cancel or a setter with an
+	// older time is taken as happening at last, so that it cannot give back
+	// tokens that were refilled and spent since (a credit counted twice).
+	last atomic.Int64
 
 	kind     kind
 	limit    Limit
@@ -145,6 +150,7 @@ func newParams(r Limit, b int, now int64, debt float64, gen uint64, since int64)
 		gen:          gen,
 		retired:      make(chan struct{}),
 	}
+	p.last.Store(-maxAbs)
 	switch {
 	case !(r > 0): // zero, negative, NaN
 		p.limit, p.kind = 0, kindZero
@@ -177,7 +183,7 @@ func newParams(r Limit, b int, now int64, debt float64, gen uint64, since int64)
 func (p *params) debtAt(bits uint64, now int64) float64 {
 	switch p.kind {
 	case kindRate:
-		if d := f64(bits) - float64(now-p.base); d > 0 {
+		if d := f64(bits) - relTime(now-p.base); d > 0 {
 			return d / p.interval
 		}
 		return 0
@@ -320,16 +326,24 @@ func (l *Limiter) take(now int64, n int, maxDelay int64) grant {
 			if tokens < float64(n) {
 				return grant{st: never, p: p}
 			}
+			if n > 0 {
+				p.advanceLast(now)
+			}
 			if n == 0 || p.state.CompareAndSwap(bits, u64(tokens-float64(n))) {
 				return grant{st: granted, p: p}
 			}
 			continue
 		}
-		nowRel := float64(now - p.base)
+		nowRel := float64(now - p.base) // exact within the span
 		tat := f64(bits)
-		if now > p.rebaseAfter || (now < p.rebaseBefore && tat <= nowRel) {
-			p = l.rebase(p, bits, now)
-			continue
+		if now > p.rebaseAfter || now < p.rebaseBefore {
+			if now > p.rebaseAfter || tat <= nowRel {
+				p = l.rebase(p, bits, now)
+				continue
+			}
+			// Far behind the base with tokens owed: decide on the
+			// caller's time rounded down (fewer tokens, never more).
+			nowRel = relTime(now - p.base)
 		}
 		from := max(tat, nowRel)
 		debt := from - nowRel // ns until full; exactly 0 when full
@@ -347,10 +361,33 @@ func (l *Limiter) take(now int64, n int, maxDelay int64) grant {
 			}
 		}
 		newTat := from + float64(n)*p.interval
+		if n > 0 {
+			p.advanceLast(now) // before the CAS: a cancel that sees the new state sees last
+		}
 		if n == 0 || p.state.CompareAndSwap(bits, u64(newTat)) {
 			return grant{st: granted, p: p, act: nowRel + max(wait, 0), delay: delay}
 		}
 	}
+}
+
+// advanceLast raises p.last to now.
+func (p *params) advanceLast(now int64) {
+	for {
+		last := p.last.Load()
+		if now <= last || p.last.CompareAndSwap(last, now) {
+			return
+		}
+	}
+}
+
+// relTime converts a time relative to a base to float64, rounded down when
+// it is too large to be exact, so that a caller's time never rounds later.
+func relTime(d int64) float64 {
+	f := float64(d)
+	if f >= 0x1p63 || (f > -0x1p63 && int64(f) > d) {
+		f = math.Nextafter(f, math.Inf(-1))
+	}
+	return f
 }
 
 func satSub(a, b int64) int64 {
@@ -365,8 +402,10 @@ func satSub(a, b int64) int64 {
 
 // rebase moves generation p (kindRate) to base now, when now is far from its
 // base: forward always (the TAT keeps its precision), backward only when the
-// bucket is full at now, so that the conversion is exact and credits nothing.
-// It returns the generation to retry with.
+// bucket is full at now. A bucket full at now becomes "full from now on"
+// (exact, and stricter for any caller older than now); otherwise the TAT is
+// shifted and rounded up by a bound on the float64 error, so that a rebase
+// never credits anything. It returns the generation to retry with.
 func (l *Limiter) rebase(p *params, bits uint64, now int64) *params {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -378,9 +417,15 @@ func (l *Limiter) rebase(p *params, bits uint64, now int64) *params {
 		base: now, rebaseBefore: now - rebaseSpan, rebaseAfter: now + rebaseSpan,
 		since: p.since, gen: p.gen, retired: make(chan struct{}),
 	}
-	tat := f64(bits) - float64(now-p.base)
-	if f64(bits) <= float64(now-p.base) {
-		tat = math.Inf(-1) // full: exact whatever the distance
+	np.last.Store(p.last.Load())
+	tat, d := f64(bits), float64(now-p.base)
+	eps := (math.Abs(tat) + math.Abs(d)) * 0x1p-51 // bounds the rounding of d and of tat-d
+	switch {
+	case math.IsInf(tat, -1): // never charged: full at every time
+	case tat+eps <= d:
+		tat = 0
+	default:
+		tat = tat - d + eps
 	}
 	np.state.Store(u64(tat))
 	l.install(p, np)
@@ -440,8 +485,10 @@ func (l *Limiter) reconfigure(now int64, limit Limit, setLimit bool, burst int, 
 		gen      uint64
 		oldBurst int
 	)
+	last := -maxAbs
 	if old != nil {
-		now = max(now, old.since)
+		last = old.last.Load()
+		now = max(now, old.since, last)
 		debt, gen, oldBurst = old.debtAt(bits, now), old.gen+1, old.burst
 		if !setLimit {
 			limit = old.limit
@@ -453,7 +500,9 @@ func (l *Limiter) reconfigure(now int64, limit Limit, setLimit bool, burst int, 
 	burst = max(burst, 0)
 	// The tokens stay what they are, capped at the new burst.
 	debt = max(debt+float64(burst-oldBurst), 0)
-	l.install(old, newParams(limit, burst, now, debt, gen, now))
+	np := newParams(limit, burst, now, debt, gen, now)
+	np.last.Store(last)
+	l.install(old, np)
 }
 
 // Reservation holds tokens taken by [Limiter.Reserve] or
@@ -534,11 +583,15 @@ func (r *Reservation) cancelAt(now int64) {
 		if p.gen != r.p.gen {
 			return
 		}
+		// Read after the state: an admit raises last before its CAS.
+		if now = max(now, p.last.Load()); now-r.at > r.delay {
+			return // the limiter has moved past its time to act: spent
+		}
 		var next float64
 		if p.kind == kindZero {
 			next = min(f64(bits)+float64(r.n), float64(p.burst))
 		} else {
-			nowRel := float64(now - p.base)
+			nowRel := relTime(now - p.base)
 			tat := f64(bits)
 			// Later grants whose time to act lies beyond this one's were
 			// scheduled behind it: their share cannot come back.
