@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -46,19 +45,7 @@ func TestShedderWithAdaptiveLimiter(t *testing.T) {
 	lim, err := adaptive.New(alg)
 	require.NoError(t, err)
 	obs := &events{}
-	ic, err := NewShedder(adaptiveAcquirer(lim), WithName("adaptive"), WithObserver(obs))
-	require.NoError(t, err)
-	conn, _ := serve(t, []grpc.ServerOption{
-		grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()),
-	})
-	hc := healthpb.NewHealthClient(conn)
-	ctx := testCtx(t)
-
-	wctx, cancel := context.WithCancel(ctx)
-	w, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = w.Recv()
-	require.NoError(t, err, "the watch holds the only slot")
+	hc, ctx, cancel := shedWithWatch(t, adaptiveAcquirer(lim), WithName("adaptive"), WithObserver(obs))
 
 	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
 	assert.Equal(t, codes.Unavailable, status.Code(err))

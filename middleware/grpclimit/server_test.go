@@ -362,23 +362,10 @@ func TestShedder(t *testing.T) {
 		}, true, nil
 	})
 	obs := &events{}
-	ic, err := NewShedder(acq, WithObserver(obs), WithShedRetryAfter(1500*time.Millisecond))
-	require.NoError(t, err)
-	conn, _ := serve(t, []grpc.ServerOption{
-		grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()),
-	})
-	hc := healthpb.NewHealthClient(conn)
-	ctx := testCtx(t)
-
-	// A Watch holds the only slot while it is open.
-	wctx, cancel := context.WithCancel(ctx)
-	w, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = w.Recv()
-	require.NoError(t, err)
+	hc, ctx, cancel := shedWithWatch(t, acq, WithObserver(obs), WithShedRetryAfter(1500*time.Millisecond))
 
 	var trailer metadata.MD
-	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
 	st := status.Convert(err)
 	require.Equal(t, codes.Unavailable, st.Code())
 	assert.Equal(t, MsgOverloaded, st.Message())
@@ -394,6 +381,25 @@ func TestShedder(t *testing.T) {
 	assert.Equal(t, int64(2), releasedOK.Load(), "a cancelled watch and a served check are no overload signal")
 	assert.Equal(t, 1, obs.count(floodgate.OutcomeShed))
 	assert.Equal(t, 2, obs.count(floodgate.OutcomeAllowed))
+}
+
+// shedWithWatch serves the health service behind a shedder on a, and opens a
+// Watch that holds one slot until cancel is called.
+func shedWithWatch(t *testing.T, a Acquirer, opts ...Option) (hc healthpb.HealthClient, ctx context.Context, cancel context.CancelFunc) {
+	t.Helper()
+	ic, err := NewShedder(a, opts...)
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{
+		grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()),
+	})
+	hc = healthpb.NewHealthClient(conn)
+	ctx = testCtx(t)
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w.Recv()
+	require.NoError(t, err, "the watch holds a slot")
+	return hc, ctx, cancel
 }
 
 func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
