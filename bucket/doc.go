@@ -1,0 +1,103 @@
+// Package bucket is the token bucket, in two forms: a keyed limiter that runs
+// on any [store.Store] (the Go step and its Lua twin), and a keyless,
+// lock-free [Limiter] for caller-side throttling whose methods mirror
+// golang.org/x/time/rate.
+//
+// Both are written as GCRA (the generic cell rate algorithm): the state is
+// one number, the theoretical arrival time (TAT), the time at which the
+// bucket is full again. Taking n tokens pushes the TAT n intervals later; a
+// request is admitted when the pushed TAT is at most burst intervals ahead of
+// now. The state is an absolute schedule, so a caller whose clock reads
+// earlier than another's simply finds fewer tokens: no time ever moves the
+// state back or credits a token twice.
+//
+// # Keyed token bucket
+//
+// [Config] (a [floodgate.Rate] and a Burst) gives a [store.Algorithm] and,
+// with [NewKeyed], a keyed [floodgate.Limiter]. Units: time in Unix
+// microseconds, the interval Rate.Per/Rate.N rounded up to a whole
+// microsecond (the effective rate is never above the one written), so that
+// the Redis twin computes with exact integers. The step:
+//   - n > 0 takes n tokens when they are all there, and otherwise denies with
+//     RetryAfter the time until they are (a denial takes nothing);
+//   - n == 0 peeks; n < 0 refunds -n tokens, never beyond the burst;
+//   - a TAT more than the burst ahead of now can only come from a clock that
+//     went backwards: it is re-based to "empty at now", which credits
+//     nothing.
+//
+// The zero [Config] is invalid; [Config.Validate] says why.
+//
+// # Keyless limiter
+//
+// [NewLimiter](r, b) returns a bucket of b tokens, full, refilled at r tokens
+// per second ([Limit], [Every], [Inf] as in x/time/rate). Allow drops what
+// exceeds the limit, Reserve says how long to wait, Wait blocks (see
+// [Limiter]). Times: Allow, Reserve, Wait, Tokens and the setters without a
+// time read [floodgate.Nanotime], monotonic and cheap; AllowN, ReserveN,
+// TokensAt, SetLimitAt, SetBurstAt, DelayFrom and CancelAt take the time
+// explicitly (using its monotonic reading when it has one). Both agree on a
+// shared scale; times more than about 146 years from the process start are
+// clamped to it. The zero Limiter rejects everything; every method is safe
+// for concurrent use.
+//
+// Its state is one atomic word: the TAT as a float64 of nanoseconds relative
+// to a base near the present (re-based about every 18 minutes, so that it
+// stays exact to 2^-12 ns). It is a float because a Limit is a float: its
+// interval is rarely a whole number of nanoseconds, and integer arithmetic
+// would drift by the rounding on every token. The limit and burst live in an
+// immutable generation next to that word; a setter freezes the word, converts
+// the state and publishes the next generation, so that no decision is ever
+// taken against a configuration no longer current. Allow reads the clock
+// once and makes one CAS when it admits, none when it denies: no lock and no
+// allocation.
+//
+// # Where the keyless Limiter differs from x/time/rate, and why
+//
+// Switching is an import change for the common calls; these differences are
+// deliberate:
+//
+//   - A time older than one the limiter has seen never credits anything.
+//     x/time/rate reads the clock outside its lock and moves its last update
+//     time back when a late caller arrives, so that the same interval is
+//     credited again and again: under contention the limit can be exceeded
+//     thousands of times (Go issues 71360 and 65508). Here a late caller sees
+//     the tokens of its own, earlier time; a CancelAt, SetLimitAt or
+//     SetBurstAt with an older time than the latest charge is taken as
+//     happening at that charge.
+//   - A negative n is refused (AllowN false, ReserveN not OK, WaitN an error
+//     wrapping [floodgate.ErrInvalidCost]); in x/time/rate it silently adds
+//     tokens. n == 0 behaves as there: allowed unless reservations are
+//     waiting for tokens. n > burst is refused unless the limit is Inf, as
+//     there.
+//   - A NaN or negative limit is taken as 0 and a negative burst as 0; a
+//     limit of Inf or more (including +Inf) is Inf. Limit and Burst report
+//     the values in force. (x/time/rate keeps NaN, whose arithmetic is
+//     undefined.)
+//   - A reservation that could never be served (limit 0 with too few tokens,
+//     or a wait of 2^63 ns, 292 years, or more) is not OK and takes nothing;
+//     x/time/rate makes it OK with an infinite delay and takes the tokens.
+//   - Delays are rounded up to whole nanoseconds (x/time/rate truncates), so
+//     that acting after the delay never runs ahead of the limit. Decisions
+//     can therefore differ within 1 ns of the boundary.
+//   - WaitN fails at once, without sleeping, when the tokens would come after
+//     the context's deadline, with an error wrapping
+//     [floodgate.ErrWouldExceedDeadline] and so [context.DeadlineExceeded]
+//     (x/time/rate's error wraps neither). With limit 0 and too few tokens,
+//     WaitN waits for the context or for a setter, and then tries again; in
+//     x/time/rate it can only wait for the context.
+//   - CancelAt gives back what the reservation took, less what later
+//     reservations are scheduled behind it, never more and never beyond the
+//     burst; only the first cancel counts (in x/time/rate a second one
+//     credits again), and after SetLimit or SetBurst it gives nothing back.
+//     After cancelling a reservation that others are scheduled behind,
+//     x/time/rate keeps its latest scheduled time apart from its tokens; one
+//     word cannot, so a later cancel of an older reservation may give back
+//     somewhat more than x/time/rate would (never more than it took).
+//   - A time far in the future that is charged (AllowN at now+10 years, say)
+//     puts the limiter in debt until the clock gets there: the schedule is
+//     absolute. x/time/rate recovers at once, by moving its clock back, which
+//     is the double credit above.
+//
+// The test suite runs both limiters side by side on random sequences and
+// checks that these are the only differences.
+package bucket
