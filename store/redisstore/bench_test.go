@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,5 +142,71 @@ func benchParallel64(b *testing.B, l floodgate.Limiter) {
 			}
 			i++
 		}
+	})
+}
+
+// BenchmarkVsPing measures the two ratios the store promises, on a machine
+// whose load may change from second to second: PING and decisions are
+// interleaved (serial: one of each per iteration; parallel64: alternating
+// windows of 50ms), so that both see the same load. Metrics: the mean of each
+// and their ratio (serial: decision latency / PING latency, want <= 1.2;
+// parallel64: decision throughput / PING throughput, want >= 0.5).
+func BenchmarkVsPing(b *testing.B) {
+	s := benchClient(b)
+	c := s.client
+	l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		var ping, dec time.Duration
+		i := 0
+		for b.Loop() {
+			t0 := time.Now()
+			if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if _, err := l.Take(ctx, benchKeys[i&1023], 1); err != nil {
+				b.Fatal(err)
+			}
+			dec += time.Since(t1)
+			ping += t1.Sub(t0)
+			i++
+		}
+		b.ReportMetric(float64(ping.Microseconds())/float64(b.N), "ping-µs")
+		b.ReportMetric(float64(dec.Microseconds())/float64(b.N), "decision-µs")
+		b.ReportMetric(float64(dec)/float64(ping), "x-ping")
+	})
+	b.Run("parallel64", func(b *testing.B) {
+		const window = 50 * time.Millisecond
+		run := func(op func(i int) error) int64 {
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			end := time.Now().Add(window)
+			for g := range 64 {
+				wg.Go(func() {
+					for i := g * 16; time.Now().Before(end); i++ {
+						if err := op(i); err != nil {
+							b.Error(err)
+							return
+						}
+						n.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			return n.Load()
+		}
+		var pings, decs int64
+		for b.Loop() {
+			pings += run(func(int) error { return c.Do(ctx, c.B().Ping().Build()).Error() })
+			decs += run(func(i int) error { _, err := l.Take(ctx, benchKeys[i&1023], 1); return err })
+		}
+		secs := (time.Duration(b.N) * window).Seconds()
+		b.ReportMetric(float64(pings)/secs, "ping/s")
+		b.ReportMetric(float64(decs)/secs, "decisions/s")
+		b.ReportMetric(float64(decs)/float64(pings), "x-ping")
 	})
 }

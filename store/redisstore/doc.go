@@ -39,6 +39,14 @@
 // connection error or a timeout is reported, not retried; Cluster redirections
 // (MOVED, ASK) are followed, because a redirected script did not run.
 //
+// Under concurrency, calls of one algorithm beyond a few in flight
+// ([WithCoalescing], 2 by default) wait for one of them to finish and then go
+// together in one script call: one TIME, then each decision in turn, as
+// atomically as one. Each decision is still made by exactly one script run;
+// the server's work per decision drops by about half. Coalescing applies to
+// single-node and Sentinel clients (on a Cluster the keys of one script must
+// share a slot).
+//
 // Redis 5 or later is needed (scripts that call TIME before writing rely on
 // effects replication, the default since Redis 5).
 //

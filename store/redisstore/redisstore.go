@@ -101,7 +101,7 @@ func WithObserver(o floodgate.Observer) Option {
 
 // DefaultCoalescing is the coalescing threshold of a [Store] built without
 // [WithCoalescing].
-const DefaultCoalescing = 4
+const DefaultCoalescing = 2
 
 // WithCoalescing sets how many script calls of one algorithm may be in flight
 // before further calls are coalesced into one script call (default
