@@ -13,7 +13,9 @@
 // The store owns time: each Apply reads the clock once, under the key's
 // lock, and hands the algorithm Unix microseconds. The default clock is
 // [floodgate.Nanotime] (monotonic, never backwards); [WithClock] injects
-// another one for tests. Algorithms cope with a clock that goes backwards.
+// another one for tests. Algorithms cope with a clock that goes backwards;
+// note only that a key dropped because it was full (see below) is fresh
+// after a backward jump, where a kept state might have had a little less.
 //
 // # Keys and memory
 //
@@ -39,7 +41,9 @@
 // fresh key: Apply does not keep it, a background sweeper ([WithSweepInterval])
 // drops the ones that become full while idle, and the MaxKeys bound
 // ([WithMaxKeys]) drops them first when a shard is full. Only when no sampled
-// entry is full is a live entry evicted; [Store.Stats] counts those.
+// entry is full is a live entry evicted; [Store.Stats] counts those. A sweep
+// holds one shard's lock while it scans that shard (about 16,000 keys a
+// shard at the default bound), then moves to the next.
 //
 // # Concurrency and cancellation
 //

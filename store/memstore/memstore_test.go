@@ -36,7 +36,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"max keys -1":           {memstore.WithMaxKeys(-1)},
 		"negative sweep":        {memstore.WithSweepInterval(-time.Second)},
 		"nil clock":             {memstore.WithClock(nil)},
-		"nil option":            {nil},
+		"zero option":           {memstore.Option{}},
 		"more shards than keys": {memstore.WithShards(16), memstore.WithMaxKeys(8)},
 	} {
 		s, err := memstore.New(opts...)

@@ -21,9 +21,12 @@ const (
 	maxShards = 1 << 16
 )
 
-// Option configures a [Store]. Options are applied in order; a later option
-// overrides an earlier one of the same kind.
-type Option func(*config) error
+// Option configures a [Store]; build one with a With function. Options are
+// applied in order; a later option overrides an earlier one of the same
+// kind. The zero Option is not a valid option: [New] refuses it.
+type Option struct {
+	apply func(*config) error
+}
 
 type config struct {
 	shards    int
@@ -40,13 +43,13 @@ func defaultConfig() config {
 // WithShards sets the number of shards, a power of two between 1 and 65536.
 // More shards mean less lock contention; [DefaultShards] suits most uses.
 func WithShards(n int) Option {
-	return func(c *config) error {
+	return Option{func(c *config) error {
 		if n < 1 || n > maxShards || n&(n-1) != 0 {
 			return fmt.Errorf("%w: memstore: shards must be a power of two in 1..%d, got %d", floodgate.ErrInvalidConfig, maxShards, n)
 		}
 		c.shards, c.shardsSet = n, true
 		return nil
-	}
+	}}
 }
 
 // WithMaxKeys bounds the number of keys the store keeps (n >= 1). The bound
@@ -54,47 +57,47 @@ func WithShards(n int) Option {
 // shard may evict while another still has room. See [Store] for what is
 // evicted.
 func WithMaxKeys(n int) Option {
-	return func(c *config) error {
+	return Option{func(c *config) error {
 		if n < 1 {
 			return fmt.Errorf("%w: memstore: max keys must be >= 1, got %d", floodgate.ErrInvalidConfig, n)
 		}
 		c.maxKeys = n
 		return nil
-	}
+	}}
 }
 
 // WithSweepInterval sets how often a background goroutine drops the keys
 // whose state is back to full. d == 0 disables the background sweeper (call
 // [Store.Sweep] yourself, or rely on the MaxKeys eviction); d < 0 is an error.
 func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) error {
+	return Option{func(c *config) error {
 		if d < 0 {
 			return fmt.Errorf("%w: memstore: sweep interval must be >= 0, got %v", floodgate.ErrInvalidConfig, d)
 		}
 		c.sweep = d
 		return nil
-	}
+	}}
 }
 
 // WithClock makes the store read time from clock instead of
 // [floodgate.Nanotime] (for tests). The clock is read once per Apply, under
 // the key's lock, and converted to Unix microseconds.
 func WithClock(clock floodgate.Clock) Option {
-	return func(c *config) error {
+	return Option{func(c *config) error {
 		if clock == nil {
 			return fmt.Errorf("%w: memstore: nil clock", floodgate.ErrInvalidConfig)
 		}
 		c.clock = clock
 		return nil
-	}
+	}}
 }
 
 func (c *config) apply(opts []Option) error {
 	for i, o := range opts {
-		if o == nil {
-			return fmt.Errorf("%w: memstore: option %d is nil", floodgate.ErrInvalidConfig, i)
+		if o.apply == nil {
+			return fmt.Errorf("%w: memstore: option %d is the zero Option", floodgate.ErrInvalidConfig, i)
 		}
-		if err := o(c); err != nil {
+		if err := o.apply(c); err != nil {
 			return err
 		}
 	}
