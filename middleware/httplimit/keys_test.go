@@ -312,3 +312,23 @@ func TestConcurrentRequests(t *testing.T) {
 		t.Fatalf("statuses %v, calls %d", statuses, h.calls.Load())
 	}
 }
+
+// TestRotatingIPv6WithinA64IsLimited: behind a trusted proxy, a client
+// rotating through the addresses of its /64 gets one budget, not one per
+// address; another /64 has its own.
+func TestRotatingIPv6WithinA64IsLimited(t *testing.T) {
+	l := newMemBucket(t, frozen(), floodgate.PerMinute(1), 5)
+	srv := serve(t, mustMW(t, l, WithTrustedProxies(netip.MustParsePrefix("127.0.0.1/32")))(&okHandler{}))
+	c := clientFrom(t, "127.0.0.1")
+	statuses := map[int]int{}
+	for i := 0; i < 200; i++ {
+		res := do(t, c, "GET", srv.URL, map[string]string{"X-Forwarded-For": fmt.Sprintf("2001:db8:aa:bb:%x:%x::1", i*7919&0xffff, i)})
+		statuses[res.status]++
+	}
+	if statuses[200] != 5 || statuses[429] != 195 {
+		t.Fatalf("statuses %v", statuses)
+	}
+	if res := do(t, c, "GET", srv.URL, map[string]string{"X-Forwarded-For": "2001:db8:aa:bc::1"}); res.status != 200 {
+		t.Fatalf("neighbouring /64: %d", res.status)
+	}
+}
