@@ -15,8 +15,11 @@ import (
 	"github.com/floodgate-go/floodgate/store"
 )
 
-// Option configures [Run] and [RunAlgorithm].
-type Option func(*config)
+// Option configures [Run] and [RunAlgorithm]; build one with a With
+// function.
+type Option struct {
+	apply func(*config)
+}
 
 type config struct {
 	clock *Clock
@@ -33,12 +36,12 @@ type config struct {
 // the suite sleeps where time must pass (never more than a few tens of
 // milliseconds per check) and accepts durations short of the exact value by
 // the time the check has taken.
-func WithClock(c *Clock) Option { return func(cf *config) { cf.clock = c } }
+func WithClock(c *Clock) Option { return Option{func(cf *config) { cf.clock = c }} }
 
 // WithAlgorithms makes [Run] also run [RunAlgorithm] with each of algs, after
 // the token-bucket checks.
 func WithAlgorithms(algs ...store.Algorithm) Option {
-	return func(cf *config) { cf.algs = append(cf.algs, algs...) }
+	return Option{func(cf *config) { cf.algs = append(cf.algs, algs...) }}
 }
 
 // suite carries what every check needs.
@@ -50,8 +53,8 @@ type suite struct {
 func newSuite(newStore func(t *testing.T) store.Store, opts []Option) *suite {
 	s := &suite{newStore: newStore}
 	for _, o := range opts {
-		if o != nil {
-			o(&s.cfg)
+		if o.apply != nil {
+			o.apply(&s.cfg)
 		}
 	}
 	return s
