@@ -39,6 +39,7 @@ const (
 	reasonDelay       = "delay_refused"
 	reasonOverloaded  = "overloaded"
 	reasonUnavailable = "limiter_unavailable"
+	reasonCost        = "cost_exceeds_limit"
 )
 
 // maxSF is the largest structured-field Integer (15 digits).
@@ -124,6 +125,19 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		scope = m.scopeIP
 	}
 	switch {
+	case err != nil && errors.Is(err, floodgate.ErrInvalidCost):
+		// A cost the limiter refuses could never be admitted. Failing open
+		// here would exempt exactly the most expensive requests.
+		ev.Err = err
+		if c.dryRun {
+			ev.Outcome = floodgate.OutcomeWouldDeny
+			c.observe(ev)
+			break
+		}
+		ev.Outcome = floodgate.OutcomeDenied
+		c.observe(ev)
+		c.refuse(w, http.StatusTooManyRequests, time.Second, reasonCost, scope)
+		return
 	case err != nil:
 		if !c.failed(w, ev, err, scope) {
 			return

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -568,4 +569,35 @@ func TestLeakyBucketDelays(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCostBeyondBurstIsRefused: a request costing more than the burst can
+// never pass; even with fail-open it is refused, not exempted.
+func TestCostBeyondBurstIsRefused(t *testing.T) {
+	l := newMemBucket(t, frozen(), floodgate.PerSecond(1), 5)
+	obs := &counter{}
+	cost := func(r *http.Request) int {
+		n, _ := strconv.Atoi(r.URL.Query().Get("cost"))
+		return n
+	}
+	h := &okHandler{}
+	mw := mustMW(t, l, WithCost(cost), WithObserver(obs), WithHeaders(HeadersDiagnostic))(h)
+	for _, q := range []string{"6", "0", "-3", "1000000"} {
+		w := httptest.NewRecorder()
+		mw.ServeHTTP(w, httptest.NewRequest("GET", "/?cost="+q, nil))
+		if w.Code != 429 || w.Header().Get("X-RateLimit-Reason") != "cost_exceeds_limit" || w.Header().Get("Retry-After") != "1" {
+			t.Fatalf("cost %s: %d %v", q, w.Code, w.Header())
+		}
+	}
+	w := httptest.NewRecorder()
+	mw.ServeHTTP(w, httptest.NewRequest("GET", "/?cost=5", nil))
+	if w.Code != 200 || h.calls.Load() != 1 || obs.get(floodgate.OutcomeDenied) != 4 || !errors.Is(obs.events[0].Err, floodgate.ErrInvalidCost) {
+		t.Fatalf("cost 5: %d, calls %d, observed %v", w.Code, h.calls.Load(), obs.counts)
+	}
+	dry := mustMW(t, l, WithCost(cost), WithObserver(obs), WithDryRun(true))(h)
+	w = httptest.NewRecorder()
+	dry.ServeHTTP(w, httptest.NewRequest("GET", "/?cost=9", nil))
+	if w.Code != 200 || obs.get(floodgate.OutcomeWouldDeny) != 1 {
+		t.Fatalf("dry run: %d, observed %v", w.Code, obs.counts)
+	}
 }

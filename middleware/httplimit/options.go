@@ -88,8 +88,11 @@ const (
 // never disables limiting.
 type KeyFunc func(r *http.Request) string
 
-// CostFunc returns the cost of a request in the limiter's units. A cost
-// below 1 or above the limiter's burst makes the limiter fail (see FailMode).
+// CostFunc returns the cost of a request in the limiter's units. A cost the
+// limiter refuses (below 1, or above its burst: an error wrapping
+// floodgate.ErrInvalidCost) is answered 429 whatever the fail mode, with the
+// reason "cost_exceeds_limit": such a request could never be admitted, and
+// failing open would exempt exactly the most expensive requests.
 type CostFunc func(r *http.Request) int
 
 type keyKind uint8
