@@ -74,7 +74,7 @@
 // carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope ("ip", "header",
 // "key", prefixed by "route+" with WithRouteKey, or "concurrency") and, on
 // refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
-// "overloaded", "limiter_unavailable", "cost_exceeds_limit").
+// "overloaded", "limiter_unavailable", "cost_exceeds_limit", "invalid_key").
 //
 // Middlewares stack: around a tighter per-route limit, a per-IP limit adds
 // its own member to RateLimit-Policy and RateLimit (give each policy its own
@@ -91,7 +91,8 @@
 // When the limiter returns an error or panics, the request follows the
 // [FailMode]: FailOpen (the default) serves it, FailClosed answers 503 with
 // Retry-After: 1, since the client did nothing wrong. The exception is a
-// cost the limiter refuses (see [CostFunc]): 429, whatever the fail mode.
+// cost or a key the limiter refuses (see [CostFunc], [KeyFunc]): 429,
+// whatever the fail mode.
 // A panicking limiter never takes the server down.
 //
 // A shaping limiter may admit a request with a Decision.Delay: by default

@@ -40,6 +40,7 @@ const (
 	reasonOverloaded  = "overloaded"
 	reasonUnavailable = "limiter_unavailable"
 	reasonCost        = "cost_exceeds_limit"
+	reasonKey         = "invalid_key"
 )
 
 // maxSF is the largest structured-field Integer (15 digits).
@@ -125,9 +126,10 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		scope = m.scopeIP
 	}
 	switch {
-	case err != nil && errors.Is(err, floodgate.ErrInvalidCost):
-		// A cost the limiter refuses could never be admitted. Failing open
-		// here would exempt exactly the most expensive requests.
+	case err != nil && (errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey)):
+		// A cost or a key the limiter refuses could never be admitted.
+		// Failing open here would exempt exactly the most expensive
+		// requests, or anyone who crafts a key the store rejects.
 		ev.Err = err
 		if c.dryRun {
 			ev.Outcome = floodgate.OutcomeWouldDeny
@@ -136,7 +138,11 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ev.Outcome = floodgate.OutcomeDenied
 		c.observe(ev)
-		c.refuse(w, http.StatusTooManyRequests, time.Second, reasonCost, scope)
+		reason := reasonCost
+		if errors.Is(err, floodgate.ErrInvalidKey) {
+			reason = reasonKey
+		}
+		c.refuse(w, http.StatusTooManyRequests, time.Second, reason, scope)
 		return
 	case err != nil:
 		if !c.failed(w, ev, err, scope) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -599,5 +600,25 @@ func TestCostBeyondBurstIsRefused(t *testing.T) {
 	dry.ServeHTTP(w, httptest.NewRequest("GET", "/?cost=9", nil))
 	if w.Code != 200 || obs.get(floodgate.OutcomeWouldDeny) != 1 {
 		t.Fatalf("dry run: %d, observed %v", w.Code, obs.counts)
+	}
+}
+
+func TestInvalidKeyIsRefused(t *testing.T) {
+	l := floodgate.LimiterFunc(func(_ context.Context, key string, _ int) (floodgate.Decision, error) {
+		if strings.HasPrefix(key, "bad") {
+			return floodgate.Decision{}, fmt.Errorf("%w: %q", floodgate.ErrInvalidKey, key)
+		}
+		return floodgate.Decision{Allowed: true, Limit: 1, Remaining: 1}, nil
+	})
+	mw := mustMW(t, l, WithKeyFunc(func(r *http.Request) string { return r.Header.Get("K") }),
+		WithHeaders(HeadersDiagnostic), WithFailMode(FailOpen))(&okHandler{})
+	for k, want := range map[string]int{"bad-key": 429, "good": 200} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("K", k)
+		w := httptest.NewRecorder()
+		mw.ServeHTTP(w, r)
+		if w.Code != want || (want == 429 && w.Header().Get("X-RateLimit-Reason") != "invalid_key") {
+			t.Fatalf("key %q: %d %v", k, w.Code, w.Header())
+		}
 	}
 }

@@ -85,7 +85,9 @@ const (
 
 // KeyFunc derives a rate-limit key from a request. Returning "" means "no
 // key": the middleware falls back to the client IP, so that a missing header
-// never disables limiting.
+// never disables limiting. A key the store refuses (an error wrapping
+// floodgate.ErrInvalidKey) is answered 429 whatever the fail mode, with the
+// reason "invalid_key", so that a crafted key cannot buy a fail-open pass.
 type KeyFunc func(r *http.Request) string
 
 // CostFunc returns the cost of a request in the limiter's units. A cost the
