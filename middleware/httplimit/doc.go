@@ -105,7 +105,8 @@
 // [WithDryRun] (shadow mode) decides and charges every request exactly as
 // enforcement would, reports refusals as floodgate.OutcomeWouldDeny, and
 // changes nothing the client sees: no refusal, no delay, no rate-limit
-// headers; a limiter error is served (error_open) whatever the fail mode.
+// headers; a limiter that cannot decide is reported as error_open whatever
+// the fail mode, and a refused cost or key as would_deny.
 // Build one middleware per route to give each route its own dry-run flag,
 // fail mode and observer labels.
 //
