@@ -88,7 +88,18 @@ func BenchmarkDecision(b *testing.B) {
 			i++
 		}
 	})
-	b.Run("parallel64", func(b *testing.B) { benchParallel64(b, l) })
+	b.Run("parallel64", func(b *testing.B) {
+		p, err := s.prepare(l.Algorithm())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b0, c0 := p.co.batches.Load(), p.co.batched.Load()
+		benchParallel64(b, l)
+		if n := p.co.batches.Load() - b0; n > 0 {
+			b.ReportMetric(float64(p.co.batched.Load()-c0)/float64(n), "calls/batch")
+		}
+		b.ReportMetric(float64(p.co.batched.Load()-c0)/float64(b.N), "coalesced/op")
+	})
 	// A caller context that can be cancelled and has no deadline (an HTTP
 	// request's) costs the allocations of context.WithTimeout.
 	b.Run("serial-cancelable-ctx", func(b *testing.B) {
