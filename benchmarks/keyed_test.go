@@ -113,6 +113,7 @@ func BenchmarkKeyed(b *testing.B) {
 			defer closeFn()
 			take("hot")
 			b.ReportAllocs()
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					take("hot")
@@ -128,6 +129,7 @@ func BenchmarkKeyed(b *testing.B) {
 				take(k)
 			}
 			b.ReportAllocs()
+			b.ResetTimer()
 			var seed sync.Mutex
 			next := 0
 			b.RunParallel(func(pb *testing.PB) {

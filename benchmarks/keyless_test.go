@@ -56,6 +56,7 @@ func BenchmarkKeyless(b *testing.B) {
 		b.Run("parallel/"+p.name, func(b *testing.B) {
 			allow := p.mk()
 			b.ReportAllocs()
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					allow()

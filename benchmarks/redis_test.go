@@ -131,6 +131,7 @@ func BenchmarkRedis(b *testing.B) {
 			ctx := context.Background()
 			b.SetParallelism(max(1, 64/runtimeProcs()))
 			b.ReportAllocs()
+			b.ResetTimer()
 			var next int64
 			var errs = make(chan error, 1)
 			b.RunParallel(func(pb *testing.PB) {
