@@ -106,7 +106,12 @@
 // can be cancelled and has no deadline pays context.WithTimeout instead). Its
 // latency is one Redis round trip plus the script (a few microseconds of
 // server time); under concurrency rueidis pipelines the calls of all
-// goroutines on one connection.
+// goroutines on one connection. The store never shows rueidis the deadline
+// of a call, only its Done channel: with a deadline rueidis may run a lone
+// call synchronously and close the connection when it times out, and the
+// calls after it then wait for a new connection's handshake. The price is
+// that a lone call goes through rueidis' background writer and reader, a
+// little slower than a synchronous PING.
 //
 // A Store is safe for concurrent use; so is a [MultiLimiter].
 package redisstore
