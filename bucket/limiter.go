@@ -78,7 +78,12 @@ type params struct {
 	// the present, as far as the limiter knows. A cancel or a setter with an
 	// older time is taken as happening at last, so that it cannot give back
 	// tokens that were refilled and spent since (a credit counted twice).
-	last atomic.Int64
+	// Keeping it costs a second atomic write per charge, so it is kept only
+	// once track is set: by the first reservation (before its CAS, so that
+	// every charge after it is seen) and by the first setter. Charges before
+	// any reservation cannot make one's cancel credit twice.
+	last  atomic.Int64
+	track atomic.Bool
 
 	kind     kind
 	limit    Limit
@@ -267,7 +272,26 @@ func (l *Limiter) awaitSwap(p *params) *params {
 // Allow reports whether one event may happen now, and takes its token if so.
 // It is AllowN(now, 1) on floodgate's monotonic clock.
 func (l *Limiter) Allow() bool {
-	return l.take(clockNow(), 1, 0).st == granted
+	now := clockNow()
+	// The common case inline: take's decision for n = 1, maxDelay = 0, on a
+	// finite limit within the span; anything else, or a lost CAS, goes
+	// through take.
+	if p := l.p.Load(); p != nil && p.kind == kindRate && p.burst >= 1 && now <= p.rebaseAfter && now >= p.rebaseBefore {
+		if bits := p.state.Load(); bits != frozen {
+			nowRel := float64(now - p.base)
+			from := max(f64(bits), nowRel)
+			if from-nowRel > float64(p.burst-1)*p.interval {
+				return false // the token is not there yet
+			}
+			if p.track.Load() {
+				p.advanceLast(now)
+			}
+			if p.state.CompareAndSwap(bits, u64(from+p.interval)) {
+				return true
+			}
+		}
+	}
+	return l.take(now, 1, 0).st == granted
 }
 
 // AllowN reports whether n events may happen at time t, and takes their
@@ -326,9 +350,6 @@ func (l *Limiter) take(now int64, n int, maxDelay int64) grant {
 			if tokens < float64(n) {
 				return grant{st: never, p: p}
 			}
-			if n > 0 {
-				p.advanceLast(now)
-			}
 			if n == 0 || p.state.CompareAndSwap(bits, u64(tokens-float64(n))) {
 				return grant{st: granted, p: p}
 			}
@@ -362,7 +383,12 @@ func (l *Limiter) take(now int64, n int, maxDelay int64) grant {
 		}
 		newTat := from + float64(n)*p.interval
 		if n > 0 {
-			p.advanceLast(now) // before the CAS: a cancel that sees the new state sees last
+			if maxDelay > 0 && !p.track.Load() {
+				p.track.Store(true) // a reservation: keep last from now on
+			}
+			if p.track.Load() {
+				p.advanceLast(now) // before the CAS: a cancel that sees the new state sees last
+			}
 		}
 		if n == 0 || p.state.CompareAndSwap(bits, u64(newTat)) {
 			return grant{st: granted, p: p, act: nowRel + max(wait, 0), delay: delay}
@@ -418,6 +444,7 @@ func (l *Limiter) rebase(p *params, bits uint64, now int64) *params {
 		since: p.since, gen: p.gen, retired: make(chan struct{}),
 	}
 	np.last.Store(p.last.Load())
+	np.track.Store(p.track.Load())
 	tat, d := f64(bits), float64(now-p.base)
 	eps := (math.Abs(tat) + math.Abs(d)) * 0x1p-51 // bounds the rounding of d and of tat-d
 	switch {
@@ -502,6 +529,7 @@ func (l *Limiter) reconfigure(now int64, limit Limit, setLimit bool, burst int, 
 	debt = max(debt+float64(burst-oldBurst), 0)
 	np := newParams(limit, burst, now, debt, gen, now)
 	np.last.Store(last)
+	np.track.Store(true)
 	l.install(old, np)
 }
 
