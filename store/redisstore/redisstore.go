@@ -56,19 +56,20 @@ type config struct {
 	err      error
 }
 
-// Option configures a [Store].
-type Option func(*config)
+// Option configures a [Store]. Build one with a WithX function; the zero
+// Option is refused by [New].
+type Option struct{ apply func(*config) }
 
 // WithPrefix sets the prefix of every key the store writes (default
 // [DefaultPrefix], "floodgate:"). It must not contain '{' or '}': the store
 // puts its own hash tag right after it.
 func WithPrefix(prefix string) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if strings.ContainsAny(prefix, "{}") {
 			c.err = errors.Join(c.err, fmt.Errorf("%w: redisstore: prefix %q contains a brace", floodgate.ErrInvalidConfig, prefix))
 		}
 		c.prefix = prefix
-	}
+	}}
 }
 
 // WithTimeout sets the per-decision timeout (default [DefaultTimeout], 50ms):
@@ -76,18 +77,18 @@ func WithPrefix(prefix string) Option {
 // [FailurePolicy]. A caller context with an earlier deadline wins. The timeout
 // must be positive.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if d <= 0 {
 			c.err = errors.Join(c.err, fmt.Errorf("%w: redisstore: timeout %v <= 0", floodgate.ErrInvalidConfig, d))
 		}
 		c.timeout = d
-	}
+	}}
 }
 
 // WithFailurePolicy sets what happens when Redis cannot decide (default
 // [FailError]).
 func WithFailurePolicy(p FailurePolicy) Option {
-	return func(c *config) { c.policy = p }
+	return Option{func(c *config) { c.policy = p }}
 }
 
 // WithObserver reports every decision of the store to o (default none):
@@ -96,7 +97,7 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // [floodgate.OutcomeFallback]). Event.Limiter is the name set with
 // [WithName].
 func WithObserver(o floodgate.Observer) Option {
-	return func(c *config) { c.observer = o }
+	return Option{func(c *config) { c.observer = o }}
 }
 
 // DefaultCoalescing is the coalescing threshold of a [Store] built without
@@ -112,13 +113,13 @@ const DefaultCoalescing = 2
 // applies to single-node and Sentinel clients (on a Cluster the keys of one
 // script must share a slot) and to single-policy calls.
 func WithCoalescing(maxInFlight int) Option {
-	return func(c *config) { c.coalesce = maxInFlight }
+	return Option{func(c *config) { c.coalesce = maxInFlight }}
 }
 
 // WithName names the store in observer events (Event.Limiter); default
 // "redis".
 func WithName(name string) Option {
-	return func(c *config) { c.name = name }
+	return Option{func(c *config) { c.name = name }}
 }
 
 // withClock is for tests only: the store passes clock's time to the script
@@ -126,7 +127,7 @@ func WithName(name string) Option {
 // exactly. Keys then get a TTL of at least a minute whatever their time to
 // full, because the injected time need not follow the server's.
 func withClock(c floodgate.Clock) Option {
-	return func(cf *config) { cf.clock = c }
+	return Option{func(cf *config) { cf.clock = c }}
 }
 
 // New returns a Store on client. The client may be a single node, Sentinel
@@ -139,10 +140,10 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	}
 	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, name: "redis", coalesce: DefaultCoalescing}
 	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: redisstore: nil option", floodgate.ErrInvalidConfig)
+		if o.apply == nil {
+			return nil, fmt.Errorf("%w: redisstore: zero Option", floodgate.ErrInvalidConfig)
 		}
-		o(&c)
+		o.apply(&c)
 	}
 	if c.err != nil {
 		return nil, c.err

@@ -40,7 +40,7 @@ func TestNewValidates(t *testing.T) {
 	for name, opt := range map[string]Option{
 		"brace prefix":  WithPrefix("a{b"),
 		"zero timeout":  WithTimeout(0),
-		"nil option":    nil,
+		"zero option":   {},
 		"nil fallback":  WithFailurePolicy(Fallback(nil, 2)),
 		"nil derive fn": WithFailurePolicy(FallbackWith(newLocalStore(), nil)),
 	} {
