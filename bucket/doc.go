@@ -63,7 +63,11 @@
 //     thousands of times (Go issues 71360 and 65508). Here a late caller sees
 //     the tokens of its own, earlier time; a CancelAt, SetLimitAt or
 //     SetBurstAt with an older time than the latest charge is taken as
-//     happening at that charge.
+//     happening at that charge. (To keep Allow at one atomic write, charge
+//     times are recorded from the first reservation or setter on: a cancel
+//     can only give back what a reservation took after that, and only the
+//     very first setter can be dated before earlier charges; it then applies
+//     the new limit from its own time.)
 //   - A negative n is refused (AllowN false, ReserveN not OK, WaitN an error
 //     wrapping [floodgate.ErrInvalidCost]); in x/time/rate it silently adds
 //     tokens. n == 0 behaves as there: allowed unless reservations are
