@@ -161,7 +161,7 @@ func BenchmarkBytesPerKey(b *testing.B) {
 					take(k)
 				}
 				after := liveHeap()
-				perKey = float64(int64(after)-int64(before)) / numKeys
+				perKey = float64(int64(after)-int64(before)) / float64(numKeys)
 				runtime.KeepAlive(take)
 				closeFn()
 			}

@@ -3,13 +3,21 @@ package benchmarks
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"sync"
 )
 
-const (
-	numKeys  = 1_000_000
-	drawMask = 1<<20 - 1
-)
+const drawMask = 1<<20 - 1
+
+// numKeys is the key population of the keyed benchmarks: 1,000,000, or
+// FLOODGATE_BENCH_KEYS (the test command's smoke run uses a small one).
+var numKeys = func() int {
+	if v, err := strconv.Atoi(os.Getenv("FLOODGATE_BENCH_KEYS")); err == nil && v > 1 {
+		return v
+	}
+	return 1_000_000
+}()
 
 var (
 	keysOnce sync.Once
@@ -27,7 +35,7 @@ func zipfKeys() ([]string, []int32) {
 			allKeys[i] = fmt.Sprintf("client:%07d", i)
 		}
 		r := rand.New(rand.NewPCG(1, 2))
-		z := rand.NewZipf(r, 1.1, 1, numKeys-1)
+		z := rand.NewZipf(r, 1.1, 1, uint64(numKeys-1))
 		zipfDraw = make([]int32, drawMask+1)
 		for i := range zipfDraw {
 			zipfDraw[i] = int32(z.Uint64())
