@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -94,9 +95,16 @@ func TestBatchScriptEquivalence(t *testing.T) {
 							require.NoError(t, cl.err)
 							got[i] = cl.d
 						}
-					} else {
-						for i := range got {
-							got[i], err = s.eval(context.Background(), "tl"+strconv.Itoa(tl)+":"+strconv.Itoa(i), []*policy{p}, p.script, costs[i], s.injectedNow(), nil)
+					} else { // the single-call script, pipelined
+						execs := make([]rueidis.LuaExec, perBatch)
+						for i := range execs {
+							execs[i].Keys, execs[i].Args = s.scriptArgs(nil, nil, "tl"+strconv.Itoa(tl)+":"+strconv.Itoa(i), []*policy{p}, costs[i], s.injectedNow())
+						}
+						states := make([]store.State, 1)
+						for i, res := range p.script.ExecMulti(context.Background(), c, execs...) {
+							arr, err := res.ToArray()
+							require.NoError(t, err)
+							got[i], err = decode(arr, []*policy{p}, states)
 							require.NoError(t, err)
 						}
 					}
