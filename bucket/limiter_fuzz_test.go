@@ -122,94 +122,124 @@ func FuzzLimiterInvariants(f *testing.F) {
 	f.Add(uint8(3), uint8(9), []byte{1, 0, 9, 1, 0, 2, 1, 0, 2, 1, 9, 2, 2, 0, 1, 2, 0, 2, 3, 2, 1, 0, 6, 9, 0, 5, 9})
 	f.Add(uint8(5), uint8(39), []byte{1, 0, 39, 1, 3, 20, 1, 3, 20, 2, 0, 0, 2, 0, 1, 1, 4, 39, 3, 9, 3})
 	f.Add(uint8(9), uint8(0), []byte{0, 0, 100, 1, 7, 100, 0, 6, 5})
-	f.Fuzz(func(t *testing.T, limitSel, burstSel uint8, ops []byte) {
-		limit := fuzzLimits[int(limitSel)%len(fuzzLimits)]
-		burst := int(burstSel % 40)
-		l := NewLimiter(limit, burst)
-		now, offset, latest := t0, time.Duration(0), time.Duration(0)
-		var events []fuzzEvent
-		for i := 0; i+2 < len(ops) && i < 600; i += 3 {
-			d := fuzzStep(ops[i+1], limit, burst, offset)
-			now, offset = now.Add(d), offset+d
-			latest = max(latest, offset)
-			n := int(ops[i+2] % 45)
-			if fuzzTrace {
-				t.Logf("t0%+v op %d n %d arg %d: tokens %v", offset, ops[i]%4, n, ops[i+2], l.TokensAt(now))
-			}
-			switch ops[i] % 4 {
-			case 0:
-				if l.AllowN(now, n) {
-					events = append(events, fuzzEvent{off: offset, n: n})
-				}
-			case 1:
-				r := l.ReserveN(now, n)
-				if !r.OK() {
-					if r.DelayFrom(now) != InfDuration {
-						t.Fatal("refused reservation without an infinite delay")
-					}
-					continue
-				}
-				events = append(events, fuzzEvent{off: offset, delay: r.DelayFrom(now), n: n, res: r})
-			case 2: // cancel any reservation, in any order
-				k := -1
-				for j := range events {
-					if events[j].res != nil && (k < 0 || int(ops[i+2])%len(events) >= j) {
-						k = j
-					}
-				}
-				if k < 0 {
-					continue
-				}
-				events[k].res.CancelAt(now)
-				if e := events[k]; e.delay >= offset-e.off { // not acted upon yet: it will not act
-					events = slices.Delete(events, k, k+1)
-				} else {
-					events[k].res = nil
-				}
-			case 3: // the delay is exact: probe, give back, then act on it
-				if offset < latest {
-					// A reservation at an older time may be due before the
-					// present: the limiter deems it spent and gives nothing
-					// back (see CancelAt). Probe from the present.
-					now, offset = t0.Add(latest), latest
-				}
-				r := l.ReserveN(now, n)
-				if !r.OK() {
-					continue
-				}
-				wait := r.DelayFrom(now)
-				r.CancelAt(now)
-				if fuzzTrace {
-					t.Logf("probe: wait %d, tokens after cancel %.17g", wait, l.TokensAt(now))
-				}
-				// Exact to 1 ns, or to the float64 precision of the state
-				// when that is coarser: about 1e-15 of the bucket's span
-				// (burst x interval) plus the delay; at 1e-9/s the span of
-				// a burst of 39 is 3.9e19 ns.
-				span := float64(wait)
-				if limit > 0 && limit < Inf {
-					span += float64(burst) * 1e9 / float64(limit)
-				}
-				slack := 1 + time.Duration(span*1e-15)
-				// Rounded up to whole ns, so up to 1 ns late, plus noise.
-				if early := wait - 1 - slack; early >= 0 && l.AllowN(now.Add(early), n) {
-					t.Fatalf("limit %v burst %d: n=%d admitted %v before the delay %v", limit, burst, n, 1+slack, wait)
-				}
-				later := now.Add(wait + slack)
-				if float64(offset)+float64(wait) > float64(100*fuzzYear) {
-					continue // beyond the limiter's range of times (see toNS)
-				}
-				if !l.AllowN(later, n) {
-					t.Fatalf("limit %v burst %d: n=%d refused %v after the delay %v (tokens %v)", limit, burst, n, slack, wait, l.TokensAt(later))
-				}
-				events = append(events, fuzzEvent{off: offset, delay: wait + slack, n: n})
-				now, offset = later, offset+wait+slack // the probe moved the present
-				latest = max(latest, offset)
-			}
-			checkTokens(t, l, now)
+	f.Fuzz(runInvariantOps)
+}
+
+// TestInvariantsTable runs the invariant checks of FuzzLimiterInvariants on
+// named sequences: steady use, clock jumps back and forward, cancels out of
+// order, at the edges of the limits.
+func TestInvariantsTable(t *testing.T) {
+	// ops: (operation 0 allow, 1 reserve, 2 cancel, 3 probe; time step code
+	// as fuzzStep; n).
+	tests := []struct {
+		name         string
+		limit, burst uint8 // indexes into fuzzLimits, burst
+		ops          []byte
+	}{
+		{"steady 10/s", 4, 3, []byte{0, 3, 1, 0, 3, 1, 0, 2, 1, 0, 1, 1, 0, 3, 3, 0, 4, 3, 0, 0, 1}},
+		{"back 1s and 1h", 4, 5, []byte{0, 0, 5, 0, 5, 1, 0, 6, 1, 1, 5, 2, 0, 3, 1, 3, 0, 2}},
+		{"forward 10y then back", 2, 4, []byte{0, 7, 4, 0, 6, 1, 1, 5, 1, 0, 3, 2, 3, 0, 1}},
+		{"cancels out of order", 3, 9, []byte{1, 0, 9, 1, 0, 4, 1, 0, 4, 2, 0, 0, 2, 0, 1, 0, 3, 5, 2, 0, 2, 0, 4, 9}},
+		{"stale cancel after a later charge", 3, 13, []byte{0, 8, 3, 0, 8, 3, 1, 8, 10, 0, 4, 7, 2, 6, 0, 1, 1, 10}},
+		{"1e-9 per second", 0, 5, []byte{0, 0, 5, 1, 4, 3, 3, 4, 3, 0, 7, 2, 1, 6, 1}},
+		{"1e9 per second", 7, 2, []byte{0, 0, 2, 0, 1, 1, 1, 1, 2, 3, 1, 1, 0, 2, 2, 0, 6, 1}},
+		{"limit zero", 8, 4, []byte{0, 0, 2, 1, 7, 2, 1, 7, 1, 2, 0, 0, 0, 3, 2}},
+		{"Inf", 9, 0, []byte{0, 0, 100, 1, 7, 100, 0, 6, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { runInvariantOps(t, tt.limit, tt.burst, tt.ops) })
+	}
+}
+
+// runInvariantOps is the body of FuzzLimiterInvariants, shared with the
+// table test: ops are triples (operation, time step, n).
+func runInvariantOps(t *testing.T, limitSel, burstSel uint8, ops []byte) {
+	limit := fuzzLimits[int(limitSel)%len(fuzzLimits)]
+	burst := int(burstSel % 40)
+	l := NewLimiter(limit, burst)
+	now, offset, latest := t0, time.Duration(0), time.Duration(0)
+	var events []fuzzEvent
+	for i := 0; i+2 < len(ops) && i < 600; i += 3 {
+		d := fuzzStep(ops[i+1], limit, burst, offset)
+		now, offset = now.Add(d), offset+d
+		latest = max(latest, offset)
+		n := int(ops[i+2] % 45)
+		if fuzzTrace {
+			t.Logf("t0%+v op %d n %d arg %d: tokens %v", offset, ops[i]%4, n, ops[i+2], l.TokensAt(now))
 		}
-		checkConformance(t, events, limit, burst)
-	})
+		switch ops[i] % 4 {
+		case 0:
+			if l.AllowN(now, n) {
+				events = append(events, fuzzEvent{off: offset, n: n})
+			}
+		case 1:
+			r := l.ReserveN(now, n)
+			if !r.OK() {
+				if r.DelayFrom(now) != InfDuration {
+					t.Fatal("refused reservation without an infinite delay")
+				}
+				continue
+			}
+			events = append(events, fuzzEvent{off: offset, delay: r.DelayFrom(now), n: n, res: r})
+		case 2: // cancel any reservation, in any order
+			k := -1
+			for j := range events {
+				if events[j].res != nil && (k < 0 || int(ops[i+2])%len(events) >= j) {
+					k = j
+				}
+			}
+			if k < 0 {
+				continue
+			}
+			events[k].res.CancelAt(now)
+			if e := events[k]; e.delay >= offset-e.off { // not acted upon yet: it will not act
+				events = slices.Delete(events, k, k+1)
+			} else {
+				events[k].res = nil
+			}
+		case 3: // the delay is exact: probe, give back, then act on it
+			if offset < latest {
+				// A reservation at an older time may be due before the
+				// present: the limiter deems it spent and gives nothing
+				// back (see CancelAt). Probe from the present.
+				now, offset = t0.Add(latest), latest
+			}
+			r := l.ReserveN(now, n)
+			if !r.OK() {
+				continue
+			}
+			wait := r.DelayFrom(now)
+			r.CancelAt(now)
+			if fuzzTrace {
+				t.Logf("probe: wait %d, tokens after cancel %.17g", wait, l.TokensAt(now))
+			}
+			// Exact to 1 ns, or to the float64 precision of the state
+			// when that is coarser: about 1e-15 of the bucket's span
+			// (burst x interval) plus the delay; at 1e-9/s the span of
+			// a burst of 39 is 3.9e19 ns.
+			span := float64(wait)
+			if limit > 0 && limit < Inf {
+				span += float64(burst) * 1e9 / float64(limit)
+			}
+			slack := 1 + time.Duration(span*1e-15)
+			// Rounded up to whole ns, so up to 1 ns late, plus noise.
+			if early := wait - 1 - slack; early >= 0 && l.AllowN(now.Add(early), n) {
+				t.Fatalf("limit %v burst %d: n=%d admitted %v before the delay %v", limit, burst, n, 1+slack, wait)
+			}
+			later := now.Add(wait + slack)
+			if float64(offset)+float64(wait) > float64(100*fuzzYear) {
+				continue // beyond the limiter's range of times (see toNS)
+			}
+			if !l.AllowN(later, n) {
+				t.Fatalf("limit %v burst %d: n=%d refused %v after the delay %v (tokens %v)", limit, burst, n, slack, wait, l.TokensAt(later))
+			}
+			events = append(events, fuzzEvent{off: offset, delay: wait + slack, n: n})
+			now, offset = later, offset+wait+slack // the probe moved the present
+			latest = max(latest, offset)
+		}
+		checkTokens(t, l, now)
+	}
+	checkConformance(t, events, limit, burst)
 }
 
 // FuzzLimiterSetters: with SetLimitAt and SetBurstAt mixed in at

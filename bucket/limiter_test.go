@@ -414,6 +414,44 @@ func TestConcurrentFrozenTime(t *testing.T) {
 	}
 }
 
+// TestAllowOnTheClock drives Allow, which reads floodgate's clock, inside a
+// synctest bubble where time only moves on sleeps: the same decisions as
+// AllowN at explicit times, and 1000 concurrent calls at one instant admit
+// exactly the burst.
+func TestAllowOnTheClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, burst := range []int{1, 3, 100} {
+			l, twin := NewLimiter(10, burst), NewLimiter(10, burst)
+			start := time.Now()
+			for i := range 200 {
+				if i%7 == 0 {
+					time.Sleep(time.Duration(i%5) * 40 * time.Millisecond)
+				}
+				got, want := l.Allow(), twin.AllowN(time.Now(), 1)
+				if got != want {
+					t.Fatalf("burst %d, call %d at +%v: Allow %v, AllowN %v", burst, i, time.Since(start), got, want)
+				}
+			}
+		}
+		for _, burst := range []int{0, 1, 100, 999, 1000} {
+			l := NewLimiter(1, burst)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 1000 {
+				wg.Go(func() {
+					if l.Allow() {
+						admitted.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if admitted.Load() != int64(burst) {
+				t.Errorf("burst %d: 1000 concurrent Allow at one instant admitted %d", burst, admitted.Load())
+			}
+		}
+	})
+}
+
 // TestConcurrentWithSetters: readers never see a retired generation, and a
 // setter racing with takers neither loses nor invents tokens beyond the
 // largest burst.
