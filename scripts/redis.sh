@@ -86,6 +86,12 @@ start() {
 	fi
 	stop
 	local dir p
+	for p in "$PORT" "${CPORTS[@]}"; do
+		if ping "$p"; then
+			log "port $p already answers PING and is not ours: stop that server, or move ours with FLOODGATE_REDIS_PORT / FLOODGATE_CLUSTER_BASE"
+			exit 1
+		fi
+	done
 	dir=$(mktemp -d "${TMPDIR:-/tmp}/floodgate-redis.XXXXXX")
 	echo "$dir" >"$STATE"
 	start_server "$PORT" "$dir"
