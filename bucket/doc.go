@@ -48,8 +48,9 @@
 // immutable generation next to that word; a setter freezes the word, converts
 // the state and publishes the next generation, so that no decision is ever
 // taken against a configuration no longer current. Allow reads the clock
-// once and makes one CAS when it admits, none when it denies: no lock and no
-// allocation.
+// once and makes one CAS when it admits (a second atomic write, to record
+// the time, once reservations or setters are in use), none when it denies:
+// no lock and no allocation.
 //
 // # Where the keyless Limiter differs from x/time/rate, and why
 //
