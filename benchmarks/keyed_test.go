@@ -81,32 +81,7 @@ func keyedPeers() []keyedPeer {
 
 func BenchmarkKeyed(b *testing.B) {
 	keys, draws := zipfKeys()
-	for _, p := range keyedPeers() {
-		b.Run("hot/"+p.name, func(b *testing.B) {
-			take, closeFn := p.mk(b)
-			defer closeFn()
-			take("hot")
-			b.ReportAllocs()
-			for b.Loop() {
-				take("hot")
-			}
-		})
-	}
-	for _, p := range keyedPeers() {
-		b.Run("zipf1M/"+p.name, func(b *testing.B) {
-			take, closeFn := p.mk(b)
-			defer closeFn()
-			for _, k := range keys {
-				take(k)
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				take(keys[draws[i&drawMask]])
-				i++
-			}
-		})
-	}
+	runKeyedCases(b, keyedPeers())
 	for _, p := range keyedPeers() {
 		b.Run("hot-parallel/"+p.name, func(b *testing.B) {
 			take, closeFn := p.mk(b)
