@@ -17,7 +17,8 @@ import (
 // is mostly the cost of running a script at all (EVALSHA, TIME, the reply),
 // not the step. When more than a few calls of one algorithm are in flight,
 // the calls that arrive meanwhile wait in a queue, and one script call takes
-// the whole queue: one TIME, then for each call in turn GET, step, SET, all
+// the whole queue: one TIME, one MGET, then each call's step in turn (a key
+// that appears twice sees its own earlier call), then one SET per key, all
 // atomically. Each decision is still made by exactly one script run, in one
 // round trip once it leaves the queue, with the same semantics as alone (the
 // calls of one batch on one key see each other in order).
@@ -32,12 +33,19 @@ local p = {}
 for j = 1, np do p[j] = tonumber(ARGV[4 + j]) end
 local base = 4 + np
 local out = {}
+local vals = redis.call('MGET', unpack(KEYS))
+local states = {} -- the latest state of each key of the batch
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local s, d = step(decode(redis.call('GET', key), words, maxlog), now, tonumber(ARGV[base + i]), p)
-  save(key, s, words, maxlog, now, test)
+  local s = states[key]
+  if not s then s = decode(vals[i], words, maxlog) end
+  local s2, d = step(s, now, tonumber(ARGV[base + i]), p)
+  states[key] = s2
   local o = (i - 1) * 6
   for j = 1, 6 do out[o + j] = d[j] end
+end
+for key, s in pairs(states) do
+  save(key, s, words, maxlog, now, test)
 end
 return out
 `

@@ -53,9 +53,10 @@ func TestCoalescedCallsAdmitExactly(t *testing.T) {
 	assert.Zero(t, d.Remaining)
 }
 
-// The batch script makes the same decisions as the Go steps, and shares the
-// state encoding with the single-call script: steps alternate between the
-// two, with injected times (one time per batch).
+// The batch script makes the same decisions as the Go steps (keys that
+// appear twice in one batch included), and shares the state encoding with
+// the single-call script: steps alternate between the two, with injected
+// times (one time per batch).
 func TestBatchScriptEquivalence(t *testing.T) {
 	const timelines, perBatch, steps = 8, 250, 8
 	c := newClient(t, singleAddr)
@@ -80,45 +81,61 @@ func TestBatchScriptEquivalence(t *testing.T) {
 				goStates := make([]store.State, perBatch)
 				for step, tm := range times {
 					clk.Set(time.UnixMicro(tm.now))
-					costs := make([]int64, perBatch)
-					for i := range costs {
-						costs[i] = randomSequence(r, 1, p.limit)[0].n
+					// The calls of this step: one per key; a batch step adds a
+					// second call on every other key, at the end of the batch,
+					// so that the batch script sees keys twice.
+					type op struct {
+						i    int
+						cost int64
 					}
-					got := make([]floodgate.Decision, perBatch)
-					if step%2 == 0 {
-						batch := make([]*call, perBatch)
-						for i := range batch {
-							batch[i] = &call{key: "tl" + strconv.Itoa(tl) + ":" + strconv.Itoa(i), n: costs[i], done: make(chan struct{}, 1)}
+					var ops []op
+					for i := range perBatch {
+						ops = append(ops, op{i, randomSequence(r, 1, p.limit)[0].n})
+					}
+					batched := step%2 == 0
+					if batched {
+						for i := 0; i < perBatch; i += 2 {
+							ops = append(ops, op{i, randomSequence(r, 1, p.limit)[0].n})
+						}
+					}
+					key := func(i int) string { return "tl" + strconv.Itoa(tl) + ":" + strconv.Itoa(i) }
+					got := make([]floodgate.Decision, len(ops))
+					if batched {
+						batch := make([]*call, len(ops))
+						for j, o := range ops {
+							batch[j] = &call{key: key(o.i), n: o.cost, done: make(chan struct{}, 1)}
 						}
 						p.co.runBatch(batch)
-						for i, cl := range batch {
+						for j, cl := range batch {
 							require.NoError(t, cl.err)
-							got[i] = cl.d
+							got[j] = cl.d
 						}
 					} else { // the single-call script, pipelined
-						execs := make([]rueidis.LuaExec, perBatch)
-						for i := range execs {
-							execs[i].Keys, execs[i].Args = s.scriptArgs(nil, nil, "tl"+strconv.Itoa(tl)+":"+strconv.Itoa(i), []*policy{p}, costs[i], s.injectedNow())
+						execs := make([]rueidis.LuaExec, len(ops))
+						for j, o := range ops {
+							execs[j].Keys, execs[j].Args = s.scriptArgs(nil, nil, key(o.i), []*policy{p}, o.cost, s.injectedNow())
 						}
 						states := make([]store.State, 1)
-						for i, res := range p.script.ExecMulti(context.Background(), c, execs...) {
+						for j, res := range p.script.ExecMulti(context.Background(), c, execs...) {
 							arr, err := res.ToArray()
 							require.NoError(t, err)
-							got[i], err = decode(arr, []*policy{p}, states)
+							got[j], err = decode(arr, []*policy{p}, states)
 							require.NoError(t, err)
 						}
 					}
-					for i := range got {
-						next, want := alg.Step(goStates[i], tm.now, costs[i])
-						if got[i] != want {
+					for j, o := range ops {
+						next, want := alg.Step(goStates[o.i], tm.now, o.cost)
+						if got[j] != want {
 							if failures++; failures <= 5 {
-								t.Errorf("params %v timeline %d seq %d step %d (now=%d n=%d, batch=%v):\n go  %+v\n lua %+v", p.spec.Lua.Params, tl, i, step, tm.now, costs[i], step%2 == 0, want, got[i])
+								t.Errorf("params %v timeline %d key %d step %d call %d (now=%d n=%d, batch=%v):\n go  %+v\n lua %+v", p.spec.Lua.Params, tl, o.i, step, j, tm.now, o.cost, batched, want, got[j])
 							}
 						}
-						if next.W[0] <= tm.now {
-							next = store.State{}
+						goStates[o.i] = next
+					}
+					for i := range goStates { // the store drops full states
+						if goStates[i].W[0] <= tm.now {
+							goStates[i] = store.State{}
 						}
-						goStates[i] = next
 					}
 				}
 			}
