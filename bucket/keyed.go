@@ -102,9 +102,20 @@ type gcra struct {
 
 func (g *gcra) Spec() store.Spec { return g.spec }
 
-// Step is the pure step; see the package documentation for the rules.
+// Layout implements [store.Layout].
+func (g *gcra) Layout() (namespace uint64, words, maxLog int) { return g.spec.Namespace, 1, 0 }
+
+// Step is the pure step; see the package documentation for the rules. It is
+// StepWord on W[0].
 func (g *gcra) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
-	tat := s.W[0]
+	var d floodgate.Decision
+	s.W[0], d = g.StepWord(s.W[0], now, n)
+	return s, d
+}
+
+// StepWord implements [store.WordStepper]: the step on the theoretical
+// arrival time alone.
+func (g *gcra) StepWord(tat, now, n int64) (int64, floodgate.Decision) {
 	if tat < now {
 		tat = now
 	}
@@ -113,23 +124,20 @@ func (g *gcra) Step(s store.State, now int64, n int64) (store.State, floodgate.D
 	if tat-now > g.tau {
 		tat = now + g.tau
 	}
-	s.W[0] = tat
 	if n < 0 {
 		tat += n * g.t // n < 0: refund
 		if tat < now {
 			tat = now
 		}
-		s.W[0] = tat
-		return s, g.decide(tat, now, true)
+		return tat, g.decide(tat, now, true)
 	}
 	newTat := tat + n*g.t
 	if allowAt := newTat - g.tau; allowAt > now {
 		d := g.decide(tat, now, false)
 		d.RetryAfter = store.Dur(allowAt - now)
-		return s, d
+		return tat, d
 	}
-	s.W[0] = newTat
-	return s, g.decide(newTat, now, true)
+	return newTat, g.decide(newTat, now, true)
 }
 
 func (g *gcra) decide(tat, now int64, allowed bool) floodgate.Decision {

@@ -79,6 +79,28 @@ type Algorithm interface {
 	Step(s State, now int64, n int64) (State, floodgate.Decision)
 }
 
+// Layout is an optional interface of an [Algorithm]: the part of its [Spec]
+// that a store needs on every call, returned in registers instead of the
+// whole Spec by value. When an algorithm implements it, the values must be
+// those of its Spec (Namespace, Words, MaxLog); stores that look for it may
+// then skip the Spec call on their hot path.
+type Layout interface {
+	Layout() (namespace uint64, words, maxLog int)
+}
+
+// WordStepper is an optional interface of an [Algorithm] whose state is one
+// word (Spec.Words == 1, Spec.MaxLog == 0). StepWord is Step on the state
+// whose W[0] is w0 (every other word zero, no log), returning the new W[0]:
+//
+//	next, d := alg.Step(State{W: [MaxWords]int64{w0}}, now, n)
+//	// next.W[0], d == alg.StepWord(w0, now, n)
+//
+// It exists for speed: scalars travel in registers where a State goes
+// through memory. A store may call either one; they must agree exactly.
+type WordStepper interface {
+	StepWord(w0, now, n int64) (int64, floodgate.Decision)
+}
+
 // Store keeps per-key state and runs an algorithm's step on it atomically:
 // concurrent Apply calls on one key are serialised, so every decision sees the
 // state the previous one left. The store owns time: it reads its clock (or the

@@ -126,6 +126,10 @@ func (s *Store) ids(key string, ns uint64) (id, chk uint64) {
 // blocks, so a context is checked only on entry), and an error wrapping
 // [floodgate.ErrInvalidConfig] for an algorithm whose Spec a store cannot
 // keep.
+//
+// An algorithm that implements [store.Layout] is not asked for its Spec on
+// each call, and a one-word algorithm that implements [store.WordStepper] is
+// stepped through StepWord.
 func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
 	if s.closed.Load() {
 		return floodgate.Decision{}, floodgate.ErrClosed
@@ -133,20 +137,34 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	if err := ctx.Err(); err != nil {
 		return floodgate.Decision{}, err
 	}
-	if alg == nil {
-		return floodgate.Decision{}, fmt.Errorf("%w: memstore: nil algorithm", floodgate.ErrInvalidConfig)
+	var (
+		ns            uint64
+		words, maxLog int
+	)
+	if l, ok := alg.(store.Layout); ok {
+		ns, words, maxLog = l.Layout()
+	} else {
+		if alg == nil {
+			return floodgate.Decision{}, fmt.Errorf("%w: memstore: nil algorithm", floodgate.ErrInvalidConfig)
+		}
+		sp := alg.Spec()
+		ns, words, maxLog = sp.Namespace, sp.Words, sp.MaxLog
 	}
-	sp := alg.Spec()
-	if sp.Words < 1 || sp.Words > store.MaxWords || sp.MaxLog < 0 {
+	if words < 1 || words > store.MaxWords || maxLog < 0 {
 		return floodgate.Decision{}, fmt.Errorf("%w: memstore: algorithm %q needs %d words and a log of %d, want 1..%d words and a log >= 0",
-			floodgate.ErrInvalidConfig, sp.Name, sp.Words, sp.MaxLog, store.MaxWords)
+			floodgate.ErrInvalidConfig, alg.Spec().Name, words, maxLog, store.MaxWords)
 	}
-	ti := sp.Words - 1
-	if sp.MaxLog > 0 {
+	id, chk := s.ids(key, ns)
+	sh := &s.shards[id&s.mask].shard
+	if words == 1 && maxLog == 0 {
+		if ws, ok := alg.(store.WordStepper); ok {
+			return sh.applyWord(s, ws, id, chk, n), nil
+		}
+	}
+	ti := words - 1
+	if maxLog > 0 {
 		ti += store.MaxWords
 	}
-	id, chk := s.ids(key, sp.Namespace)
-	sh := &s.shards[id&s.mask].shard
 
 	sh.mu.Lock()
 	// Deferred (open-coded, a few ns): the shard stays usable even if a
@@ -173,6 +191,34 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		sh.insert(t, ti, id, chk, &next, now)
 	}
 	return d, nil
+}
+
+// applyWord is Apply's body for a one-word algorithm stepped by StepWord:
+// the state word goes from the slot to the step and back in registers.
+func (sh *shard) applyWord(s *Store, ws store.WordStepper, id, chk uint64, n int64) floodgate.Decision {
+	sh.mu.Lock()
+	defer sh.mu.Unlock() // see Apply
+	now := s.now()
+	t := &sh.tables[0]
+	var w0 int64
+	i := t.find(id, chk)
+	if i >= 0 {
+		w0 = t.full0(uint64(i))
+	}
+	next, d := ws.StepWord(w0, now, n)
+	switch {
+	case next <= now:
+		if i >= 0 {
+			t.remove(uint64(i))
+			sh.keys--
+		}
+	case i >= 0:
+		t.setWord0(i, next)
+	default:
+		st := store.State{W: [store.MaxWords]int64{next}}
+		sh.insert(t, 0, id, chk, &st, now)
+	}
+	return d
 }
 
 // insert adds a new key to table t (tables[ti]), evicting one first when the

@@ -459,6 +459,13 @@ func (panicAlg) Step(store.State, int64, int64) (store.State, floodgate.Decision
 // TestPanickingAlgorithmDoesNotLockTheShard checks that a panic in Step
 // (recovered by the caller, as net/http does) leaves the shard usable.
 func TestPanickingAlgorithmDoesNotLockTheShard(t *testing.T) {
+	requireShardUsableAfterPanic(t, panicAlg{})
+}
+
+// requireShardUsableAfterPanic applies alg, which must panic, on a
+// one-shard store, recovers, and checks that the shard still decides.
+func requireShardUsableAfterPanic(t *testing.T, alg store.Algorithm) {
+	t.Helper()
 	s := newStore(t, memstore.WithShards(1))
 	func() {
 		defer func() {
@@ -466,7 +473,7 @@ func TestPanickingAlgorithmDoesNotLockTheShard(t *testing.T) {
 				t.Error("the algorithm's panic was swallowed")
 			}
 		}()
-		s.Apply(context.Background(), "k", panicAlg{}, 1)
+		s.Apply(context.Background(), "k", alg, 1)
 	}()
 	done := make(chan struct{})
 	go func() {
@@ -479,6 +486,6 @@ func TestPanickingAlgorithmDoesNotLockTheShard(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the shard stayed locked after a panic in Step")
+		t.Fatal("the shard stayed locked after a panic in the algorithm")
 	}
 }

@@ -113,6 +113,9 @@ func (t *table) store(i int, s *store.State) {
 	}
 }
 
+// setWord0 sets slot i's first state word.
+func (t *table) setWord0(i int, w int64) { t.slots[uint64(i)*t.stride+2] = uint64(w) }
+
 // full0 returns slot i's first word: the time at which its state is full.
 func (t *table) full0(i uint64) int64 { return int64(t.slots[i*t.stride+2]) }
 

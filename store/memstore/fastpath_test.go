@@ -1,0 +1,102 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
+	"github.com/floodgate-go/floodgate/store/storetest"
+)
+
+// plainAlg hides every optional interface of the algorithm it wraps: the
+// store runs it through Spec and Step only.
+type plainAlg struct{ alg store.Algorithm }
+
+func (p plainAlg) Spec() store.Spec { return p.alg.Spec() }
+func (p plainAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+	return p.alg.Step(s, now, n)
+}
+
+// TestWordFastPathMatchesStep runs the token bucket (Layout and WordStepper:
+// the one-word fast path) and the same algorithm through Spec and Step only,
+// on two stores with one clock, through the same random sequence of keys,
+// costs, clock moves and sweeps: every decision and the number of keys kept
+// must be the same. (No MaxKeys evictions: which key they drop depends on
+// each store's random hash seed.)
+func TestWordFastPathMatchesStep(t *testing.T) {
+	clk := storetest.NewClock(t0)
+	fast := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
+	slow := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
+	alg, err := bucket.Config{Rate: floodgate.PerSecond(50), Burst: 5}.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := alg.(store.WordStepper); !ok {
+		t.Fatal("the token bucket does not implement store.WordStepper: this test proves nothing")
+	}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 5))
+	for i := range 50_000 {
+		switch r := rng.IntN(100); {
+		case r < 60:
+			clk.Advance(time.Duration(rng.Int64N(int64(30 * time.Millisecond))))
+		case r < 62:
+			clk.Advance(-time.Duration(rng.Int64N(int64(time.Minute))))
+		}
+		if r := rng.IntN(1000); r == 0 {
+			fast.Sweep()
+			slow.Sweep()
+		}
+		key := "k" + strconv.Itoa(rng.IntN(100))
+		n := rng.Int64N(6) - rng.Int64N(3)
+		df, errF := fast.Apply(ctx, key, alg, n)
+		ds, errS := slow.Apply(ctx, key, plainAlg{alg}, n)
+		if df != ds || errF != nil || errS != nil {
+			t.Fatalf("step %d (%s, n=%d): fast path %+v, %v; Step %+v, %v", i, key, n, df, errF, ds, errS)
+		}
+		if sf, ss := fast.Stats(), slow.Stats(); sf.Keys != ss.Keys || sf.Expired != ss.Expired {
+			t.Fatalf("step %d: fast path keeps %d keys (%d expired), Step %d (%d expired)", i, sf.Keys, sf.Expired, ss.Keys, ss.Expired)
+		}
+	}
+	if st := fast.Stats(); st.Expired == 0 {
+		t.Fatal("no key expired in a sweep: the sequence does not cover keys kept across calls")
+	}
+}
+
+// layoutAlg declares its layout through store.Layout (and a different, valid
+// Spec, which the store must then not need).
+type layoutAlg struct{ words, maxLog int }
+
+func (a layoutAlg) Spec() store.Spec           { return store.Spec{Name: "layout", Words: 1} }
+func (a layoutAlg) Layout() (uint64, int, int) { return 0x1a, a.words, a.maxLog }
+func (a layoutAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+	return s, floodgate.Decision{Allowed: true}
+}
+
+func TestApplyRejectsBadLayout(t *testing.T) {
+	s := newStore(t)
+	for _, a := range []layoutAlg{{words: 0}, {words: store.MaxWords + 1}, {words: 1, maxLog: -1}} {
+		if _, err := s.Apply(context.Background(), "k", a, 1); !errors.Is(err, floodgate.ErrInvalidConfig) {
+			t.Errorf("Layout (%d words, log %d): %v, want ErrInvalidConfig", a.words, a.maxLog, err)
+		}
+	}
+}
+
+// panicWordAlg panics in StepWord, the fast path's step.
+type panicWordAlg struct{ panicAlg }
+
+func (panicWordAlg) Layout() (uint64, int, int) { return 0xbad, 1, 0 }
+func (panicWordAlg) StepWord(int64, int64, int64) (int64, floodgate.Decision) {
+	panic("faulty algorithm")
+}
+
+func TestPanickingWordStepDoesNotLockTheShard(t *testing.T) {
+	requireShardUsableAfterPanic(t, panicWordAlg{})
+}
