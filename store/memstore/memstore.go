@@ -100,24 +100,17 @@ func (s *Store) now() int64 {
 	return floodgate.Nanotime() / 1000
 }
 
-// mix is a bijective 64-bit finaliser (from MurmurHash3).
-func mix(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
-}
-
-// ids returns the table id and the check hash of (key, ns). For one key, two
-// namespaces always get different ids (mix is a bijection).
+// ids returns the table id and the check hash of (key, ns): two maphash
+// values of the key under independent random seeds, each uniform over 64
+// bits, combined with the namespace without a further mix (a finaliser
+// cost a few ns a call and spread nothing that is not already uniform). For
+// one key, two namespaces always get different ids (x ^ ns is a bijection).
 func (s *Store) ids(key string, ns uint64) (id, chk uint64) {
-	id = mix(maphash.String(s.seedA, key) ^ ns)
+	id = maphash.String(s.seedA, key) ^ ns
 	if id == 0 {
 		id = 1 // 0 marks an empty slot
 	}
-	chk = mix(maphash.String(s.seedB, key) + ns*0x9e3779b97f4a7c15)
+	chk = maphash.String(s.seedB, key) ^ ns*0x9e3779b97f4a7c15
 	return id, chk
 }
 
@@ -156,10 +149,9 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	}
 	id, chk := s.ids(key, ns)
 	sh := &s.shards[id&s.mask].shard
+	var ws store.WordStepper
 	if words == 1 && maxLog == 0 {
-		if ws, ok := alg.(store.WordStepper); ok {
-			return sh.applyWord(s, ws, id, chk, n), nil
-		}
+		ws, _ = alg.(store.WordStepper)
 	}
 	ti := words - 1
 	if maxLog > 0 {
@@ -172,8 +164,31 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	defer sh.mu.Unlock()
 	now := s.now()
 	t := &sh.tables[ti]
-	var st store.State
 	i := t.find(id, chk)
+	if ws != nil {
+		// One word: from the slot to the step and back in registers. (This
+		// is not a function of its own: each call boundary copies the
+		// Decision through memory.)
+		var w0 int64
+		if i >= 0 {
+			w0 = t.full0(uint64(i))
+		}
+		next, d := ws.StepWord(w0, now, n)
+		switch {
+		case next <= now:
+			if i >= 0 {
+				t.remove(uint64(i))
+				sh.keys--
+			}
+		case i >= 0:
+			t.setWord0(i, next)
+		default:
+			st := store.State{W: [store.MaxWords]int64{next}}
+			sh.insert(t, ti, id, chk, &st, now)
+		}
+		return d, nil
+	}
+	var st store.State
 	if i >= 0 {
 		t.load(i, &st)
 	}
@@ -191,34 +206,6 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		sh.insert(t, ti, id, chk, &next, now)
 	}
 	return d, nil
-}
-
-// applyWord is Apply's body for a one-word algorithm stepped by StepWord:
-// the state word goes from the slot to the step and back in registers.
-func (sh *shard) applyWord(s *Store, ws store.WordStepper, id, chk uint64, n int64) floodgate.Decision {
-	sh.mu.Lock()
-	defer sh.mu.Unlock() // see Apply
-	now := s.now()
-	t := &sh.tables[0]
-	var w0 int64
-	i := t.find(id, chk)
-	if i >= 0 {
-		w0 = t.full0(uint64(i))
-	}
-	next, d := ws.StepWord(w0, now, n)
-	switch {
-	case next <= now:
-		if i >= 0 {
-			t.remove(uint64(i))
-			sh.keys--
-		}
-	case i >= 0:
-		t.setWord0(i, next)
-	default:
-		st := store.State{W: [store.MaxWords]int64{next}}
-		sh.insert(t, 0, id, chk, &st, now)
-	}
-	return d
 }
 
 // insert adds a new key to table t (tables[ti]), evicting one first when the
