@@ -1,0 +1,130 @@
+package floodgate_test
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/middleware/httplimit"
+	"github.com/floodgate-go/floodgate/store/memstore"
+	"github.com/floodgate-go/floodgate/store/redisstore"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The functions below hold every Go code block of README.md, verbatim (one
+// tab of indentation removed): TestReadmeSnippets fails when a README block
+// is not found here, so every block in the README compiles.
+
+func readmeQuickstart(ctx context.Context, w http.ResponseWriter, clientIP string) error {
+	s, err := memstore.New()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	perClient, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 3})
+	if err != nil {
+		return err
+	}
+
+	d, err := perClient.Take(ctx, clientIP, 1)
+	switch {
+	case err != nil:
+		// The limiter could not decide (store down, context done): your fail mode.
+	case !d.Allowed:
+		// Denied: tell the caller when to come back.
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.RetryAfter.Seconds()))))
+		http.Error(w, "rate limited", http.StatusTooManyRequests)
+	default:
+		// Admitted: d.Remaining of d.Limit left, full again in d.ResetAfter.
+	}
+	return nil
+}
+
+func readmeRedis(ctx context.Context, local *memstore.Store) error {
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"}, // one node, or Cluster seeds
+	})
+	if err != nil {
+		return err
+	}
+	s, err := redisstore.New(client, redisstore.WithFailurePolicy(redisstore.Fallback(local, 8)))
+	if err != nil {
+		return err
+	}
+	perClient, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 3})
+	if err != nil {
+		return err
+	}
+	_ = perClient
+	return nil
+}
+
+func readmeMulti(s *redisstore.Store) (floodgate.Limiter, error) {
+	perSecond, err := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 10}.Algorithm()
+	if err != nil {
+		return nil, err
+	}
+	perHour, err := bucket.Config{Rate: floodgate.PerHour(1000), Burst: 1000}.Algorithm()
+	if err != nil {
+		return nil, err
+	}
+	return redisstore.NewMultiLimiter(s, perSecond, perHour) // one script, all-or-nothing
+}
+
+func readmeMiddleware(perClient floodgate.Limiter, apiHandler http.Handler) error {
+	mw, err := httplimit.Middleware(perClient,
+		httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Window: time.Second}),
+		httplimit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")),
+	)
+	if err != nil {
+		return err
+	}
+	http.Handle("/api/", mw(apiHandler))
+	return nil
+}
+
+func readmeCaller(ctx context.Context) error {
+	lim := bucket.NewLimiter(bucket.Limit(50), 10) // 50 calls per second, bursts of 10
+	if err := lim.Wait(ctx); err != nil {         // fails fast before the deadline
+		return err
+	}
+	return nil
+}
+
+func TestReadmeSnippets(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	src, err := os.ReadFile("readme_test.go")
+	require.NoError(t, err)
+	var dedented strings.Builder
+	for _, line := range strings.Split(string(src), "\n") {
+		dedented.WriteString(strings.TrimPrefix(line, "\t"))
+		dedented.WriteByte('\n')
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	require.NotEmpty(t, blocks)
+	for _, b := range blocks {
+		assert.Contains(t, dedented.String(), b[1], "README block not found verbatim in readme_test.go")
+	}
+}
+
+// TestReadmeQuickstartRuns runs the quickstart snippet: the 4th request of a
+// client in one burst is refused with a Retry-After.
+func TestReadmeQuickstartRuns(t *testing.T) {
+	w := httptest.NewRecorder()
+	require.NoError(t, readmeQuickstart(context.Background(), w, "198.51.100.1"))
+	assert.Equal(t, http.StatusOK, w.Code)
+}
