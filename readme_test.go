@@ -97,8 +97,9 @@ func readmeMiddleware(perClient floodgate.Limiter, apiHandler http.Handler) erro
 }
 
 func readmeCaller(ctx context.Context) error {
-	lim := bucket.NewLimiter(bucket.Limit(50), 10) // 50 calls per second, bursts of 10
-	if err := lim.Wait(ctx); err != nil {         // fails fast before the deadline
+	// 50 calls per second, bursts of 10; Wait fails fast before the deadline.
+	lim := bucket.NewLimiter(bucket.Limit(50), 10)
+	if err := lim.Wait(ctx); err != nil {
 		return err
 	}
 	return nil
