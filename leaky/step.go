@@ -38,6 +38,12 @@ const backJumpMs = 60_000
 // Spec implements [store.Algorithm].
 func (a *Algorithm) Spec() store.Spec { return a.spec }
 
+// Layout implements [store.Layout]: Spec's namespace, words and log bound,
+// without copying the whole Spec.
+func (a *Algorithm) Layout() (namespace uint64, words, maxLog int) {
+	return a.spec.Namespace, a.spec.Words, a.spec.MaxLog
+}
+
 // Step implements [store.Algorithm]: a request of cost n at now (Unix µs).
 // n > 0 takes, n < 0 refunds -n requests, n == 0 peeks. See the package
 // documentation.

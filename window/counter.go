@@ -26,6 +26,9 @@ type counter struct {
 
 func (k *counter) Spec() store.Spec { return k.spec }
 
+// Layout implements [store.Layout].
+func (k *counter) Layout() (uint64, int, int) { return k.spec.Namespace, k.spec.Words, k.spec.MaxLog }
+
 // Step is the pure step; see the package documentation for the rules.
 func (k *counter) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
 	now = clampNow(now)

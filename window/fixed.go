@@ -18,6 +18,9 @@ type fixed struct {
 
 func (f *fixed) Spec() store.Spec { return f.spec }
 
+// Layout implements [store.Layout].
+func (f *fixed) Layout() (uint64, int, int) { return f.spec.Namespace, f.spec.Words, f.spec.MaxLog }
+
 // Step is the pure step; see the package documentation for the rules.
 func (f *fixed) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
 	now = clampNow(now)

@@ -30,6 +30,11 @@ type slidingLog struct {
 
 func (l *slidingLog) Spec() store.Spec { return l.spec }
 
+// Layout implements [store.Layout].
+func (l *slidingLog) Layout() (uint64, int, int) {
+	return l.spec.Namespace, l.spec.Words, l.spec.MaxLog
+}
+
 // Step is the pure step; see the package documentation for the rules.
 func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
 	now = clampNow(now)

@@ -10,9 +10,11 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/storetest"
+	"github.com/floodgate-go/floodgate/window"
 )
 
 // plainAlg hides every optional interface of the algorithm it wraps: the
@@ -99,4 +101,38 @@ func (panicWordAlg) StepWord(int64, int64, int64) (int64, floodgate.Decision) {
 
 func TestPanickingWordStepDoesNotLockTheShard(t *testing.T) {
 	requireShardUsableAfterPanic(t, panicWordAlg{})
+}
+
+// TestShippedLayoutsMatchSpecs checks that every algorithm floodgate ships
+// implements store.Layout, and that its values are its Spec's: a store that
+// trusts Layout keeps exactly the state Spec describes.
+func TestShippedLayoutsMatchSpecs(t *testing.T) {
+	tb, err := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 20}.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := leaky.Config{Rate: floodgate.PerSecond(10), Burst: 20}.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	algs := []store.Algorithm{tb, lb}
+	wc := window.Config{Limit: 20, Window: time.Second}
+	for _, mk := range []func() (store.Algorithm, error){wc.FixedAlgorithm, wc.SlidingCounterAlgorithm, wc.SlidingLogAlgorithm} {
+		a, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		algs = append(algs, a)
+	}
+	for _, a := range algs {
+		sp := a.Spec()
+		l, ok := a.(store.Layout)
+		if !ok {
+			t.Errorf("%s does not implement store.Layout", sp.Name)
+			continue
+		}
+		if ns, words, maxLog := l.Layout(); ns != sp.Namespace || words != sp.Words || maxLog != sp.MaxLog {
+			t.Errorf("%s: Layout() = (%#x, %d, %d), Spec has (%#x, %d, %d)", sp.Name, ns, words, maxLog, sp.Namespace, sp.Words, sp.MaxLog)
+		}
+	}
 }
