@@ -35,6 +35,17 @@
 // inserting 1,000,000 keys (see BenchmarkBytesPerKey). Algorithms with a
 // log (Spec.MaxLog > 0) keep it in a slice beside the slot, reused in place.
 //
+// # Speed
+//
+// A decision costs one clock read, one uncontended lock and unlock, two
+// maphash passes over the key and one table probe, beside the step itself.
+// Algorithms that implement [store.Layout] (every one floodgate ships) are
+// not asked for their whole Spec on each call, and one-word algorithms that
+// implement [store.WordStepper] (the token bucket) are stepped on the word
+// itself, in registers. BenchmarkTakeHotKey and BenchmarkTakeZipf1M measure
+// a token bucket on one hot key and on a million keys; the benchmarks module
+// compares them with other libraries.
+//
 // # Bounds and expiry
 //
 // A key whose state is back to full (State.W[0] <= now) is equivalent to a
