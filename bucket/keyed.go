@@ -109,13 +109,13 @@ func (g *gcra) Layout() (namespace uint64, words, maxLog int) { return g.spec.Na
 // StepWord on W[0].
 func (g *gcra) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
 	var d floodgate.Decision
-	s.W[0], d = g.StepWord(s.W[0], now, n)
+	s.W[0] = g.StepWord(s.W[0], now, n, &d)
 	return s, d
 }
 
 // StepWord implements [store.WordStepper]: the step on the theoretical
-// arrival time alone.
-func (g *gcra) StepWord(tat, now, n int64) (int64, floodgate.Decision) {
+// arrival time alone. It sets every field of *d.
+func (g *gcra) StepWord(tat, now, n int64, d *floodgate.Decision) int64 {
 	if tat < now {
 		tat = now
 	}
@@ -129,26 +129,30 @@ func (g *gcra) StepWord(tat, now, n int64) (int64, floodgate.Decision) {
 		if tat < now {
 			tat = now
 		}
-		return tat, g.decide(tat, now, true)
+		g.decide(d, tat, now, 0)
+		return tat
 	}
 	newTat := tat + n*g.t
 	if allowAt := newTat - g.tau; allowAt > now {
-		d := g.decide(tat, now, false)
-		d.RetryAfter = store.Dur(allowAt - now)
-		return tat, d
+		g.decide(d, tat, now, allowAt-now)
+		return tat
 	}
-	return newTat, g.decide(newTat, now, true)
+	g.decide(d, newTat, now, 0)
+	return newTat
 }
 
-func (g *gcra) decide(tat, now int64, allowed bool) floodgate.Decision {
+// decide writes the decision for a bucket whose TAT is tat: admitted when
+// retryAfter (µs) is 0, denied otherwise. It sets the fields one by one, not
+// as a composite literal: that would zero *d with wide stores first, and
+// the store's narrow reads of the fields would then wait on them.
+func (g *gcra) decide(d *floodgate.Decision, tat, now, retryAfter int64) {
 	rem := (g.tau - (tat - now)) / g.t
-	rem = max(0, min(rem, g.burst))
-	return floodgate.Decision{
-		Allowed:    allowed,
-		Limit:      g.burst,
-		Remaining:  rem,
-		ResetAfter: store.Dur(tat - now),
-	}
+	d.Allowed = retryAfter == 0
+	d.Limit = g.burst
+	d.Remaining = max(0, min(rem, g.burst))
+	d.RetryAfter = store.Dur(retryAfter)
+	d.ResetAfter = store.Dur(tat - now)
+	d.Delay = 0
 }
 
 // gcraLua is the Lua twin of gcra.Step. p = {interval, burst}.

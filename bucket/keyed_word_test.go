@@ -52,7 +52,8 @@ func TestKeyedWordStepAgreesWithStep(t *testing.T) {
 			// Words past W[0] are not the token bucket's: Step keeps them.
 			in.W[1], in.W[2] = rng.Int64(), -rng.Int64()
 			next, d := alg.Step(in, now, n)
-			w, dw := ws.StepWord(in.W[0], now, n)
+			var dw floodgate.Decision
+			w := ws.StepWord(in.W[0], now, n, &dw)
 			if w != next.W[0] || dw != d {
 				t.Fatalf("%+v step %d: StepWord(%d, %d, %d) = (%d, %+v), Step = (%d, %+v)", c, i, in.W[0], now, n, w, dw, next.W[0], d)
 			}

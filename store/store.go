@@ -90,15 +90,20 @@ type Layout interface {
 
 // WordStepper is an optional interface of an [Algorithm] whose state is one
 // word (Spec.Words == 1, Spec.MaxLog == 0). StepWord is Step on the state
-// whose W[0] is w0 (every other word zero, no log), returning the new W[0]:
+// whose W[0] is w0 (every other word zero, no log): it returns the new W[0]
+// and writes the decision to *d, which is the zero Decision on entry and is
+// not kept after the call:
 //
 //	next, d := alg.Step(State{W: [MaxWords]int64{w0}}, now, n)
-//	// next.W[0], d == alg.StepWord(w0, now, n)
+//	// next.W[0] == alg.StepWord(w0, now, n, &d2) and d == d2
 //
-// It exists for speed: scalars travel in registers where a State goes
-// through memory. A store may call either one; they must agree exactly.
+// It exists for speed: the word travels in registers where a State goes
+// through memory, and the decision is written once, in place, where a
+// returned Decision (six words) would be spilled and copied at each call
+// boundary, copies that stall the processor's store forwarding. A store may
+// call either one; they must agree exactly.
 type WordStepper interface {
-	StepWord(w0, now, n int64) (int64, floodgate.Decision)
+	StepWord(w0, now, n int64, d *floodgate.Decision) int64
 }
 
 // Store keeps per-key state and runs an algorithm's step on it atomically:

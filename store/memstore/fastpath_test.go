@@ -95,7 +95,7 @@ func TestApplyRejectsBadLayout(t *testing.T) {
 type panicWordAlg struct{ panicAlg }
 
 func (panicWordAlg) Layout() (uint64, int, int) { return 0xbad, 1, 0 }
-func (panicWordAlg) StepWord(int64, int64, int64) (int64, floodgate.Decision) {
+func (panicWordAlg) StepWord(int64, int64, int64, *floodgate.Decision) int64 {
 	panic("faulty algorithm")
 }
 

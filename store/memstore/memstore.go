@@ -44,8 +44,9 @@ type Store struct {
 
 type shard struct {
 	mu      sync.Mutex
-	keys    int // live entries across tables
-	limit   int // this shard's share of MaxKeys
+	dec     floodgate.Decision // StepWord writes its decision here, under mu
+	keys    int                // live entries across tables
+	limit   int                // this shard's share of MaxKeys
 	evicted uint64
 	expired uint64
 	// tables[w-1] holds states of w words, tables[MaxWords+w-1] states of w
@@ -173,7 +174,11 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		if i >= 0 {
 			w0 = t.full0(uint64(i))
 		}
-		next, d := ws.StepWord(w0, now, n)
+		// The decision is written in place (see store.WordStepper) into
+		// the shard, which the lock owns; it is read back field by field,
+		// which the processor forwards from its stores without a stall.
+		sh.dec = floodgate.Decision{}
+		next := ws.StepWord(w0, now, n, &sh.dec)
 		switch {
 		case next <= now:
 			if i >= 0 {
@@ -186,7 +191,9 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 			st := store.State{W: [store.MaxWords]int64{next}}
 			sh.insert(t, ti, id, chk, &st, now)
 		}
-		return d, nil
+		d := &sh.dec
+		return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+			RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 	}
 	var st store.State
 	if i >= 0 {
