@@ -27,7 +27,7 @@
 //	leaky bucket (nginx)    burst+1, then smoothed      3 words          yes     porting nginx limit_req; shaping (delay mode)
 //	fixed window            up to 2x at a boundary      2 words          per window  simple quotas ("1000 per hour") nodes agree on
 //	sliding log             none beyond the limit       up to limit      yes     small limits that must be exact
-//	sliding-window counter  bounded approximation       3 words          ~       large limits per window, cheap and smooth
+//	sliding-window counter  bounded approximation       4 words          ~       large limits per window, cheap and smooth
 //
 // # This package
 //
