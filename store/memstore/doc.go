@@ -42,7 +42,7 @@
 // Algorithms that implement [store.Layout] (every one floodgate ships) are
 // not asked for their whole Spec on each call, and one-word algorithms that
 // implement [store.WordStepper] (the token bucket) are stepped on the word
-// itself, in registers. BenchmarkTakeHotKey and BenchmarkTakeZipf1M measure
+// itself, in registers, and write their decision in place. BenchmarkTakeHotKey and BenchmarkTakeZipf1M measure
 // a token bucket on one hot key and on a million keys; the benchmarks module
 // compares them with other libraries.
 //
