@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
+	"github.com/floodgate-go/floodgate/priority"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 	"github.com/redis/rueidis"
@@ -102,6 +104,37 @@ func readmeCaller(ctx context.Context) error {
 	if err := lim.Wait(ctx); err != nil {
 		return err
 	}
+	return nil
+}
+
+func readmeShedding(apiHandler, batchHandler http.Handler) error {
+	alg, err := adaptive.NewGradient2(adaptive.Gradient2Config{}) // the reference defaults
+	if err != nil {
+		return err
+	}
+	lim, err := adaptive.New(alg)
+	if err != nil {
+		return err
+	}
+	shed, err := httplimit.Shed(httplimit.AcquirerFunc(lim.Slot)) // 503 + Retry-After when over the limit
+	if err != nil {
+		return err
+	}
+	http.Handle("/api/", shed(apiHandler))
+
+	// Classes sharing one capacity: best-effort work is shed first.
+	classes, err := priority.New(lim, priority.DefaultClasses()...)
+	if err != nil {
+		return err
+	}
+	shedBatch, err := httplimit.Shed(httplimit.AcquirerFunc(adaptive.SlotFunc(
+		func(ctx context.Context) (*adaptive.Token, error) {
+			return classes.Acquire(ctx, priority.BestEffort)
+		})))
+	if err != nil {
+		return err
+	}
+	http.Handle("/batch/", shedBatch(batchHandler))
 	return nil
 }
 

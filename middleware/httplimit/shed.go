@@ -12,25 +12,12 @@ import (
 
 // Acquirer is a concurrency limiter as [Shed] sees it: something that hands
 // out slots for in-flight work and sheds what it cannot take. The adaptive
-// and priority limiters of floodgate fit it through a small adapter, for
-// example:
+// and priority limiters of floodgate fit it through their Slot adapters:
 //
-//	httplimit.AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
-//		tok, err := lim.Acquire(ctx) // an *adaptive.Limiter
-//		switch {
-//		case errors.Is(err, adaptive.ErrLimitExceeded), ctx.Err() != nil:
-//			return nil, false, nil // shed
-//		case err != nil:
-//			return nil, false, err // could not decide: the fail mode applies
-//		}
-//		return func(ok bool) {
-//			if ok {
-//				tok.Success()
-//			} else {
-//				tok.Dropped()
-//			}
-//		}, true, nil
-//	})
+//	httplimit.AcquirerFunc(lim.Slot) // lim an *adaptive.Limiter
+//	httplimit.AcquirerFunc(adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
+//		return classes.Acquire(ctx, priority.BestEffort) // classes a *priority.Limiter
+//	}))
 //
 // A request that waited for a slot until its context ended should be
 // reported as shed, not as an error. Implementations must be safe for
