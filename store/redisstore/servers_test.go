@@ -97,10 +97,13 @@ func redisServerPath() (string, error) {
 }
 
 // freePort returns a loopback port that is free now, and whose cluster bus
-// port (+10000) is free as well.
+// port (+10000) is free as well. Both stay below Linux's ephemeral range
+// (32768 and up): a client reconnecting to a killed server on an ephemeral
+// port can be handed that very port as its own source port (a TCP
+// self-connect), which then keeps the server from binding it on restart.
 func freePort() (int, error) {
 	for range 100 {
-		p := 20000 + rand.IntN(35000)
+		p := 10000 + rand.IntN(12000)
 		ok := true
 		for _, q := range []int{p, p + 10000} {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
