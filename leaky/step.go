@@ -46,8 +46,16 @@ func (a *Algorithm) Layout() (namespace uint64, words, maxLog int) {
 
 // Step implements [store.Algorithm]: a request of cost n at now (Unix µs).
 // n > 0 takes, n < 0 refunds -n requests, n == 0 peeks. See the package
-// documentation.
+// documentation. It is [Algorithm.StepState] on a copy of s.
 func (a *Algorithm) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+	var d floodgate.Decision
+	a.StepState(&s, now, n, &d)
+	return s, d
+}
+
+// StepState implements [store.StateStepper]: Step on *s in place, the
+// decision written to *d (every field set).
+func (a *Algorithm) StepState(s *store.State, now, n int64, d *floodgate.Decision) {
 	last := min(max(s.W[1], -maxLastMs), maxLastMs)
 	exc := min(max(s.W[2], -milli), a.burst)
 	n = min(max(n, -(a.limit+1)), a.limit+1)
@@ -81,14 +89,16 @@ func (a *Algorithm) Step(s store.State, now int64, n int64) (store.State, floodg
 		// others in the same millisecond (+1000 each).
 		e1 = base + (n-1)*milli
 		if e1 > a.burst {
-			return a.hold(s, last, exc, base, n, now)
+			a.hold(s, last, exc, base, n, now, d)
+			return
 		}
 	case n < 0:
 		// Refund: give back exactly the n*1000 milli-requests a take adds,
 		// never more than one request of credit below empty.
 		e1 = max(-milli, leaked+n*milli)
 	default:
-		return a.hold(s, last, exc, base, n, now)
+		a.hold(s, last, exc, base, n, now, d)
+		return
 	}
 	if ms != 0 { // nginx moves last only when time moved
 		last = nowMs
@@ -96,34 +106,47 @@ func (a *Algorithm) Step(s store.State, now int64, n int64) (store.State, floodg
 	idle := a.idleAt(last, e1)
 	s.W[0], s.W[1], s.W[2] = idle, last, e1
 	// A request of cost 1 now would have excess e1+1000.
-	d := floodgate.Decision{Allowed: true, Limit: a.limit}
+	var rem int64
 	if b := max(0, e1+milli); b <= a.burst {
-		d.Remaining = (a.burst-b)/milli + 1
+		rem = (a.burst-b)/milli + 1
 	}
-	if d.Remaining < a.limit {
-		d.ResetAfter = store.Dur(satSub(idle, now))
+	var reset, delay int64
+	if rem < a.limit {
+		reset = satSub(idle, now)
 	}
 	if n > 0 && e1 > a.delay {
-		d.Delay = store.Dur((e1 - a.delay) * milli / a.rate * 1000)
+		delay = (e1 - a.delay) * milli / a.rate * 1000
 	}
-	return s, d
+	// Field by field, not a composite literal (see bucket's decide).
+	d.Allowed = true
+	d.Limit = a.limit
+	d.Remaining = rem
+	d.RetryAfter = 0
+	d.ResetAfter = store.Dur(reset)
+	d.Delay = store.Dur(delay)
 }
 
 // hold is a peek (n == 0) or a denial (n > 0): the state changes only by
 // normalisation, which credits nothing.
-func (a *Algorithm) hold(s store.State, last, exc, base, n, now int64) (store.State, floodgate.Decision) {
-	s.W[0], s.W[1], s.W[2] = a.idleAt(last, exc), last, exc
-	d := floodgate.Decision{Allowed: n == 0, Limit: a.limit}
+func (a *Algorithm) hold(s *store.State, last, exc, base, n, now int64, d *floodgate.Decision) {
+	idle := a.idleAt(last, exc)
+	s.W[0], s.W[1], s.W[2] = idle, last, exc
+	var rem, reset, retry int64
 	if base <= a.burst {
-		d.Remaining = (a.burst-base)/milli + 1
+		rem = (a.burst-base)/milli + 1
 	}
-	if d.Remaining < a.limit {
-		d.ResetAfter = store.Dur(satSub(s.W[0], now))
+	if rem < a.limit {
+		reset = satSub(idle, now)
 	}
 	if n > 0 {
-		d.RetryAfter = store.Dur(a.retryAfter(last, exc, n, now))
+		retry = a.retryAfter(last, exc, n, now)
 	}
-	return s, d
+	d.Allowed = n == 0
+	d.Limit = a.limit
+	d.Remaining = rem
+	d.RetryAfter = store.Dur(retry)
+	d.ResetAfter = store.Dur(reset)
+	d.Delay = 0
 }
 
 // idleAt is the Unix µs from which a state (last, exc) has fully leaked:

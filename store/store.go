@@ -106,6 +106,29 @@ type WordStepper interface {
 	StepWord(w0, now, n int64, d *floodgate.Decision) int64
 }
 
+// StateStepper is an optional interface of an [Algorithm]: Step on state and
+// decision memory that the caller owns, instead of by value. StepState does
+// the same arithmetic as Step:
+//
+//	next, d := alg.Step(*s, now, n)
+//	alg.StepState(s, now, n, &d2)
+//	// then *s == next (words and log) and d2 == d
+//
+// It reads *s, writes the new state to *s in place and sets every field of
+// *d (whatever *d held on entry). s and d point to memory the caller owns
+// (a store's scratch, under the key's lock); the algorithm keeps neither
+// pointer after the call. The rule of [State].Log holds as for Step: the
+// new s.Log may share the input log's spare capacity, so the caller keeps
+// only this one state stepped from that input.
+//
+// It exists for speed, like [WordStepper] for the one-word algorithms: a
+// State (MaxWords words and a slice) and a Decision passed and returned by
+// value are copied through memory at each call boundary. A store may call
+// either one; they must agree exactly.
+type StateStepper interface {
+	StepState(s *State, now, n int64, d *floodgate.Decision)
+}
+
 // Store keeps per-key state and runs an algorithm's step on it atomically:
 // concurrent Apply calls on one key are serialised, so every decision sees the
 // state the previous one left. The store owns time: it reads its clock (or the

@@ -194,6 +194,18 @@ const (
 
 func clampNow(now int64) int64 { return max(minNow, min(now, maxNow)) }
 
+// setDecision writes a decision field by field (a composite literal would
+// zero *d with wide stores first, which a store's narrow reads of the
+// fields would then wait on). Times are in microseconds.
+func setDecision(d *floodgate.Decision, allowed bool, limit, remaining, retry, reset int64) {
+	d.Allowed = allowed
+	d.Limit = limit
+	d.Remaining = remaining
+	d.RetryAfter = store.Dur(retry)
+	d.ResetAfter = store.Dur(reset)
+	d.Delay = 0
+}
+
 // windowStart is the start of the epoch-aligned window of length w holding
 // now.
 func windowStart(now, w int64) int64 { return floorDiv(now, w) * w }

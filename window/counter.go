@@ -29,8 +29,16 @@ func (k *counter) Spec() store.Spec { return k.spec }
 // Layout implements [store.Layout].
 func (k *counter) Layout() (uint64, int, int) { return k.spec.Namespace, k.spec.Words, k.spec.MaxLog }
 
-// Step is the pure step; see the package documentation for the rules.
+// Step is the pure step; see the package documentation for the rules. It is
+// StepState on a copy of s.
 func (k *counter) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+	var d floodgate.Decision
+	k.StepState(&s, now, n, &d)
+	return s, d
+}
+
+// StepState implements [store.StateStepper]: Step on *s in place.
+func (k *counter) StepState(s *store.State, now, n int64, d *floodgate.Decision) {
 	now = clampNow(now)
 	w, limit := k.w, k.limit
 	n = max(n, -2*limit) // a larger refund empties both windows all the same
@@ -50,7 +58,7 @@ func (k *counter) Step(s store.State, now int64, n int64) (store.State, floodgat
 		// does not drop).
 		curr, prev = min(limit, curr+prev), 0
 	}
-	d := floodgate.Decision{Limit: limit}
+	allowed, retry := false, int64(0)
 	weighted := prev * (w - elapsed) // prev's share of the estimate, x w
 	switch avail := limit - curr - n; {
 	case n < 0:
@@ -58,29 +66,30 @@ func (k *counter) Step(s store.State, now int64, n int64) (store.State, floodgat
 		back := min(-n, curr)
 		curr -= back
 		prev = max(0, prev-(-n-back))
-		d.Allowed = true
+		allowed = true
 	case n <= limit && avail >= 0 && weighted <= avail*w:
 		curr += n
-		d.Allowed = true
+		allowed = true
 	case n > limit:
 		// Never admitted (store.Limiter refuses such costs): report the time
 		// at which the key is certainly empty.
-		d.RetryAfter = store.Dur(start + 2*w - now)
+		retry = start + 2*w - now
 	case avail >= 0:
 		// curr + n fits: wait until prev's weight has decayed enough, at
 		// the smallest at with prev x (w - at) <= avail x w (at == w is
 		// the next window, where prev drops out and curr + n fits).
 		at := w - floorDiv(avail*w, prev)
-		d.RetryAfter = store.Dur(start + at - now)
+		retry = start + at - now
 	default:
 		// curr + n does not fit in this window: in the next one curr is the
 		// previous count, admitted from the smallest at with
 		// curr x (w - at) <= (limit - n) x w.
 		at := w - floorDiv((limit-n)*w, curr)
-		d.RetryAfter = store.Dur(start + w + at - now)
+		retry = start + w + at - now
 	}
 	weighted = prev * (w - elapsed)
-	d.Remaining = max(0, min(limit, limit-curr+floorDiv(-weighted, w)))
+	rem := max(0, min(limit, limit-curr+floorDiv(-weighted, w)))
+	var reset int64
 	s.W[0], s.W[1], s.W[2], s.W[3] = 0, 0, 0, 0
 	if curr > 0 || prev > 0 {
 		full := start + w // prev is gone when the next window starts
@@ -88,9 +97,9 @@ func (k *counter) Step(s store.State, now int64, n int64) (store.State, floodgat
 			full += w // curr is gone one window later
 		}
 		s.W[0], s.W[1], s.W[2], s.W[3] = full, start, curr, prev
-		d.ResetAfter = store.Dur(full - now)
+		reset = full - now
 	}
-	return s, d
+	setDecision(d, allowed, limit, rem, retry, reset)
 }
 
 // counterLua is the Lua twin of counter.Step. p = {limit, window}.

@@ -21,8 +21,16 @@ func (f *fixed) Spec() store.Spec { return f.spec }
 // Layout implements [store.Layout].
 func (f *fixed) Layout() (uint64, int, int) { return f.spec.Namespace, f.spec.Words, f.spec.MaxLog }
 
-// Step is the pure step; see the package documentation for the rules.
+// Step is the pure step; see the package documentation for the rules. It is
+// StepState on a copy of s.
 func (f *fixed) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+	var d floodgate.Decision
+	f.StepState(&s, now, n, &d)
+	return s, d
+}
+
+// StepState implements [store.StateStepper]: Step on *s in place.
+func (f *fixed) StepState(s *store.State, now, n int64, d *floodgate.Decision) {
 	now = clampNow(now)
 	end := windowStart(now, f.w) + f.w
 	count := max(0, min(s.W[1], f.limit))
@@ -32,26 +40,24 @@ func (f *fixed) Step(s store.State, now int64, n int64) (store.State, floodgate.
 	}
 	// s.W[0] > end only when the clock went backwards: the count is kept (this
 	// credits nothing) and moved to the window holding now.
-	d := floodgate.Decision{Limit: f.limit}
+	allowed, retry := true, int64(0)
 	switch {
 	case n < 0:
 		count = max(0, count+n)
-		d.Allowed = true
 	case n <= f.limit-count:
 		count += n
-		d.Allowed = true
 	default:
 		// Denied until the window ends (a cost above the limit is never
 		// admitted; store.Limiter refuses it before it gets here).
-		d.RetryAfter = store.Dur(end - now)
+		allowed, retry = false, end-now
 	}
-	d.Remaining = f.limit - count
+	var reset int64
 	s.W[0], s.W[1] = 0, 0
 	if count > 0 {
 		s.W[0], s.W[1] = end, count
-		d.ResetAfter = store.Dur(end - now)
+		reset = end - now
 	}
-	return s, d
+	setDecision(d, allowed, f.limit, f.limit-count, retry, reset)
 }
 
 // fixedLua is the Lua twin of fixed.Step. p = {limit, window}.

@@ -35,8 +35,18 @@ func (l *slidingLog) Layout() (uint64, int, int) {
 	return l.spec.Namespace, l.spec.Words, l.spec.MaxLog
 }
 
-// Step is the pure step; see the package documentation for the rules.
+// Step is the pure step; see the package documentation for the rules. It is
+// StepState on a copy of s.
 func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+	var d floodgate.Decision
+	l.StepState(&s, now, n, &d)
+	return s, d
+}
+
+// StepState implements [store.StateStepper]: Step on *s in place, with the
+// same rule for s.Log (its entries are never changed; the new log may use
+// its spare capacity).
+func (l *slidingLog) StepState(s *store.State, now, n int64, d *floodgate.Decision) {
 	now = clampNow(now)
 	n = max(n, -l.limit) // a larger refund empties the log all the same
 	log := s.Log
@@ -49,14 +59,14 @@ func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, flood
 		log = log[len(log)-int(l.limit):] // not a state Step writes
 	}
 	log = clampFuture(log, now)
-	d := floodgate.Decision{Limit: l.limit}
+	allowed, retry := false, int64(0)
 	count := int64(len(log))
 	switch {
 	case n < 0:
 		// (clampFuture again: only a log that was not in order has entries
 		// after now left.)
 		log = clampFuture(log[:count-min(-n, count)], now)
-		d.Allowed = true
+		allowed = true
 	case n <= l.limit-count:
 		if n > 0 {
 			// Appends in the spare capacity when there is some (amortised
@@ -66,26 +76,26 @@ func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, flood
 				log[j] = now
 			}
 		}
-		d.Allowed = true
+		allowed = true
 	case n > l.limit:
 		// Never admitted (store.Limiter refuses such costs): report the
 		// time at which the log is empty.
-		d.RetryAfter = store.Dur(l.w)
+		retry = l.w
 		if count > 0 {
-			d.RetryAfter = store.Dur(max(1, log[count-1]+l.w-now))
+			retry = max(1, log[count-1]+l.w-now)
 		}
 	default:
 		// Admitted once the oldest count+n-limit entries have expired.
-		d.RetryAfter = store.Dur(max(1, log[count+n-l.limit-1]+l.w-now))
+		retry = max(1, log[count+n-l.limit-1]+l.w-now)
 	}
 	count = int64(len(log))
-	d.Remaining = l.limit - count
+	var reset int64
 	s.W[0], s.Log = 0, nil
 	if count > 0 {
 		s.W[0], s.Log = log[count-1]+l.w, log
-		d.ResetAfter = store.Dur(s.W[0] - now)
+		reset = s.W[0] - now
 	}
-	return s, d
+	setDecision(d, allowed, l.limit, l.limit-count, retry, reset)
 }
 
 // clampFuture moves the newest entries that are after now to now: the clock

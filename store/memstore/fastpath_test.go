@@ -27,15 +27,8 @@ func (p plainAlg) Step(s store.State, now, n int64) (store.State, floodgate.Deci
 }
 
 // TestWordFastPathMatchesStep runs the token bucket (Layout and WordStepper:
-// the one-word fast path) and the same algorithm through Spec and Step only,
-// on two stores with one clock, through the same random sequence of keys,
-// costs, clock moves and sweeps: every decision and the number of keys kept
-// must be the same. (No MaxKeys evictions: which key they drop depends on
-// each store's random hash seed.)
+// the one-word fast path) and the same algorithm through Spec and Step only.
 func TestWordFastPathMatchesStep(t *testing.T) {
-	clk := storetest.NewClock(t0)
-	fast := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
-	slow := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
 	alg, err := bucket.Config{Rate: floodgate.PerSecond(50), Burst: 5}.Algorithm()
 	if err != nil {
 		t.Fatal(err)
@@ -43,20 +36,107 @@ func TestWordFastPathMatchesStep(t *testing.T) {
 	if _, ok := alg.(store.WordStepper); !ok {
 		t.Fatal("the token bucket does not implement store.WordStepper: this test proves nothing")
 	}
+	requireFastPathMatchesStep(t, alg, 100, 50_000)
+}
+
+// TestStateFastPathMatchesStep runs every shipped multi-word algorithm
+// (Layout and StateStepper: the in-place path with the shard's scratch) and
+// the same algorithm through Spec and Step only.
+func TestStateFastPathMatchesStep(t *testing.T) {
+	algs := shippedAlgs(t)[1:]
+	for _, a := range algs {
+		t.Run(a.Spec().Name, func(t *testing.T) {
+			if _, ok := a.(store.StateStepper); !ok {
+				t.Fatalf("%s does not implement store.StateStepper", a.Spec().Name)
+			}
+			requireFastPathMatchesStep(t, a, 20, 20_000)
+		})
+	}
+}
+
+// TestStateFastPathMixedTables interleaves algorithms of every width, with
+// and without a log, on one store and the same keys: the shard's scratch
+// state must carry nothing (words, log) from one table to the next.
+func TestStateFastPathMixedTables(t *testing.T) {
+	algs := shippedAlgs(t)
+	clk := storetest.NewClock(t0)
+	fast := newStore(t, memstore.WithClock(clk), memstore.WithShards(1))
+	slow := newStore(t, memstore.WithClock(clk), memstore.WithShards(1))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 11))
+	for i := range 20_000 {
+		if rng.IntN(2) == 0 {
+			clk.Advance(time.Duration(rng.Int64N(int64(50 * time.Millisecond))))
+		}
+		a := algs[rng.IntN(len(algs))]
+		key := "k" + strconv.Itoa(rng.IntN(5))
+		n := rng.Int64N(5) - rng.Int64N(2)
+		df, errF := fast.Apply(ctx, key, a, n)
+		ds, errS := slow.Apply(ctx, key, plainAlg{a}, n)
+		if df != ds || errF != nil || errS != nil {
+			t.Fatalf("step %d (%s, %s, n=%d): fast path %+v, %v; Step %+v, %v", i, a.Spec().Name, key, n, df, errF, ds, errS)
+		}
+	}
+	if sf, ss := fast.Stats(), slow.Stats(); sf.Keys != ss.Keys {
+		t.Fatalf("fast path keeps %d keys, Step %d", sf.Keys, ss.Keys)
+	}
+}
+
+// shippedAlgs returns every algorithm floodgate ships: the token bucket
+// (one word), the leaky bucket, the fixed window, the sliding counter (more
+// words) and the sliding log (a log), in that order.
+func shippedAlgs(t *testing.T) []store.Algorithm {
+	t.Helper()
+	tb, err := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 5}.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := leaky.Config{Rate: floodgate.PerSecond(10), Burst: 5, Delay: 2}.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	algs := []store.Algorithm{tb, lb}
+	wc := window.Config{Limit: 6, Window: time.Second}
+	for _, mk := range []func() (store.Algorithm, error){wc.FixedAlgorithm, wc.SlidingCounterAlgorithm, wc.SlidingLogAlgorithm} {
+		a, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		algs = append(algs, a)
+	}
+	return algs
+}
+
+// requireFastPathMatchesStep runs alg as given (whatever optional
+// interfaces it has) and through Spec and Step only, on two stores with one
+// clock, through the same random sequence of keys (out of nkeys), costs
+// (refunds and peeks included), clock moves (back by up to a minute, now and
+// then by an hour, rarely forward by ten years) and sweeps: every decision, the
+// number of keys kept and of keys expired must be the same. (No MaxKeys
+// evictions: which key they drop depends on each store's random hash seed.)
+func requireFastPathMatchesStep(t *testing.T, alg store.Algorithm, nkeys, steps int) {
+	t.Helper()
+	clk := storetest.NewClock(t0)
+	fast := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
+	slow := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(3, 5))
-	for i := range 50_000 {
-		switch r := rng.IntN(100); {
-		case r < 60:
+	for i := range steps {
+		switch r := rng.IntN(1000); {
+		case r < 600:
 			clk.Advance(time.Duration(rng.Int64N(int64(30 * time.Millisecond))))
-		case r < 62:
+		case r < 620:
 			clk.Advance(-time.Duration(rng.Int64N(int64(time.Minute))))
+		case r == 620:
+			clk.Advance(-time.Hour)
+		case r == 621 && rng.IntN(10) == 0:
+			clk.Advance(10 * 365 * 24 * time.Hour)
 		}
 		if r := rng.IntN(1000); r == 0 {
 			fast.Sweep()
 			slow.Sweep()
 		}
-		key := "k" + strconv.Itoa(rng.IntN(100))
+		key := "k" + strconv.Itoa(rng.IntN(nkeys))
 		n := rng.Int64N(6) - rng.Int64N(3)
 		df, errF := fast.Apply(ctx, key, alg, n)
 		ds, errS := slow.Apply(ctx, key, plainAlg{alg}, n)
@@ -91,6 +171,18 @@ func TestApplyRejectsBadLayout(t *testing.T) {
 	}
 }
 
+// panicStateAlg panics in StepState, the in-place path's step.
+type panicStateAlg struct{ panicAlg }
+
+func (panicStateAlg) Layout() (uint64, int, int) { return 0xbad2, 3, 0 }
+func (panicStateAlg) StepState(*store.State, int64, int64, *floodgate.Decision) {
+	panic("faulty algorithm")
+}
+
+func TestPanickingStateStepDoesNotLockTheShard(t *testing.T) {
+	requireShardUsableAfterPanic(t, panicStateAlg{})
+}
+
 // panicWordAlg panics in StepWord, the fast path's step.
 type panicWordAlg struct{ panicAlg }
 
@@ -107,23 +199,7 @@ func TestPanickingWordStepDoesNotLockTheShard(t *testing.T) {
 // implements store.Layout, and that its values are its Spec's: a store that
 // trusts Layout keeps exactly the state Spec describes.
 func TestShippedLayoutsMatchSpecs(t *testing.T) {
-	tb, err := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 20}.Algorithm()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lb, err := leaky.Config{Rate: floodgate.PerSecond(10), Burst: 20}.Algorithm()
-	if err != nil {
-		t.Fatal(err)
-	}
-	algs := []store.Algorithm{tb, lb}
-	wc := window.Config{Limit: 20, Window: time.Second}
-	for _, mk := range []func() (store.Algorithm, error){wc.FixedAlgorithm, wc.SlidingCounterAlgorithm, wc.SlidingLogAlgorithm} {
-		a, err := mk()
-		if err != nil {
-			t.Fatal(err)
-		}
-		algs = append(algs, a)
-	}
+	algs := shippedAlgs(t)
 	for _, a := range algs {
 		sp := a.Spec()
 		l, ok := a.(store.Layout)

@@ -44,7 +44,8 @@ type Store struct {
 
 type shard struct {
 	mu      sync.Mutex
-	dec     floodgate.Decision // StepWord writes its decision here, under mu
+	dec     floodgate.Decision // StepWord and StepState write their decision here, under mu
+	st      store.State        // StepState's state, under mu (Log nil between calls)
 	keys    int                // live entries across tables
 	limit   int                // this shard's share of MaxKeys
 	evicted uint64
@@ -123,7 +124,8 @@ func (s *Store) ids(key string, ns uint64) (id, chk uint64) {
 //
 // An algorithm that implements [store.Layout] is not asked for its Spec on
 // each call, and a one-word algorithm that implements [store.WordStepper] is
-// stepped through StepWord.
+// stepped through StepWord; any other algorithm that implements
+// [store.StateStepper] is stepped through StepState.
 func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
 	if s.closed.Load() {
 		return floodgate.Decision{}, floodgate.ErrClosed
@@ -150,9 +152,15 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	}
 	id, chk := s.ids(key, ns)
 	sh := &s.shards[id&s.mask].shard
-	var ws store.WordStepper
+	var (
+		ws store.WordStepper
+		ss store.StateStepper
+	)
 	if words == 1 && maxLog == 0 {
 		ws, _ = alg.(store.WordStepper)
+	}
+	if ws == nil {
+		ss, _ = alg.(store.StateStepper)
 	}
 	ti := words - 1
 	if maxLog > 0 {
@@ -195,24 +203,32 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 			RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 	}
-	var st store.State
-	if i >= 0 {
-		t.load(i, &st)
+	// The state is loaded into, stepped in and stored from the shard's
+	// scratch, and the decision written there: through StepState, nothing
+	// is copied by value through the call (see store.StateStepper).
+	st := &sh.st
+	t.load(i, st)
+	if ss != nil {
+		ss.StepState(st, now, n, &sh.dec)
+	} else {
+		*st, sh.dec = alg.Step(*st, now, n)
 	}
-	next, d := alg.Step(st, now, n)
 	switch {
-	case next.W[0] <= now:
+	case st.W[0] <= now:
 		// Back to full: the same as a fresh key, keep nothing.
 		if i >= 0 {
 			t.remove(uint64(i))
 			sh.keys--
 		}
 	case i >= 0:
-		t.store(i, &next)
+		t.store(i, st)
 	default:
-		sh.insert(t, ti, id, chk, &next, now)
+		sh.insert(t, ti, id, chk, st, now)
 	}
-	return d, nil
+	st.Log = nil // the scratch keeps no key's log reachable
+	d := &sh.dec
+	return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 }
 
 // insert adds a new key to table t (tables[ti]), evicting one first when the

@@ -89,13 +89,24 @@ func (t *table) find(id, chk uint64) int {
 	}
 }
 
-// load copies slot i's state into s.
+// load sets every field of s to slot i's state, or to the zero State
+// (a fresh key) when i < 0: the words the table does not keep are zero, and
+// Log is nil unless the table keeps logs.
 func (t *table) load(i int, s *store.State) {
+	if i < 0 {
+		*s = store.State{}
+		return
+	}
 	b := uint64(i) * t.stride
 	w := t.slots[b+2 : b+t.stride]
-	for k, v := range w {
-		s.W[k] = int64(v)
+	for k := range s.W {
+		if k < len(w) {
+			s.W[k] = int64(w[k])
+		} else {
+			s.W[k] = 0
+		}
 	}
+	s.Log = nil
 	if t.logs != nil {
 		s.Log = t.logs[i]
 	}
