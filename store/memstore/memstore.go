@@ -45,7 +45,6 @@ type Store struct {
 type shard struct {
 	mu      sync.Mutex
 	dec     floodgate.Decision // StepWord and StepState write their decision here, under mu
-	st      store.State        // StepState's state, under mu (Log nil between calls)
 	keys    int                // live entries across tables
 	limit   int                // this shard's share of MaxKeys
 	evicted uint64
@@ -53,6 +52,9 @@ type shard struct {
 	// tables[w-1] holds states of w words, tables[MaxWords+w-1] states of w
 	// words with a log.
 	tables [2 * store.MaxWords]table
+	// st is the state StepState steps in place, under mu (Log nil between
+	// calls). Last: the one-word path's fields keep their cache lines.
+	st store.State
 }
 
 // paddedShard keeps two shards off the same pair of cache lines.
@@ -152,15 +154,9 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 	}
 	id, chk := s.ids(key, ns)
 	sh := &s.shards[id&s.mask].shard
-	var (
-		ws store.WordStepper
-		ss store.StateStepper
-	)
+	var ws store.WordStepper
 	if words == 1 && maxLog == 0 {
 		ws, _ = alg.(store.WordStepper)
-	}
-	if ws == nil {
-		ss, _ = alg.(store.StateStepper)
 	}
 	ti := words - 1
 	if maxLog > 0 {
@@ -203,12 +199,24 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 			RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 	}
-	// The state is loaded into, stepped in and stored from the shard's
-	// scratch, and the decision written there: through StepState, nothing
-	// is copied by value through the call (see store.StateStepper).
+	sh.step(t, ti, i, id, chk, alg, now, n)
+	d := &sh.dec
+	return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
+}
+
+// step runs alg on the state of slot i of table t (tables[ti]; i < 0 for a
+// fresh key (id, chk)) and keeps the new state; the decision is left in
+// sh.dec. The state is loaded into, stepped in and stored from the shard's
+// scratch: through StepState, nothing is copied by value through the call
+// (see store.StateStepper). (A function of its own, out of line, so that
+// the one-word path in Apply stays as small as it was.)
+//
+//go:noinline
+func (sh *shard) step(t *table, ti, i int, id, chk uint64, alg store.Algorithm, now, n int64) {
 	st := &sh.st
 	t.load(i, st)
-	if ss != nil {
+	if ss, ok := alg.(store.StateStepper); ok {
 		ss.StepState(st, now, n, &sh.dec)
 	} else {
 		*st, sh.dec = alg.Step(*st, now, n)
@@ -226,9 +234,6 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		sh.insert(t, ti, id, chk, st, now)
 	}
 	st.Log = nil // the scratch keeps no key's log reachable
-	d := &sh.dec
-	return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 }
 
 // insert adds a new key to table t (tables[ti]), evicting one first when the
