@@ -107,9 +107,7 @@ func (c Config) FixedAlgorithm() (store.Algorithm, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	f := fixed{limit: c.Limit, w: c.micros()}
-	f.spec = spec("fixed-window", 2, 0, fixedLua, f.limit, f.w)
-	return &f, nil
+	return &fixed{c.params("fixed-window", 2, 0, fixedLua)}, nil
 }
 
 // SlidingLogAlgorithm returns the sliding log as a [store.Algorithm]. It
@@ -119,9 +117,7 @@ func (c Config) SlidingLogAlgorithm() (store.Algorithm, error) {
 	if err := c.validateLog(); err != nil {
 		return nil, err
 	}
-	l := slidingLog{limit: c.Limit, w: c.micros()}
-	l.spec = spec("sliding-log", 1, int(c.Limit), logLua, l.limit, l.w)
-	return &l, nil
+	return &slidingLog{c.params("sliding-log", 1, int(c.Limit), logLua)}, nil
 }
 
 // SlidingCounterAlgorithm returns the sliding-window counter as a
@@ -131,9 +127,7 @@ func (c Config) SlidingCounterAlgorithm() (store.Algorithm, error) {
 	if err := c.validateCounter(); err != nil {
 		return nil, err
 	}
-	k := counter{limit: c.Limit, w: c.micros()}
-	k.spec = spec("sliding-counter", 4, 0, counterLua, k.limit, k.w)
-	return &k, nil
+	return &counter{c.params("sliding-counter", 4, 0, counterLua)}, nil
 }
 
 // NewFixed returns a keyed fixed-window limiter on s.
@@ -160,18 +154,32 @@ func newLimiter(s store.Store, c Config, alg func(Config) (store.Algorithm, erro
 	return store.NewLimiter(s, a, c.Limit)
 }
 
-// spec builds an algorithm's Spec; the namespace hashes the name and the
+// params is what the three window algorithms share: the policy in
+// microseconds and the Spec that stores ask for.
+type params struct {
+	limit, w int64
+	spec     store.Spec
+}
+
+// Spec implements [store.Algorithm].
+func (p *params) Spec() store.Spec { return p.spec }
+
+// Layout implements [store.Layout].
+func (p *params) Layout() (uint64, int, int) { return p.spec.Namespace, p.spec.Words, p.spec.MaxLog }
+
+// params builds an algorithm's params; the namespace hashes the name and the
 // parameters, so that two policies sharing a store never share state.
-func spec(name string, words, maxLog int, lua string, limit, w int64) store.Spec {
+func (c Config) params(name string, words, maxLog int, lua string) params {
+	limit, w := c.Limit, c.micros()
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%d/%d", name, limit, w)
-	return store.Spec{
+	return params{limit: limit, w: w, spec: store.Spec{
 		Name:      name,
 		Namespace: h.Sum64(),
 		Words:     words,
 		MaxLog:    maxLog,
 		Lua:       store.Lua{Source: lua, Params: []int64{limit, w}},
-	}
+	}}
 }
 
 // floorDiv is a/b rounded towards minus infinity, for b > 0 (Go's / truncates

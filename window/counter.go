@@ -19,15 +19,7 @@ import (
 // State: W[0] is the time the key is full again, W[1] the start of the
 // current window, W[2] its count, W[3] the previous window's count. A key
 // with nothing counted is the zero State.
-type counter struct {
-	limit, w int64
-	spec     store.Spec
-}
-
-func (k *counter) Spec() store.Spec { return k.spec }
-
-// Layout implements [store.Layout].
-func (k *counter) Layout() (uint64, int, int) { return k.spec.Namespace, k.spec.Words, k.spec.MaxLog }
+type counter struct{ params }
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepState on a copy of s.

@@ -11,15 +11,7 @@ import (
 // State: W[0] is the end of the window the count belongs to (the time the key
 // is full again), W[1] the units taken in it. A key with nothing taken is the
 // zero State.
-type fixed struct {
-	limit, w int64
-	spec     store.Spec
-}
-
-func (f *fixed) Spec() store.Spec { return f.spec }
-
-// Layout implements [store.Layout].
-func (f *fixed) Layout() (uint64, int, int) { return f.spec.Namespace, f.spec.Words, f.spec.MaxLog }
+type fixed struct{ params }
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepState on a copy of s.

@@ -23,17 +23,7 @@ import (
 // two States stepped from the same input, though, may share that spare
 // capacity, so only one of them may be kept. This keeps an admission
 // amortised O(1) instead of a copy of the whole log.
-type slidingLog struct {
-	limit, w int64
-	spec     store.Spec
-}
-
-func (l *slidingLog) Spec() store.Spec { return l.spec }
-
-// Layout implements [store.Layout].
-func (l *slidingLog) Layout() (uint64, int, int) {
-	return l.spec.Namespace, l.spec.Words, l.spec.MaxLog
-}
+type slidingLog struct{ params }
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepState on a copy of s.
