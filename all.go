@@ -4,82 +4,211 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 )
 
-// All returns a Limiter that admits a request only when every one of limiters
-// admits it: "10 per second AND 1000 per hour". When one denies (or errors),
-// the units already taken from the others are refunded, so a denied request
-// consumes nothing anywhere.
+// Check is one limit of a [TakeAll]: a limiter, the key to charge on it and
+// the cost. TakeAll writes the limiter's own decision to Decision, so that a
+// caller can tell which limits refused (Decision.Allowed false) and write a
+// header per policy.
+type Check struct {
+	// Limiter decides this check.
+	Limiter Limiter
+	// Key is the key charged on Limiter (each check has its own: "per IP"
+	// and "per API key" in one request).
+	Key string
+	// N is the cost, N >= 1.
+	N int
+	// Decision is set by TakeAll: what Limiter decided for this check.
+	Decision Decision
+}
+
+// GroupTaker is implemented by limiters that decide a whole group of checks
+// themselves, all or nothing, without take-then-refund (the keyed limiters
+// of the store package do, on memory and in one Redis script). TakeAll
+// hands a group to the first check's limiter when it implements GroupTaker.
 //
-// The combined Decision is the most restrictive one: Allowed only if all allow;
-// Limit and Remaining from the limiter with the fewest units remaining;
-// RetryAfter, ResetAfter and Delay the largest among the limiters.
+// TakeGroup reports false, having done nothing, when it cannot decide this
+// group (a check on a limiter of another kind). Otherwise it sets every
+// check's Decision: with commit true it consumes from every check when all
+// admit and changes no state anywhere when one denies; with commit false it
+// changes nothing and only reports. Every check's Decision is what its
+// limiter alone would decide, so a denied check's RetryAfter is exact.
+type GroupTaker interface {
+	TakeGroup(ctx context.Context, checks []Check, commit bool) (bool, error)
+}
+
+// TakeAll admits a request only when every check admits it: all or nothing,
+// across limiters and keys ("100 per minute per IP AND 1000 per hour per API
+// key"). It sets every check's Decision and returns the combined one:
 //
-// Every limiter must implement [Refunder]; All returns an error wrapping
-// [ErrInvalidConfig] otherwise, or when limiters is empty or holds a nil.
+//   - Admitted: Allowed; Limit and Remaining from the check with the fewest
+//     units remaining; ResetAfter and Delay the largest.
+//   - Refused: not Allowed; RetryAfter the largest among the checks that
+//     refused, so that a client waiting RetryAfter finds every limit open
+//     again (if nobody else spent it); Limit and Remaining from the refusing
+//     check with that RetryAfter; ResetAfter the largest. A refusal consumes
+//     nothing from any check.
 //
-// Across independent limiters the refund is not atomic: a concurrent request
-// may observe the units for the short time between the take and the refund.
-// Policies that must be combined atomically belong in one store call (see the
-// Redis store's multi-policy limiters).
+// When every limiter is a [GroupTaker] of one kind (the store package's keyed
+// limiters), the group is decided without touching any state on a refusal:
+// a refused request leaves every limiter bit for bit as it was. Otherwise
+// each check is taken in turn (all of them, so that every refusal's
+// RetryAfter is known) and the admitted ones are refunded on a refusal;
+// then every limiter must implement [Refunder], and a concurrent request may
+// observe the units between the take and the refund.
+//
+// An error means the group could not be decided: the checks' Decisions are
+// then unspecified and nothing was consumed, except that a failing refund
+// is reported too (joined to the error).
+func TakeAll(ctx context.Context, checks []Check) (Decision, error) {
+	if len(checks) == 0 {
+		return Decision{}, fmt.Errorf("%w: TakeAll needs at least one check", ErrInvalidConfig)
+	}
+	for i := range checks {
+		if isNil(checks[i].Limiter) {
+			return Decision{}, fmt.Errorf("%w: TakeAll: check %d has a nil limiter", ErrInvalidConfig, i)
+		}
+	}
+	if g, ok := checks[0].Limiter.(GroupTaker); ok {
+		handled, err := g.TakeGroup(ctx, checks, true)
+		if handled {
+			if err != nil {
+				return Decision{}, err
+			}
+			return Combine(checks), nil
+		}
+	}
+	return takeEach(ctx, checks)
+}
+
+// takeEach is TakeAll for limiters that cannot decide a group: take every
+// check, refund the admitted ones when any refused.
+func takeEach(ctx context.Context, checks []Check) (Decision, error) {
+	refused := false
+	var err error
+	taken := 0
+	for i := range checks {
+		c := &checks[i]
+		c.Decision, err = c.Limiter.Take(ctx, c.Key, c.N)
+		if err != nil {
+			break
+		}
+		taken = i + 1
+		refused = refused || !c.Decision.Allowed
+	}
+	if err == nil && !refused {
+		return Combine(checks), nil
+	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for i := range checks[:taken] {
+		c := &checks[i]
+		if !c.Decision.Allowed {
+			continue
+		}
+		r, ok := c.Limiter.(Refunder)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: TakeAll: limiter %d (%T) cannot refund", ErrInvalidConfig, i, c.Limiter))
+			continue
+		}
+		if rerr := r.Refund(context.WithoutCancel(ctx), c.Key, c.N); rerr != nil {
+			errs = append(errs, rerr)
+		}
+	}
+	if len(errs) > 0 {
+		return Decision{}, errors.Join(errs...)
+	}
+	return Combine(checks), nil
+}
+
+// Combine merges the Decisions of checks the way [TakeAll] does: the
+// combined verdict of a group.
+func Combine(checks []Check) Decision {
+	var out Decision
+	refusing := -1
+	for i := range checks {
+		d := checks[i].Decision
+		if !d.Allowed && (refusing < 0 || d.RetryAfter > checks[refusing].Decision.RetryAfter) {
+			refusing = i
+		}
+	}
+	for i := range checks {
+		d := checks[i].Decision
+		if i == 0 {
+			out = d
+			continue
+		}
+		if d.Remaining < out.Remaining || (d.Remaining == out.Remaining && d.Limit < out.Limit) {
+			out.Limit, out.Remaining = d.Limit, d.Remaining
+		}
+		out.ResetAfter = max(out.ResetAfter, d.ResetAfter)
+		out.Delay = max(out.Delay, d.Delay)
+	}
+	if refusing >= 0 {
+		d := checks[refusing].Decision
+		out.Allowed = false
+		out.Limit, out.Remaining, out.RetryAfter = d.Limit, d.Remaining, d.RetryAfter
+		out.Delay = 0
+	} else {
+		out.Allowed = true
+		out.RetryAfter = 0
+	}
+	return out
+}
+
+// All returns a Limiter that admits a request only when every one of
+// limiters admits it for the same key: "10 per second AND 1000 per hour".
+// It is [TakeAll] over one key: a refusal consumes nothing anywhere, and
+// its RetryAfter is the largest among the limiters that refuse. For limits
+// on different keys, or to learn which limiter refused, call TakeAll.
+//
+// All returns an error wrapping [ErrInvalidConfig] when limiters is empty or
+// holds a nil (or typed-nil) limiter. The returned Limiter is a [Refunder]
+// (refunding every limiter that is one) and is safe for concurrent use.
 func All(limiters ...Limiter) (Limiter, error) {
 	if len(limiters) == 0 {
 		return nil, fmt.Errorf("%w: All needs at least one limiter", ErrInvalidConfig)
 	}
-	ls := make([]Limiter, len(limiters))
-	rs := make([]Refunder, len(limiters))
 	for i, l := range limiters {
-		if l == nil {
+		if isNil(l) {
 			return nil, fmt.Errorf("%w: All: limiter %d is nil", ErrInvalidConfig, i)
 		}
-		r, ok := l.(Refunder)
-		if !ok {
-			return nil, fmt.Errorf("%w: All: limiter %d (%T) cannot refund", ErrInvalidConfig, i, l)
-		}
-		ls[i], rs[i] = l, r
 	}
-	return &all{limiters: ls, refunders: rs}, nil
+	a := &all{limiters: append([]Limiter(nil), limiters...)}
+	a.pool.New = func() any { s := make([]Check, len(a.limiters)); return &s }
+	return a, nil
 }
 
 type all struct {
-	limiters  []Limiter
-	refunders []Refunder
+	limiters []Limiter
+	pool     sync.Pool // *[]Check
 }
 
 func (a *all) Take(ctx context.Context, key string, n int) (Decision, error) {
-	var out Decision
+	cs := a.pool.Get().(*[]Check)
+	checks := *cs
 	for i, l := range a.limiters {
-		d, err := l.Take(ctx, key, n)
-		if err != nil {
-			if rerr := a.refund(ctx, key, n, i); rerr != nil {
-				err = errors.Join(err, rerr)
-			}
-			return Decision{}, err
-		}
-		out = merge(out, d, i == 0)
-		if !d.Allowed {
-			if rerr := a.refund(ctx, key, n, i); rerr != nil {
-				return Decision{}, rerr
-			}
-			// Report the denial with what the denying limiter said, merged
-			// with the others' restrictions seen so far.
-			out.Allowed = false
-			out.Delay = 0
-			return out, nil
-		}
+		checks[i] = Check{Limiter: l, Key: key, N: n}
 	}
-	return out, nil
+	d, err := TakeAll(ctx, checks)
+	clear(checks)
+	a.pool.Put(cs)
+	return d, err
 }
 
 // Refund gives n back to every limiter.
 func (a *all) Refund(ctx context.Context, key string, n int) error {
-	return a.refund(ctx, key, n, len(a.refunders))
-}
-
-// refund gives n back to the first k limiters.
-func (a *all) refund(ctx context.Context, key string, n, k int) error {
 	var errs []error
-	for _, r := range a.refunders[:k] {
+	for i, l := range a.limiters {
+		r, ok := l.(Refunder)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: All: limiter %d (%T) cannot refund", ErrInvalidConfig, i, l))
+			continue
+		}
 		if err := r.Refund(context.WithoutCancel(ctx), key, n); err != nil {
 			errs = append(errs, err)
 		}
@@ -87,16 +216,15 @@ func (a *all) refund(ctx context.Context, key string, n, k int) error {
 	return errors.Join(errs...)
 }
 
-func merge(acc, d Decision, first bool) Decision {
-	if first {
-		return d
+// isNil reports whether l is nil or a typed nil.
+func isNil(l any) bool {
+	if l == nil {
+		return true
 	}
-	acc.Allowed = acc.Allowed && d.Allowed
-	if d.Remaining < acc.Remaining || (d.Remaining == acc.Remaining && d.Limit < acc.Limit) {
-		acc.Limit, acc.Remaining = d.Limit, d.Remaining
+	v := reflect.ValueOf(l)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
 	}
-	acc.RetryAfter = max(acc.RetryAfter, d.RetryAfter)
-	acc.ResetAfter = max(acc.ResetAfter, d.ResetAfter)
-	acc.Delay = max(acc.Delay, d.Delay)
-	return acc
+	return false
 }

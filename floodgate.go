@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -79,6 +80,12 @@ var (
 	// ErrInvalidCost is returned when a request's cost n is not positive or is
 	// larger than the policy could ever admit at once (n > burst).
 	ErrInvalidCost = errors.New("floodgate: invalid cost")
+
+	// ErrCostExceedsCapacity is returned when a request's cost is larger
+	// than the policy's capacity (its burst, its window's limit): such a
+	// request can never be admitted, however long it waits, and a transport
+	// says so instead of sending a Retry-After. It wraps [ErrInvalidCost].
+	ErrCostExceedsCapacity = fmt.Errorf("%w: cost exceeds the policy's capacity", ErrInvalidCost)
 
 	// ErrInvalidKey is returned for a key a store refuses.
 	ErrInvalidKey = errors.New("floodgate: invalid key")

@@ -13,7 +13,7 @@
 //
 // # Keyed token bucket
 //
-// [Config] (a [floodgate.Rate] and a Burst) gives a [store.Algorithm] and,
+// [Config] (a [floodgate.Rate] and a Burst) gives a [algo.Algorithm] and,
 // with [NewKeyed], a keyed [floodgate.Limiter]. Units: time in Unix
 // microseconds, the interval Rate.Per/Rate.N rounded up to a whole
 // microsecond (the effective rate is never above the one written), so that

@@ -2,16 +2,24 @@ package bucket
 
 import (
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Config is a keyed token bucket: each key gets a bucket of Burst tokens that
 // refills at Rate. A request of cost n takes n tokens.
 type Config struct {
+	// Name names the limit (e.g. "api-per-ip"): its identity in the store,
+	// the observer's label and the RateLimit-Policy name. Two limiters with
+	// the same Name on one store share each key's state, whatever their
+	// other parameters (they are one limit); unnamed limiters never share
+	// state (see [algo.Identity]). Name every limit whose state several
+	// processes share on Redis.
+	Name string
 	// Rate is the refill rate. Rate.Per / Rate.N is rounded up to a whole
 	// microsecond (the keyed algorithms compute in integer microseconds so that
 	// the Redis twin is exact): the effective rate is never above the one
@@ -60,23 +68,23 @@ func (c Config) interval() int64 {
 	return (per + c.Rate.N - 1) / c.Rate.N
 }
 
-// Algorithm returns the token bucket as a [store.Algorithm], for stores and
+// Algorithm returns the token bucket as a [algo.Algorithm], for stores and
 // for composition. It returns an error when the configuration is invalid.
-func (c Config) Algorithm() (store.Algorithm, error) {
+func (c Config) Algorithm() (algo.Algorithm, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	t := c.interval()
 	g := gcra{t: t, tau: t * c.Burst, burst: c.Burst}
-	h := fnv.New64a()
-	fmt.Fprintf(h, "token-bucket/%d/%d", t, c.Burst)
 	// A pointer: stores call Spec and Step through the interface on every
 	// request, and a value receiver would copy the whole struct each time.
-	g.spec = store.Spec{
+	g.spec = algo.Spec{
 		Name:      "token-bucket",
-		Namespace: h.Sum64(),
+		Policy:    c.Name,
+		Namespace: algo.Identity("token-bucket", c.Name, fmt.Sprintf("%d/%d", t, c.Burst)),
 		Words:     1,
-		Lua:       store.Lua{Source: gcraLua, Params: []int64{t, c.Burst}},
+		Capacity:  c.Burst,
+		Lua:       algo.Lua{Source: gcraLua, Params: []int64{t, c.Burst}},
 	}
 	return &g, nil
 }
@@ -87,7 +95,7 @@ func NewKeyed(s store.Store, c Config) (*store.Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return store.NewLimiter(s, alg, c.Burst)
+	return store.NewLimiter(s, alg)
 }
 
 // gcra is the token bucket written as GCRA (the generic cell rate algorithm):
@@ -97,23 +105,23 @@ func NewKeyed(s store.Store, c Config) (*store.Limiter, error) {
 // ahead of now.
 type gcra struct {
 	t, tau, burst int64
-	spec          store.Spec
+	spec          algo.Spec
 }
 
-func (g *gcra) Spec() store.Spec { return g.spec }
+func (g *gcra) Spec() algo.Spec { return g.spec }
 
-// Layout implements [store.Layout].
+// Layout implements [algo.Layout].
 func (g *gcra) Layout() (namespace uint64, words, maxLog int) { return g.spec.Namespace, 1, 0 }
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepWord on W[0].
-func (g *gcra) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (g *gcra) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
 	var d floodgate.Decision
 	s.W[0] = g.StepWord(s.W[0], now, n, &d)
 	return s, d
 }
 
-// StepWord implements [store.WordStepper]: the step on the theoretical
+// StepWord implements [algo.WordStepper]: the step on the theoretical
 // arrival time alone. It sets every field of *d.
 func (g *gcra) StepWord(tat, now, n int64, d *floodgate.Decision) int64 {
 	if tat < now {
@@ -150,8 +158,8 @@ func (g *gcra) decide(d *floodgate.Decision, tat, now, retryAfter int64) {
 	d.Allowed = retryAfter == 0
 	d.Limit = g.burst
 	d.Remaining = max(0, min(rem, g.burst))
-	d.RetryAfter = store.Dur(retryAfter)
-	d.ResetAfter = store.Dur(tat - now)
+	d.RetryAfter = micros.Dur(retryAfter)
+	d.ResetAfter = micros.Dur(tat - now)
 	d.Delay = 0
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 const (
@@ -54,7 +54,7 @@ func FuzzKeyedInvariants(f *testing.F) {
 			return
 		}
 		// The effective interval, from the state a single take leaves.
-		s1, _ := alg.Step(store.State{}, keyedEpoch, 1)
+		s1, _ := alg.Step(algo.State{}, keyedEpoch, 1)
 		interval := s1.W[0] - keyedEpoch
 		if written := int64(per) / (int64(rateN%1000) + 1); interval < written || interval > written+1 {
 			t.Fatalf("%+v: interval %dus, want ceil of %d/%d", c, interval, per, rateN%1000+1)
@@ -62,7 +62,7 @@ func FuzzKeyedInvariants(f *testing.F) {
 		tau := interval * c.Burst
 
 		var (
-			s       store.State
+			s       algo.State
 			now     = keyedEpoch
 			elapsed int64
 			events  []keyedEvent
@@ -158,7 +158,7 @@ func keyedTimeStep(kind, x byte, interval int64) int64 {
 }
 
 // rem is the Remaining a state shows at now, from the GCRA definition.
-func keyedRem(s store.State, now, interval, tau, burst int64) int64 {
+func keyedRem(s algo.State, now, interval, tau, burst int64) int64 {
 	tat := min(max(s.W[0], now), now+tau)
 	return max(0, min(burst, (tau-(tat-now))/interval))
 }
@@ -202,7 +202,7 @@ func FuzzKeyedConfig(f *testing.F) {
 			t.Fatalf("%+v accepted", c)
 		}
 		now := keyedEpoch + usTenYears
-		s, d := alg.Step(store.State{}, now, burst)
+		s, d := alg.Step(algo.State{}, now, burst)
 		if !d.Allowed || d.Remaining != 0 || d.Limit != burst {
 			t.Fatalf("%+v: the burst from fresh: %+v", c, d)
 		}

@@ -11,14 +11,14 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
 // keyedEpoch is a realistic "now" in Unix microseconds (November 2023).
 const keyedEpoch = int64(1_700_000_000_000_000)
 
-func mustKeyedAlg(t testing.TB, c bucket.Config) store.Algorithm {
+func mustKeyedAlg(t testing.TB, c bucket.Config) algo.Algorithm {
 	t.Helper()
 	alg, err := c.Algorithm()
 	if err != nil {
@@ -63,7 +63,7 @@ func TestKeyedStepTable(t *testing.T) {
 		{"burst again", 10_000 * usMilli, 3, true, 0, 0, 300 * time.Millisecond},
 		{"refund more than taken", 10_000 * usMilli, -3, true, 3, 0, 0},
 	}
-	var s store.State
+	var s algo.State
 	for _, r := range rows {
 		var d floodgate.Decision
 		s, d = alg.Step(s, keyedEpoch+r.at, r.n)
@@ -81,7 +81,7 @@ func TestKeyedStepTable(t *testing.T) {
 // microsecond, so that the effective rate is never above the written one.
 func TestKeyedIntervalRoundsUp(t *testing.T) {
 	alg := mustKeyedAlg(t, bucket.Config{Rate: floodgate.Rate{N: 3, Per: time.Second}, Burst: 1}) // 333333.33us
-	s, d := alg.Step(store.State{}, keyedEpoch, 1)
+	s, d := alg.Step(algo.State{}, keyedEpoch, 1)
 	if !d.Allowed || d.ResetAfter != 333334*time.Microsecond {
 		t.Fatalf("got %+v, want ResetAfter 333334us", d)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // The keyed token bucket offers the stores' optional fast paths; each must
@@ -23,20 +23,20 @@ func TestKeyedWordStepAgreesWithStep(t *testing.T) {
 	for _, c := range configs {
 		alg := mustKeyedAlg(t, c)
 		sp := alg.Spec()
-		lay, ok := alg.(store.Layout)
+		lay, ok := alg.(algo.Layout)
 		if !ok {
-			t.Fatalf("%+v: the token bucket does not implement store.Layout", c)
+			t.Fatalf("%+v: the token bucket does not implement algo.Layout", c)
 		}
 		if ns, words, maxLog := lay.Layout(); ns != sp.Namespace || words != sp.Words || maxLog != sp.MaxLog {
 			t.Fatalf("%+v: Layout() = (%#x, %d, %d), Spec has (%#x, %d, %d)", c, ns, words, maxLog, sp.Namespace, sp.Words, sp.MaxLog)
 		}
-		ws, ok := alg.(store.WordStepper)
+		ws, ok := alg.(algo.WordStepper)
 		if !ok {
-			t.Fatalf("%+v: the token bucket does not implement store.WordStepper", c)
+			t.Fatalf("%+v: the token bucket does not implement algo.WordStepper", c)
 		}
 		// A chain of steps from a fresh key, with the clock going forwards,
 		// backwards and jumping, costs, refunds and peeks.
-		var s store.State
+		var s algo.State
 		now := keyedEpoch
 		for i := range 20_000 {
 			switch r := rng.IntN(100); {
@@ -60,7 +60,7 @@ func TestKeyedWordStepAgreesWithStep(t *testing.T) {
 			if next.W[1] != in.W[1] || next.W[2] != in.W[2] {
 				t.Fatalf("%+v step %d: Step changed words it does not own: %v -> %v", c, i, in.W, next.W)
 			}
-			s = store.State{W: [store.MaxWords]int64{w}}
+			s = algo.State{W: [algo.MaxWords]int64{w}}
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/leaky"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -69,9 +69,9 @@ func BenchmarkStep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, alg := range []store.Algorithm{gcra, lk} {
+	for _, alg := range []algo.Algorithm{gcra, lk} {
 		b.Run(alg.Spec().Name, func(b *testing.B) {
-			var s store.State
+			var s algo.State
 			now := t0
 			for b.Loop() {
 				now += 3

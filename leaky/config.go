@@ -2,13 +2,13 @@ package leaky
 
 import (
 	"fmt"
-	"hash/fnv"
 	"math/bits"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Config is a keyed leaky bucket with the semantics of nginx's limit_req: one
@@ -16,6 +16,13 @@ import (
 // delay=D];" pair. The zero value is not usable: Rate is required. Every other
 // field's zero value is nginx's default.
 type Config struct {
+	// Name names the limit (e.g. "api-per-ip"), like a limit_req zone's
+	// name: its identity in the store, the observer's label and the
+	// RateLimit-Policy name. Two limiters with the same Name on one store
+	// share each key's state, whatever their other parameters; unnamed
+	// limiters never share state (see [algo.Identity]).
+	Name string
+
 	// Rate is the zone's rate=: floodgate.PerSecond(10) for rate=10r/s,
 	// floodgate.PerMinute(30) for rate=30r/m (see [ParseRate]). Like nginx,
 	// the rate is kept as an integer number of milli-requests per second,
@@ -39,14 +46,6 @@ type Config struct {
 	// leave at Rate. 0 (nginx's default) delays every excess request; Delay
 	// == Burst is the same as NoDelay. Delay <= Burst.
 	Delay int64
-
-	// DryRun is limit_req_dry_run on: every request is admitted and nothing
-	// is delayed, but the state is kept as if the limit were enforced
-	// (requests that would have passed or been delayed are charged; those
-	// that would have been rejected are not), and [Keyed.TakeResult] reports
-	// what would have happened. The state evolves exactly as without
-	// DryRun, so switching it off later enforces from the same state.
-	DryRun bool
 }
 
 // nginx keeps rates, bursts and excess in thousandths of a request.
@@ -129,10 +128,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Algorithm returns the leaky bucket as a [store.Algorithm], for stores and
-// for composition. DryRun is not part of the algorithm (it is applied by
-// [Keyed]). It returns an error when the configuration is invalid.
-func (c Config) Algorithm() (*Algorithm, error) {
+// Algorithm returns the leaky bucket as a [algo.Algorithm], for stores and
+// for composition. It returns an error when the configuration is invalid.
+func (c Config) Algorithm() (algo.Algorithm, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -146,10 +144,10 @@ func (c Config) Algorithm() (*Algorithm, error) {
 	// Past msCap elapsed milliseconds any state has leaked back to idle;
 	// capping ms keeps rate*ms small.
 	a.msCap = ceilDiv(milli*(a.burst+milli), r) + 1
-	h := fnv.New64a()
-	fmt.Fprintf(h, "leaky-bucket/%d/%d/%d", a.rate, a.burst, a.delay)
 	a.spec.Name = "leaky-bucket"
-	a.spec.Namespace = h.Sum64()
+	a.spec.Policy = c.Name
+	a.spec.Namespace = algo.Identity("leaky-bucket", c.Name, fmt.Sprintf("%d/%d/%d", a.rate, a.burst, a.delay))
+	a.spec.Capacity = a.limit
 	a.spec.Words = 3
 	a.spec.Lua.Source = stepLua
 	a.spec.Lua.Params = []int64{a.rate, a.burst, a.delay, a.msCap, a.limit}
@@ -176,8 +174,8 @@ func ParseRate(s string) (floodgate.Rate, error) {
 // ParseNginx builds a Config from the two nginx directives it replaces: rate
 // is limit_req_zone's rate= value ("10r/s", see [ParseRate]) and params is
 // the rest of a limit_req directive ("zone=ip burst=20 nodelay", the zone=
-// parameter ignored, a trailing ';' allowed). DryRun (limit_req_dry_run) is
-// left to the caller. The Config is validated; errors wrap
+// parameter ignored, a trailing ';' allowed). limit_req_dry_run is the
+// transport's dry-run mode (httplimit.WithDryRun, grpclimit.WithDryRun). The Config is validated; errors wrap
 // [floodgate.ErrInvalidConfig].
 func ParseNginx(rate, params string) (Config, error) {
 	r, err := ParseRate(rate)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // fuzzConfig builds a valid Config from fuzz inputs, or reports false.
@@ -80,7 +80,7 @@ func FuzzStep(f *testing.F) {
 		maxWait := time.Duration(60_000+drainMs+1) * time.Millisecond
 		monotone := !refunds && len(ops) > 0 && ops[0]%2 == 0
 
-		var s, dropped store.State
+		var s, dropped algo.State
 		now := t0
 		type admit struct{ at, n int64 }
 		var admitted []admit
@@ -113,7 +113,7 @@ func FuzzStep(f *testing.F) {
 			}
 			if monotone {
 				if dropped.W[0] <= now {
-					dropped = store.State{}
+					dropped = algo.State{}
 				}
 				var dd floodgate.Decision
 				dropped, dd = a.Step(dropped, now, n)
@@ -150,7 +150,7 @@ func FuzzStepAnyState(f *testing.F) {
 	f.Add(t0, t0/1000+5, int64(999), t0, int64(3))
 	f.Fuzz(func(t *testing.T, w0, w1, w2, now, n int64) {
 		a := mustAlg(t, leaky.Config{Rate: floodgate.PerSecond(3), Burst: 4, Delay: 2})
-		s := store.State{W: [store.MaxWords]int64{w0, w1, w2}}
+		s := algo.State{W: [algo.MaxWords]int64{w0, w1, w2}}
 		_, d := a.Step(s, now, n)
 		checkInvariants(t, d)
 		require.EqualValues(t, 5, d.Limit)

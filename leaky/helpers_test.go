@@ -11,7 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Times in the tests are Unix µs; t0 is 2026-01-01T00:00:00Z.
@@ -29,10 +29,10 @@ type mapStore struct {
 	mu    sync.Mutex
 	now   int64
 	clock floodgate.Clock
-	m     map[string]store.State
+	m     map[string]algo.State
 }
 
-func newMapStore(now int64) *mapStore { return &mapStore{now: now, m: map[string]store.State{}} }
+func newMapStore(now int64) *mapStore { return &mapStore{now: now, m: map[string]algo.State{}} }
 
 func (s *mapStore) set(now int64) {
 	s.mu.Lock()
@@ -40,7 +40,7 @@ func (s *mapStore) set(now int64) {
 	s.mu.Unlock()
 }
 
-func (s *mapStore) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+func (s *mapStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return floodgate.Decision{}, err
 	}
@@ -53,7 +53,7 @@ func (s *mapStore) Apply(ctx context.Context, key string, alg store.Algorithm, n
 	}
 	st := s.m[k]
 	if st.W[0] <= now {
-		st = store.State{}
+		st = algo.State{}
 	}
 	st, d := alg.Step(st, now, n)
 	s.m[k] = st
@@ -90,10 +90,10 @@ func deny(rem int64, retry, reset time.Duration) floodgate.Decision {
 
 // runSteps applies steps in order to one key with the pure step and checks
 // every decision exactly. It returns the final state.
-func runSteps(t *testing.T, c leaky.Config, steps []step) store.State {
+func runSteps(t *testing.T, c leaky.Config, steps []step) algo.State {
 	t.Helper()
 	a := mustAlg(t, c)
-	var s store.State
+	var s algo.State
 	for i, st := range steps {
 		var d floodgate.Decision
 		s, d = a.Step(s, st.at, st.n)

@@ -4,10 +4,11 @@ import (
 	"math"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/internal/micros"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-// Algorithm is the leaky bucket as a [store.Algorithm]: nginx limit_req's
+// Algorithm is the leaky bucket as a [algo.Algorithm]: nginx limit_req's
 // arithmetic as a pure step over three words of state. Build it with
 // [Config.Algorithm]. It is immutable and safe for concurrent use.
 //
@@ -24,7 +25,7 @@ type Algorithm struct {
 	delay int64 // milli-requests served undelayed
 	limit int64 // Burst + 1
 	msCap int64 // elapsed ms beyond which every state is idle
-	spec  store.Spec
+	spec  algo.Spec
 }
 
 // Bound on |last| (ms) so that every product stays inside int64 in Go and
@@ -35,27 +36,27 @@ const maxLastMs = int64(1) << 50
 // by 1 ms (and re-bases), and a smaller step back as no time at all.
 const backJumpMs = 60_000
 
-// Spec implements [store.Algorithm].
-func (a *Algorithm) Spec() store.Spec { return a.spec }
+// Spec implements [algo.Algorithm].
+func (a *Algorithm) Spec() algo.Spec { return a.spec }
 
-// Layout implements [store.Layout]: Spec's namespace, words and log bound,
+// Layout implements [algo.Layout]: Spec's namespace, words and log bound,
 // without copying the whole Spec.
 func (a *Algorithm) Layout() (namespace uint64, words, maxLog int) {
 	return a.spec.Namespace, a.spec.Words, a.spec.MaxLog
 }
 
-// Step implements [store.Algorithm]: a request of cost n at now (Unix µs).
+// Step implements [algo.Algorithm]: a request of cost n at now (Unix µs).
 // n > 0 takes, n < 0 refunds -n requests, n == 0 peeks. See the package
 // documentation. It is [Algorithm.StepState] on a copy of s.
-func (a *Algorithm) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (a *Algorithm) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
 	var d floodgate.Decision
 	a.StepState(&s, now, n, &d)
 	return s, d
 }
 
-// StepState implements [store.StateStepper]: Step on *s in place, the
+// StepState implements [algo.StateStepper]: Step on *s in place, the
 // decision written to *d (every field set).
-func (a *Algorithm) StepState(s *store.State, now, n int64, d *floodgate.Decision) {
+func (a *Algorithm) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
 	last := min(max(s.W[1], -maxLastMs), maxLastMs)
 	exc := min(max(s.W[2], -milli), a.burst)
 	n = min(max(n, -(a.limit+1)), a.limit+1)
@@ -122,13 +123,13 @@ func (a *Algorithm) StepState(s *store.State, now, n int64, d *floodgate.Decisio
 	d.Limit = a.limit
 	d.Remaining = rem
 	d.RetryAfter = 0
-	d.ResetAfter = store.Dur(reset)
-	d.Delay = store.Dur(delay)
+	d.ResetAfter = micros.Dur(reset)
+	d.Delay = micros.Dur(delay)
 }
 
 // hold is a peek (n == 0) or a denial (n > 0): the state changes only by
 // normalisation, which credits nothing.
-func (a *Algorithm) hold(s *store.State, last, exc, base, n, now int64, d *floodgate.Decision) {
+func (a *Algorithm) hold(s *algo.State, last, exc, base, n, now int64, d *floodgate.Decision) {
 	idle := a.idleAt(last, exc)
 	s.W[0], s.W[1], s.W[2] = idle, last, exc
 	var rem, reset, retry int64
@@ -144,8 +145,8 @@ func (a *Algorithm) hold(s *store.State, last, exc, base, n, now int64, d *flood
 	d.Allowed = n == 0
 	d.Limit = a.limit
 	d.Remaining = rem
-	d.RetryAfter = store.Dur(retry)
-	d.ResetAfter = store.Dur(reset)
+	d.RetryAfter = micros.Dur(retry)
+	d.ResetAfter = micros.Dur(reset)
 	d.Delay = 0
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 const (
@@ -160,7 +160,7 @@ func TestRefundRestoresExactly(t *testing.T) {
 		a := mustAlg(t, c)
 		// Histories leading to different states, then take+refund at now.
 		for _, hist := range [][]int64{{}, {0}, {0, 0}, {0, 0, 0, 150 * ms}, {0, 1 * sec}} {
-			var s store.State
+			var s algo.State
 			for _, at := range hist {
 				s, _ = a.Step(s, t0+at, 1)
 			}
@@ -191,7 +191,7 @@ func TestRefundRestoresExactly(t *testing.T) {
 func TestRefundIsBounded(t *testing.T) {
 	c := leaky.Config{Rate: floodgate.PerSecond(1), Burst: 2, NoDelay: true}
 	a := mustAlg(t, c)
-	s, _ := a.Step(store.State{}, t0, 1)
+	s, _ := a.Step(algo.State{}, t0, 1)
 	s, d := a.Step(s, t0, -3)
 	require.True(t, d.Allowed)
 	require.Equal(t, c.Capacity(), d.Remaining)
@@ -208,7 +208,7 @@ func TestRefundIsBounded(t *testing.T) {
 func TestPeekAndDenialDoNotCharge(t *testing.T) {
 	c := leaky.Config{Rate: floodgate.PerSecond(1), Burst: 1, NoDelay: true}
 	a := mustAlg(t, c)
-	s, d := a.Step(store.State{}, t0, 0)
+	s, d := a.Step(algo.State{}, t0, 0)
 	require.Equal(t, floodgate.Decision{Allowed: true, Limit: 2, Remaining: 2}, d)
 	s, _ = a.Step(s, t0, 2)
 	for range 5 {
@@ -231,10 +231,10 @@ func TestStateWords(t *testing.T) {
 	require.Equal(t, "leaky-bucket", sp.Name)
 	require.Equal(t, 3, sp.Words)
 	require.NotEmpty(t, sp.Lua.Source)
-	s, _ := a.Step(store.State{}, t0+123_456, 2)
+	s, _ := a.Step(algo.State{}, t0+123_456, 2)
 	// last = t0+123 ms, excess 1000: idle once 2000 milli-requests have
 	// leaked at 4000/s, 500 ms later.
-	require.Equal(t, [store.MaxWords]int64{t0 + 623*ms, t0/1000 + 123, 1000}, s.W)
+	require.Equal(t, [algo.MaxWords]int64{t0 + 623*ms, t0/1000 + 123, 1000}, s.W)
 	other := mustAlg(t, leaky.Config{Rate: floodgate.PerSecond(4), Burst: 4, NoDelay: true})
 	require.NotEqual(t, sp.Namespace, other.Spec().Namespace)
 
@@ -243,9 +243,9 @@ func TestStateWords(t *testing.T) {
 	slow := leaky.Config{Rate: floodgate.Rate{N: 1, Per: 1000 * time.Second}, Burst: 999_999, NoDelay: true}
 	sa := mustAlg(t, slow)
 	for _, now := range []int64{946_684_800 * sec, 0, -3600 * sec} {
-		_, d := sa.Step(store.State{}, now, 0)
+		_, d := sa.Step(algo.State{}, now, 0)
 		require.Equal(t, floodgate.Decision{Allowed: true, Limit: 1_000_000, Remaining: 1_000_000}, d)
-		_, d = sa.Step(store.State{}, now, 1_000_000)
+		_, d = sa.Step(algo.State{}, now, 1_000_000)
 		require.True(t, d.Allowed, "now %d", now)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // TestStepStateMatchesStep checks that StepState (the in-place step a store
@@ -28,11 +28,11 @@ func TestStepStateMatchesStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ss store.StateStepper = alg
+		var ss algo.StateStepper = alg
 		limit := c.Burst + 1
 		for i := range 20_000 {
 			now := randNow(rng)
-			var s store.State
+			var s algo.State
 			if rng.IntN(10) != 0 { // else the zero State
 				nowMs := now / 1000
 				s.W[0] = randNear(rng, now, 10_000_000)

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/storetest"
 )
@@ -42,7 +43,7 @@ func TestConformance(t *testing.T) {
 			t.Run("mapStore", func(t *testing.T) {
 				clk := storetest.NewClock(time.UnixMicro(t0))
 				storetest.RunAlgorithm(t, func(t *testing.T) store.Store {
-					return &mapStore{clock: clk, m: map[string]store.State{}}
+					return &mapStore{clock: clk, m: map[string]algo.State{}}
 				}, a, storetest.WithClock(clk))
 			})
 		})

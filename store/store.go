@@ -2,220 +2,274 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-// MaxWords is the number of fixed-size words of state a store keeps per key.
-const MaxWords = 6
-
-// State is one key's state, owned by the algorithm that steps it. A store keeps
-// it between calls without interpreting it, with one exception: W[0] is, by
-// contract, the time (Unix microseconds) at or after which the state is back
-// to full, so that a store may drop the key from then on without changing any
-// decision.
-//
-// The zero State is a fresh key: full capacity.
-type State struct {
-	// W holds fixed-size state; Spec.Words of them are used.
-	W [MaxWords]int64
-	// Log holds variable-size state for the algorithms that need it (the
-	// sliding log), bounded by Spec.MaxLog entries. Nil for the others. A
-	// step may append into the slice's spare capacity (never changing the
-	// entries it was given), so a store keeps at most one of the states
-	// stepped from one input: no speculative step-then-retry on a shared log.
-	Log []int64
-}
-
-// Spec tells a store what an algorithm needs.
-type Spec struct {
-	// Name identifies the algorithm ("token-bucket", "leaky-bucket", ...).
-	Name string
-	// Namespace is a 64-bit identity of the algorithm and its parameters.
-	// Stores keep the state of different namespaces apart, so that two
-	// limiters sharing a store and a key never read each other's state.
-	Namespace uint64
-	// Words is how many words of State.W the algorithm uses (1..MaxWords).
-	Words int
-	// MaxLog is the most entries the algorithm keeps in State.Log; 0 when it
-	// keeps none.
-	MaxLog int
-	// Lua is the algorithm's twin for stores that run server-side scripts.
-	Lua Lua
-}
-
-// Lua is the Lua twin of an algorithm's step, for stores that run scripts
-// (the Redis store). Source is a Lua chunk that evaluates to a function
-//
-//	function(s, now, n, p) ... return s2, d end
-//
-// where s is the state as an array of numbers (s[1] is State.W[0], s.log
-// the log when MaxLog > 0), now the time in Unix microseconds, n the cost (a
-// negative n refunds), p the array of Params. It returns the new state and
-// d = {allowed (0 or 1), limit, remaining, retry_after_us, reset_after_us,
-// delay_us}. Given the same inputs it must return exactly what the Go Step
-// returns: every arithmetic operation stays in integers below 2^53.
-type Lua struct {
-	Source string
-	Params []int64
-}
-
-// Algorithm is a rate-limiting policy in the form a [Store] runs: a pure,
-// deterministic step over a key's state. Implementations are immutable and
-// safe for concurrent use.
-type Algorithm interface {
-	// Spec describes the algorithm. It returns the same value on every call.
-	Spec() Spec
-
-	// Step applies a request of cost n at time now (Unix microseconds) to
-	// state s and returns the new state and the decision. It reads no clock
-	// and has no side effects. A denial returns s unchanged (except for
-	// normalisation that credits nothing). A negative n refunds -n units,
-	// never beyond full capacity, and is always allowed. n == 0 peeks. Step
-	// never panics: whatever s and now hold (time going backwards included),
-	// it returns a valid decision.
-	Step(s State, now int64, n int64) (State, floodgate.Decision)
-}
-
-// Layout is an optional interface of an [Algorithm]: the part of its [Spec]
-// that a store needs on every call, returned in registers instead of the
-// whole Spec by value. When an algorithm implements it, the values must be
-// those of its Spec (Namespace, Words, MaxLog); stores that look for it may
-// then skip the Spec call on their hot path.
-type Layout interface {
-	Layout() (namespace uint64, words, maxLog int)
-}
-
-// WordStepper is an optional interface of an [Algorithm] whose state is one
-// word (Spec.Words == 1, Spec.MaxLog == 0). StepWord is Step on the state
-// whose W[0] is w0 (every other word zero, no log): it returns the new W[0]
-// and writes the decision to *d, which is the zero Decision on entry and is
-// not kept after the call:
-//
-//	next, d := alg.Step(State{W: [MaxWords]int64{w0}}, now, n)
-//	// next.W[0] == alg.StepWord(w0, now, n, &d2) and d == d2
-//
-// It exists for speed: the word travels in registers where a State goes
-// through memory, and the decision is written once, in place, where a
-// returned Decision (six words) would be spilled and copied at each call
-// boundary, copies that stall the processor's store forwarding. A store may
-// call either one; they must agree exactly.
-type WordStepper interface {
-	StepWord(w0, now, n int64, d *floodgate.Decision) int64
-}
-
-// StateStepper is an optional interface of an [Algorithm]: Step on state and
-// decision memory that the caller owns, instead of by value. StepState does
-// the same arithmetic as Step:
-//
-//	next, d := alg.Step(*s, now, n)
-//	alg.StepState(s, now, n, &d2)
-//	// then *s == next (words and log) and d2 == d
-//
-// It reads *s, writes the new state to *s in place and sets every field of
-// *d (whatever *d held on entry). s and d point to memory the caller owns
-// (a store's scratch, under the key's lock); the algorithm keeps neither
-// pointer after the call. The rule of [State].Log holds as for Step: the
-// new s.Log may share the input log's spare capacity, so the caller keeps
-// only this one state stepped from that input.
-//
-// It exists for speed, like [WordStepper] for the one-word algorithms: a
-// State (MaxWords words and a slice) and a Decision passed and returned by
-// value are copied through memory at each call boundary. A store may call
-// either one; they must agree exactly.
-type StateStepper interface {
-	StepState(s *State, now, n int64, d *floodgate.Decision)
-}
-
 // Store keeps per-key state and runs an algorithm's step on it atomically:
-// concurrent Apply calls on one key are serialised, so every decision sees the
-// state the previous one left. The store owns time: it reads its clock (or the
-// server's) once per Apply.
+// concurrent calls on one key are serialised, so every decision sees the
+// state the previous one left. The store owns time: it reads its clock (or
+// the server's) once per call.
 //
-// Implementations are safe for concurrent use.
+// Implementations are safe for concurrent use. The storetest package is the
+// conformance suite every implementation must pass.
 type Store interface {
 	// Apply runs alg's step with cost n on key's state and returns the
 	// decision. An error means the store could not decide; the state is then
 	// as if Apply had not been called, unless the error says otherwise.
-	Apply(ctx context.Context, key string, alg Algorithm, n int64) (floodgate.Decision, error)
+	Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error)
+
+	// ApplyAll runs the step of every op (each with its own key, algorithm
+	// and cost n > 0) as one atomic operation, all or nothing, and writes
+	// op i's decision to out[i] (len(out) >= len(ops)). It reports whether
+	// every op admitted.
+	//
+	// With commit true, the new states are kept when every op admits; when
+	// any op denies, no state changes at all, bit for bit. With commit
+	// false, no state ever changes: the call only tells what a commit would
+	// decide. Either way each out[i] is what op i alone would get on the
+	// current state (ops on the same key and namespace are stepped in
+	// order, each on the state the previous one left), so a denied op's
+	// RetryAfter is when it alone would admit.
+	//
+	// A store that cannot make a set of ops atomic (keys on different nodes
+	// of a cluster) decides them in two phases, evaluate then commit, and
+	// says so in its documentation. An error means the store could not
+	// decide; no state changed unless the error says otherwise.
+	ApplyAll(ctx context.Context, ops []Op, out []floodgate.Decision, commit bool) (bool, error)
 }
 
-// Micros converts a time to Unix microseconds, the time unit of every
-// Algorithm step.
-func Micros(t time.Time) int64 { return t.UnixMicro() }
-
-// Dur converts microseconds to a Duration, saturating instead of overflowing.
-func Dur(us int64) time.Duration {
-	const maxUs = int64(1<<63-1) / 1000
-	switch {
-	case us <= 0:
-		return 0
-	case us >= maxUs:
-		return time.Duration(1<<63 - 1)
-	}
-	return time.Duration(us) * time.Microsecond
+// Op is one step of a [Store.ApplyAll] call.
+type Op struct {
+	// Key is the key whose state the step runs on.
+	Key string
+	// Alg is the algorithm to step.
+	Alg algo.Algorithm
+	// N is the cost, N >= 1.
+	N int64
 }
 
-// Limiter binds an [Algorithm] to a [Store]: the keyed [floodgate.Limiter]
-// every algorithm package returns. It validates the cost and hands the rest to
-// the store. It is safe for concurrent use.
+// Limiter is the keyed rate limiter of floodgate: an algorithm (a token
+// bucket, a leaky bucket, a window) bound to a [Store]. Every algorithm
+// package returns one (bucket.NewKeyed, leaky.NewKeyed, window.NewFixed,
+// ...). It implements [floodgate.Limiter], [floodgate.Refunder] and
+// [floodgate.GroupTaker], and is safe for concurrent use.
 type Limiter struct {
-	store   Store
-	alg     Algorithm
-	maxCost int64
+	store    Store
+	alg      algo.Algorithm
+	name     string
+	capacity int64
 }
 
-// NewLimiter returns a Limiter running alg on s. maxCost is the largest cost
-// one request may ask for (the burst): larger costs could never be admitted
-// and are refused with [floodgate.ErrInvalidCost].
-func NewLimiter(s Store, alg Algorithm, maxCost int64) (*Limiter, error) {
-	if s == nil {
+// NewLimiter returns the Limiter running alg on s. Requests may cost
+// 1..alg.Spec().Capacity; larger costs could never be admitted and are
+// refused with [floodgate.ErrInvalidCost]. It returns an error wrapping
+// [floodgate.ErrInvalidConfig] for a nil (or typed-nil) store or
+// algorithm, or a Spec a store cannot keep.
+func NewLimiter(s Store, alg algo.Algorithm) (*Limiter, error) {
+	if nilcheck.Is(s) {
 		return nil, fmt.Errorf("%w: nil store", floodgate.ErrInvalidConfig)
 	}
-	if alg == nil {
+	if nilcheck.Is(alg) {
 		return nil, fmt.Errorf("%w: nil algorithm", floodgate.ErrInvalidConfig)
 	}
 	sp := alg.Spec()
-	if sp.Words < 1 || sp.Words > MaxWords {
-		return nil, fmt.Errorf("%w: algorithm %q uses %d words, want 1..%d", floodgate.ErrInvalidConfig, sp.Name, sp.Words, MaxWords)
+	if sp.Words < 1 || sp.Words > algo.MaxWords {
+		return nil, fmt.Errorf("%w: algorithm %q uses %d words, want 1..%d", floodgate.ErrInvalidConfig, sp.Name, sp.Words, algo.MaxWords)
 	}
-	if maxCost < 1 {
-		return nil, fmt.Errorf("%w: max cost %d < 1", floodgate.ErrInvalidConfig, maxCost)
+	if sp.Capacity < 1 {
+		return nil, fmt.Errorf("%w: algorithm %q has capacity %d, want >= 1", floodgate.ErrInvalidConfig, sp.Name, sp.Capacity)
 	}
-	return &Limiter{store: s, alg: alg, maxCost: maxCost}, nil
+	return &Limiter{store: s, alg: alg, name: sp.Policy, capacity: sp.Capacity}, nil
 }
 
+// Name returns the limit's policy name (the Config's Name), or "" when it
+// has none.
+func (l *Limiter) Name() string { return l.name }
+
+// Capacity returns the largest cost one request may have.
+func (l *Limiter) Capacity() int64 { return l.capacity }
+
 // Algorithm returns the algorithm the limiter runs.
-func (l *Limiter) Algorithm() Algorithm { return l.alg }
+func (l *Limiter) Algorithm() algo.Algorithm { return l.alg }
 
 // Store returns the store the limiter runs on.
 func (l *Limiter) Store() Store { return l.store }
 
 // Take implements [floodgate.Limiter].
 func (l *Limiter) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	if n < 1 || int64(n) > l.maxCost {
-		return floodgate.Decision{}, costError(n, l.maxCost)
+	if n < 1 || int64(n) > l.capacity {
+		return floodgate.Decision{}, l.costError(n)
 	}
 	return l.store.Apply(ctx, key, l.alg, int64(n))
 }
 
 // Refund implements [floodgate.Refunder].
 func (l *Limiter) Refund(ctx context.Context, key string, n int) error {
-	if n < 1 || int64(n) > l.maxCost {
-		return costError(n, l.maxCost)
+	if n < 1 || int64(n) > l.capacity {
+		return l.costError(n)
 	}
 	_, err := l.store.Apply(ctx, key, l.alg, -int64(n))
 	return err
 }
 
-// Peek reports the decision a request of cost n would get now, without
-// consuming anything.
+// Peek reports key's state now without consuming anything: Remaining is how
+// many units would pass at once.
 func (l *Limiter) Peek(ctx context.Context, key string) (floodgate.Decision, error) {
 	return l.store.Apply(ctx, key, l.alg, 0)
 }
 
-func costError(n int, maxCost int64) error {
-	return fmt.Errorf("%w: cost %d outside 1..%d", floodgate.ErrInvalidCost, n, maxCost)
+func (l *Limiter) costError(n int) error {
+	if n >= 1 {
+		return fmt.Errorf("%w: cost %d exceeds the capacity %d of %s", floodgate.ErrCostExceedsCapacity, n, l.capacity, l.describe())
+	}
+	return fmt.Errorf("%w: cost %d outside 1..%d", floodgate.ErrInvalidCost, n, l.capacity)
+}
+
+func (l *Limiter) describe() string {
+	if l.name != "" {
+		return fmt.Sprintf("%q", l.name)
+	}
+	return l.alg.Spec().Name
+}
+
+// maxGroup is the largest group decided with the ops on the stack.
+const maxGroup = 8
+
+// TakeGroup implements [floodgate.GroupTaker]: it decides checks whose
+// limiters are all *Limiter. Checks on one store are decided by one
+// [Store.ApplyAll] (atomic, and on Redis one script where the keys allow).
+// Checks spread over several stores are evaluated on each store first, so
+// that a denial changes no state anywhere; when every store would admit,
+// each commits in turn, and a denial that a concurrent request caused
+// between the two phases refunds what was committed (the only window in
+// which a group is not atomic).
+func (l *Limiter) TakeGroup(ctx context.Context, checks []floodgate.Check, commit bool) (bool, error) {
+	var opsBuf [maxGroup]Op
+	var outBuf [maxGroup]floodgate.Decision
+	ops, out := opsBuf[:0], outBuf[:0]
+	if len(checks) > maxGroup {
+		ops, out = make([]Op, 0, len(checks)), make([]floodgate.Decision, 0, len(checks))
+	}
+	stores := 0
+	var first Store
+	for i := range checks {
+		c := &checks[i]
+		sl, ok := c.Limiter.(*Limiter)
+		if !ok || sl == nil {
+			return false, nil
+		}
+		if c.N < 1 || int64(c.N) > sl.capacity {
+			return true, sl.costError(c.N)
+		}
+		ops = append(ops, Op{Key: c.Key, Alg: sl.alg, N: int64(c.N)})
+		out = append(out, floodgate.Decision{})
+		if i == 0 {
+			first, stores = sl.store, 1
+		} else if sl.store != first {
+			stores = 2
+		}
+	}
+	if stores == 1 {
+		if _, err := first.ApplyAll(ctx, ops, out, commit); err != nil {
+			return true, err
+		}
+		for i := range checks {
+			checks[i].Decision = out[i]
+		}
+		return true, nil
+	}
+	return true, l.multiStore(ctx, checks, ops, out, commit)
+}
+
+// multiStore decides a group spread over several stores: evaluate on every
+// store, then (when all admit and commit is set) commit store by store.
+func (l *Limiter) multiStore(ctx context.Context, checks []floodgate.Check, ops []Op, out []floodgate.Decision, commit bool) error {
+	groups := groupByStore(checks)
+	ok := true
+	for _, g := range groups {
+		gops, gout := pick(ops, out, g.idx)
+		admitted, err := g.store.ApplyAll(ctx, gops, gout, false)
+		if err != nil {
+			return err
+		}
+		scatter(out, gout, g.idx)
+		ok = ok && admitted
+	}
+	if ok && commit {
+		for k, g := range groups {
+			gops, gout := pick(ops, out, g.idx)
+			admitted, err := g.store.ApplyAll(ctx, gops, gout, true)
+			if err == nil {
+				scatter(out, gout, g.idx)
+			}
+			if err != nil || !admitted {
+				// A concurrent request got in between the phases: give
+				// back what the earlier stores committed.
+				var errs []error
+				for _, done := range groups[:k] {
+					for _, i := range done.idx {
+						if _, rerr := done.store.Apply(context.WithoutCancel(ctx), ops[i].Key, ops[i].Alg, -ops[i].N); rerr != nil {
+							errs = append(errs, rerr)
+						}
+					}
+				}
+				if err != nil {
+					return errors.Join(append([]error{err}, errs...)...)
+				}
+				if len(errs) > 0 {
+					return errors.Join(errs...)
+				}
+				break
+			}
+		}
+	}
+	for i := range checks {
+		checks[i].Decision = out[i]
+	}
+	return nil
+}
+
+type storeGroup struct {
+	store Store
+	idx   []int
+}
+
+func groupByStore(checks []floodgate.Check) []storeGroup {
+	var gs []storeGroup
+	for i := range checks {
+		s := checks[i].Limiter.(*Limiter).store
+		k := -1
+		for j := range gs {
+			if gs[j].store == s {
+				k = j
+				break
+			}
+		}
+		if k < 0 {
+			gs = append(gs, storeGroup{store: s})
+			k = len(gs) - 1
+		}
+		gs[k].idx = append(gs[k].idx, i)
+	}
+	return gs
+}
+
+func pick(ops []Op, out []floodgate.Decision, idx []int) ([]Op, []floodgate.Decision) {
+	gops := make([]Op, len(idx))
+	gout := make([]floodgate.Decision, len(idx))
+	for j, i := range idx {
+		gops[j], gout[j] = ops[i], out[i]
+	}
+	return gops, gout
+}
+
+func scatter(out, gout []floodgate.Decision, idx []int) {
+	for j, i := range idx {
+		out[i] = gout[j]
+	}
 }

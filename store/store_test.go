@@ -9,7 +9,9 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,8 +57,8 @@ func Example() {
 
 type badAlg struct{ words int }
 
-func (a badAlg) Spec() store.Spec { return store.Spec{Name: "bad", Words: a.words} }
-func (a badAlg) Step(s store.State, _ int64, _ int64) (store.State, floodgate.Decision) {
+func (a badAlg) Spec() algo.Spec { return algo.Spec{Name: "bad", Words: a.words} }
+func (a badAlg) Step(s algo.State, _ int64, _ int64) (algo.State, floodgate.Decision) {
 	return s, floodgate.Decision{}
 }
 
@@ -73,7 +75,7 @@ func TestNewLimiterValidates(t *testing.T) {
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	_, err = store.NewLimiter(s, alg, 0)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	for _, w := range []int{0, store.MaxWords + 1} {
+	for _, w := range []int{0, algo.MaxWords + 1} {
 		_, err = store.NewLimiter(s, badAlg{words: w}, 1)
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "words %d", w)
 	}
@@ -90,9 +92,9 @@ func TestNewLimiterValidates(t *testing.T) {
 }
 
 func TestDurAndMicros(t *testing.T) {
-	assert.Equal(t, time.Duration(0), store.Dur(-5))
-	assert.Equal(t, time.Duration(0), store.Dur(0))
-	assert.Equal(t, 1500*time.Microsecond, store.Dur(1500))
-	assert.Equal(t, time.Duration(math.MaxInt64), store.Dur(math.MaxInt64), "saturates instead of overflowing")
-	assert.Equal(t, int64(1_700_000_000_000_001), store.Micros(time.Unix(1_700_000_000, 1000)))
+	assert.Equal(t, time.Duration(0), micros.Dur(-5))
+	assert.Equal(t, time.Duration(0), micros.Dur(0))
+	assert.Equal(t, 1500*time.Microsecond, micros.Dur(1500))
+	assert.Equal(t, time.Duration(math.MaxInt64), micros.Dur(math.MaxInt64), "saturates instead of overflowing")
+	assert.Equal(t, int64(1_700_000_000_000_001), micros.Of(time.Unix(1_700_000_000, 1000)))
 }

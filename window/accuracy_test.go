@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // poisson returns the arrival times (µs) of a Poisson process of the given
@@ -46,7 +46,7 @@ func measureCounter(t *testing.T, limit int64, w int64, load float64, windows in
 	rng := rand.New(rand.NewPCG(seed, uint64(load*1000)))
 	arrivals := poisson(rng, load*float64(limit)/float64(w), t0, t0+windows*w)
 	var acc accuracy
-	var sc, sl store.State
+	var sc, sl algo.State
 	var admitted []int64 // the counter's admissions
 	head := 0            // admitted[head:] are in (now-w, now]
 	for _, now := range arrivals {
@@ -145,7 +145,7 @@ func TestCounterAccuracy(t *testing.T) {
 
 // greedy takes units of cost 1 at now until alg denies, appending the
 // admission times to adm.
-func greedy(alg store.Algorithm, s store.State, now int64, adm []int64) (store.State, []int64) {
+func greedy(alg algo.Algorithm, s algo.State, now int64, adm []int64) (algo.State, []int64) {
 	for {
 		s2, d := alg.Step(s, now, 1)
 		if !d.Allowed {
@@ -169,7 +169,7 @@ func TestWorstCaseBurst(t *testing.T) {
 	// a greedy client 1s-1µs later, near the end of the next window (the
 	// interval [t, t+1s) holds both).
 	for name, alg := range a {
-		var s store.State
+		var s algo.State
 		var adm []int64
 		s, adm = greedy(alg, s, t0+w-1, adm)
 		_, adm = greedy(alg, s, t0+2*w-2, adm)
@@ -184,7 +184,7 @@ func TestWorstCaseBurst(t *testing.T) {
 	// The fixed window's own worst case: the end of one window and the start
 	// of the next.
 	for name, alg := range a {
-		var s store.State
+		var s algo.State
 		var adm []int64
 		s, adm = greedy(alg, s, t0+w-1, adm)
 		_, adm = greedy(alg, s, t0+w, adm)
@@ -200,7 +200,7 @@ func TestWorstCaseBurst(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	worst := map[string]int64{}
 	for name, alg := range a {
-		var s store.State
+		var s algo.State
 		var adm []int64
 		for k := range int64(2000) {
 			start := t0 + k*w

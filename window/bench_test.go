@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/window"
 )
@@ -106,7 +107,7 @@ func BenchmarkStep(b *testing.B) {
 		for _, c := range benchCases(load.perSec) {
 			b.Run(load.name+"/"+c.name, func(b *testing.B) {
 				alg := benchLimiter(b, c).Algorithm()
-				var s store.State
+				var s algo.State
 				now := int64(1_700_000_000_000_000)
 				b.ReportAllocs()
 				for b.Loop() {

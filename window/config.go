@@ -2,11 +2,12 @@ package window
 
 import (
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Bounds checked by [Config.Validate]. They keep every intermediate value of
@@ -40,6 +41,13 @@ const (
 //
 // The zero Config is invalid: Limit and Window are required.
 type Config struct {
+	// Name names the limit (e.g. "api-per-ip"): its identity in the store,
+	// the observer's label and the RateLimit-Policy name. Two limiters of
+	// one algorithm with the same Name on one store share each key's state,
+	// whatever their other parameters; unnamed limiters never share state
+	// (see [algo.Identity]).
+	Name string
+
 	// Limit is how many units of cost a key may take per window. Limit >= 1;
 	// it is also the largest cost one request may have. See [MaxLimit],
 	// [MaxLogLimit] and [MaxCounterProduct] for the upper bounds.
@@ -101,19 +109,19 @@ func (c Config) micros() int64 { return int64(c.Window / time.Microsecond) }
 // The algorithms are returned as pointers: stores call Spec and Step through
 // the interface on every request, and a value would be copied each time.
 
-// FixedAlgorithm returns the fixed window as a [store.Algorithm], for stores
+// FixedAlgorithm returns the fixed window as a [algo.Algorithm], for stores
 // and for composition. It returns an error when the configuration is invalid.
-func (c Config) FixedAlgorithm() (store.Algorithm, error) {
+func (c Config) FixedAlgorithm() (algo.Algorithm, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return &fixed{c.params("fixed-window", 2, 0, fixedLua)}, nil
 }
 
-// SlidingLogAlgorithm returns the sliding log as a [store.Algorithm]. It
+// SlidingLogAlgorithm returns the sliding log as a [algo.Algorithm]. It
 // returns an error when the configuration is invalid or Limit is above
 // [MaxLogLimit].
-func (c Config) SlidingLogAlgorithm() (store.Algorithm, error) {
+func (c Config) SlidingLogAlgorithm() (algo.Algorithm, error) {
 	if err := c.validateLog(); err != nil {
 		return nil, err
 	}
@@ -121,9 +129,9 @@ func (c Config) SlidingLogAlgorithm() (store.Algorithm, error) {
 }
 
 // SlidingCounterAlgorithm returns the sliding-window counter as a
-// [store.Algorithm]. It returns an error when the configuration is invalid or
+// [algo.Algorithm]. It returns an error when the configuration is invalid or
 // Limit x Window is above [MaxCounterProduct].
-func (c Config) SlidingCounterAlgorithm() (store.Algorithm, error) {
+func (c Config) SlidingCounterAlgorithm() (algo.Algorithm, error) {
 	if err := c.validateCounter(); err != nil {
 		return nil, err
 	}
@@ -136,7 +144,7 @@ func NewFixed(s store.Store, c Config) (*store.Limiter, error) {
 }
 
 // NewSlidingLog returns a keyed sliding-log limiter on s. The store must keep
-// variable-size state ([store.State.Log]).
+// variable-size state ([algo.State.Log]).
 func NewSlidingLog(s store.Store, c Config) (*store.Limiter, error) {
 	return newLimiter(s, c, Config.SlidingLogAlgorithm)
 }
@@ -146,39 +154,39 @@ func NewSlidingCounter(s store.Store, c Config) (*store.Limiter, error) {
 	return newLimiter(s, c, Config.SlidingCounterAlgorithm)
 }
 
-func newLimiter(s store.Store, c Config, alg func(Config) (store.Algorithm, error)) (*store.Limiter, error) {
+func newLimiter(s store.Store, c Config, alg func(Config) (algo.Algorithm, error)) (*store.Limiter, error) {
 	a, err := alg(c)
 	if err != nil {
 		return nil, err
 	}
-	return store.NewLimiter(s, a, c.Limit)
+	return store.NewLimiter(s, a)
 }
 
 // params is what the three window algorithms share: the policy in
 // microseconds and the Spec that stores ask for.
 type params struct {
 	limit, w int64
-	spec     store.Spec
+	spec     algo.Spec
 }
 
-// Spec implements [store.Algorithm].
-func (p *params) Spec() store.Spec { return p.spec }
+// Spec implements [algo.Algorithm].
+func (p *params) Spec() algo.Spec { return p.spec }
 
-// Layout implements [store.Layout].
+// Layout implements [algo.Layout].
 func (p *params) Layout() (uint64, int, int) { return p.spec.Namespace, p.spec.Words, p.spec.MaxLog }
 
-// params builds an algorithm's params; the namespace hashes the name and the
-// parameters, so that two policies sharing a store never share state.
+// params builds an algorithm's params; the namespace is the limit's
+// identity (see [algo.Identity]).
 func (c Config) params(name string, words, maxLog int, lua string) params {
 	limit, w := c.Limit, c.micros()
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%s/%d/%d", name, limit, w)
-	return params{limit: limit, w: w, spec: store.Spec{
+	return params{limit: limit, w: w, spec: algo.Spec{
 		Name:      name,
-		Namespace: h.Sum64(),
+		Policy:    c.Name,
+		Namespace: algo.Identity(name, c.Name, fmt.Sprintf("%d/%d", limit, w)),
+		Capacity:  limit,
 		Words:     words,
 		MaxLog:    maxLog,
-		Lua:       store.Lua{Source: lua, Params: []int64{limit, w}},
+		Lua:       algo.Lua{Source: lua, Params: []int64{limit, w}},
 	}}
 }
 
@@ -209,8 +217,8 @@ func setDecision(d *floodgate.Decision, allowed bool, limit, remaining, retry, r
 	d.Allowed = allowed
 	d.Limit = limit
 	d.Remaining = remaining
-	d.RetryAfter = store.Dur(retry)
-	d.ResetAfter = store.Dur(reset)
+	d.RetryAfter = micros.Dur(retry)
+	d.ResetAfter = micros.Dur(reset)
 	d.Delay = 0
 }
 

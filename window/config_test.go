@@ -9,10 +9,11 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 func TestConfigInvalid(t *testing.T) {
-	ctors := map[string]func(Config) (store.Algorithm, error){
+	ctors := map[string]func(Config) (algo.Algorithm, error){
 		"fixed":   Config.FixedAlgorithm,
 		"log":     Config.SlidingLogAlgorithm,
 		"counter": Config.SlidingCounterAlgorithm,
@@ -149,7 +150,7 @@ func TestSpecs(t *testing.T) {
 	}
 }
 
-func nsOf(m map[string]store.Algorithm) map[string]uint64 {
+func nsOf(m map[string]algo.Algorithm) map[string]uint64 {
 	out := map[string]uint64{}
 	for name, a := range m {
 		out[name+"/"+a.Spec().Name+string(rune(a.Spec().Lua.Params[0]))] = a.Spec().Namespace

@@ -2,7 +2,7 @@ package window
 
 import (
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // counter is the sliding-window counter: the counts of the current and of the
@@ -23,14 +23,14 @@ type counter struct{ params }
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepState on a copy of s.
-func (k *counter) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (k *counter) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
 	var d floodgate.Decision
 	k.StepState(&s, now, n, &d)
 	return s, d
 }
 
-// StepState implements [store.StateStepper]: Step on *s in place.
-func (k *counter) StepState(s *store.State, now, n int64, d *floodgate.Decision) {
+// StepState implements [algo.StateStepper]: Step on *s in place.
+func (k *counter) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
 	now = clampNow(now)
 	w, limit := k.w, k.limit
 	n = max(n, -2*limit) // a larger refund empties both windows all the same

@@ -1,6 +1,6 @@
 // Package window implements the window rate limits: at most Limit units of
 // cost per Window, per key. One [Config] runs as any of three algorithms,
-// each a [store.Algorithm] (a pure step in integer microseconds plus its Lua
+// each a [algo.Algorithm] (a pure step in integer microseconds plus its Lua
 // twin for the Redis store), so that the same limiter runs in memory or on
 // Redis with identical decisions:
 //
@@ -74,7 +74,7 @@
 // and at most [MaxLimit]; the sliding log also caps it at [MaxLogLimit] (the
 // log keeps one timestamp per unit), the sliding counter at
 // [MaxCounterProduct] / Window in microseconds. The zero [Config] is invalid:
-// Limit and Window have no defaults. The zero [store.State] is a fresh key,
+// Limit and Window have no defaults. The zero [algo.State] is a fresh key,
 // at full capacity. These bounds keep every
 // intermediate value below 2^53 so that the Lua twins, which compute in
 // doubles, are bit-identical to the Go steps. Invalid configurations are
@@ -113,7 +113,7 @@
 //
 // # State words
 //
-// As every store.Algorithm, W[0] of the state is the time at which the key
+// As every algo.Algorithm, W[0] of the state is the time at which the key
 // is full again, so that stores may drop it from then on. Fixed: W[0] the end
 // of the counted window, W[1] the count. Log: W[0] the newest entry plus the
 // window, State.Log the entries, oldest first, one per unit of cost (a

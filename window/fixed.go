@@ -2,7 +2,7 @@ package window
 
 import (
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // fixed is the fixed window: a counter per epoch-aligned window, reset when
@@ -15,14 +15,14 @@ type fixed struct{ params }
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepState on a copy of s.
-func (f *fixed) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (f *fixed) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
 	var d floodgate.Decision
 	f.StepState(&s, now, n, &d)
 	return s, d
 }
 
-// StepState implements [store.StateStepper]: Step on *s in place.
-func (f *fixed) StepState(s *store.State, now, n int64, d *floodgate.Decision) {
+// StepState implements [algo.StateStepper]: Step on *s in place.
+func (f *fixed) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
 	now = clampNow(now)
 	end := windowStart(now, f.w) + f.w
 	count := max(0, min(s.W[1], f.limit))

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 var fuzzWindows = []int64{1, 7, 1000, second, hour}
@@ -39,10 +39,10 @@ func FuzzWindows(f *testing.F) {
 
 type admission struct{ at, units int64 }
 
-func fuzzRun(t *testing.T, alg store.Algorithm, limit, w int64, ops []byte) {
+func fuzzRun(t *testing.T, alg algo.Algorithm, limit, w int64, ops []byte) {
 	name := alg.Spec().Name
 	now := t0 + 12345%w
-	var s store.State
+	var s algo.State
 	var hist []admission
 	for i := 0; i+1 < len(ops); i += 2 {
 		a, b := ops[i], ops[i+1]
@@ -133,7 +133,7 @@ func FuzzStepAnyState(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which uint8, w0, w1, w2, w3, now, n int64, logSeed []byte) {
 		c := Config{Limit: 5, Window: time.Second}
 		alg := algs(t, c)[[]string{"fixed", "log", "counter"}[which%3]]
-		s := store.State{W: [store.MaxWords]int64{w0, w1, w2, w3}}
+		s := algo.State{W: [algo.MaxWords]int64{w0, w1, w2, w3}}
 		for i, b := range logSeed {
 			s.Log = append(s.Log, now+int64(b-128)*int64(i+1)*second/64)
 		}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // t0 is a Unix time (µs) aligned to every window the tests use (1µs..1h).
@@ -24,13 +24,13 @@ const (
 // dropped).
 type mapStore struct {
 	mu  sync.Mutex
-	m   map[string]store.State
+	m   map[string]algo.State
 	now int64
 }
 
-func newMapStore(now int64) *mapStore { return &mapStore{m: map[string]store.State{}, now: now} }
+func newMapStore(now int64) *mapStore { return &mapStore{m: map[string]algo.State{}, now: now} }
 
-func (s *mapStore) Apply(_ context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+func (s *mapStore) Apply(_ context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, d := alg.Step(s.m[key], s.now, n)
@@ -49,7 +49,7 @@ func (s *mapStore) set(now int64) {
 }
 
 // algs returns the three algorithms of c, failing the test on error.
-func algs(t testing.TB, c Config) map[string]store.Algorithm {
+func algs(t testing.TB, c Config) map[string]algo.Algorithm {
 	t.Helper()
 	f, err := c.FixedAlgorithm()
 	if err != nil {
@@ -63,7 +63,7 @@ func algs(t testing.TB, c Config) map[string]store.Algorithm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]store.Algorithm{"fixed": f, "log": l, "counter": k}
+	return map[string]algo.Algorithm{"fixed": f, "log": l, "counter": k}
 }
 
 // us converts a duration to microseconds.
@@ -78,9 +78,9 @@ type step struct {
 }
 
 // runTable runs the rows on alg from the zero state, threading the state.
-func runTable(t *testing.T, alg store.Algorithm, limit int64, rows []step) {
+func runTable(t *testing.T, alg algo.Algorithm, limit int64, rows []step) {
 	t.Helper()
-	var s store.State
+	var s algo.State
 	for i, r := range rows {
 		var d floodgate.Decision
 		s, d = alg.Step(s, t0+r.at, r.n)
@@ -98,7 +98,7 @@ func runTable(t *testing.T, alg store.Algorithm, limit int64, rows []step) {
 // checkDecision asserts the per-decision invariants of d, the result of a
 // step of cost n at now that left state s. It steps s further (purely) to
 // check that RetryAfter is exact and that W[0] is the time to full.
-func checkDecision(t testing.TB, alg store.Algorithm, s store.State, now, n int64, d floodgate.Decision) {
+func checkDecision(t testing.TB, alg algo.Algorithm, s algo.State, now, n int64, d floodgate.Decision) {
 	t.Helper()
 	limit, w := alg.Spec().Lua.Params[0], alg.Spec().Lua.Params[1]
 	maxReset := w
@@ -118,7 +118,7 @@ func checkDecision(t testing.TB, alg store.Algorithm, s store.State, now, n int6
 		t.Fatalf("now %d n %d: reset after %v beyond %dus", now, n, d.ResetAfter, maxReset)
 	case (d.ResetAfter == 0) != (d.Remaining == d.Limit):
 		t.Fatalf("now %d n %d: reset after %v with remaining %d/%d", now, n, d.ResetAfter, d.Remaining, d.Limit)
-	case d.ResetAfter == 0 && (s.W != [store.MaxWords]int64{} || s.Log != nil):
+	case d.ResetAfter == 0 && (s.W != [algo.MaxWords]int64{} || s.Log != nil):
 		t.Fatalf("now %d n %d: full state not zero: %v", now, n, s)
 	case d.ResetAfter != 0 && s.W[0] != now+us(d.ResetAfter):
 		t.Fatalf("now %d n %d: W[0] %d != now + reset %v", now, n, s.W[0], d.ResetAfter)
@@ -140,7 +140,7 @@ func checkDecision(t testing.TB, alg store.Algorithm, s store.State, now, n int6
 		for _, at := range []int64{s.W[0], s.W[0] + w/2 + 1} {
 			for _, m := range []int64{0, 1, limit} {
 				s1, d1 := alg.Step(s, at, m)
-				s2, d2 := alg.Step(store.State{}, at, m)
+				s2, d2 := alg.Step(algo.State{}, at, m)
 				if d1 != d2 || s1.W != s2.W || len(s1.Log) != len(s2.Log) {
 					t.Fatalf("now %d n %d: at W[0]=%d the state is not full: %+v vs %+v", now, n, s.W[0], d1, d2)
 				}
@@ -149,4 +149,4 @@ func checkDecision(t testing.TB, alg store.Algorithm, s store.State, now, n int6
 	}
 }
 
-func zeroState() store.State { return store.State{} }
+func zeroState() algo.State { return algo.State{} }

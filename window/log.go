@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // slidingLog is the exact sliding window: the log of the admission times
@@ -27,16 +27,16 @@ type slidingLog struct{ params }
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepState on a copy of s.
-func (l *slidingLog) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (l *slidingLog) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
 	var d floodgate.Decision
 	l.StepState(&s, now, n, &d)
 	return s, d
 }
 
-// StepState implements [store.StateStepper]: Step on *s in place, with the
+// StepState implements [algo.StateStepper]: Step on *s in place, with the
 // same rule for s.Log (its entries are never changed; the new log may use
 // its spare capacity).
-func (l *slidingLog) StepState(s *store.State, now, n int64, d *floodgate.Decision) {
+func (l *slidingLog) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
 	now = clampNow(now)
 	n = max(n, -l.limit) // a larger refund empties the log all the same
 	log := s.Log

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 func TestSlidingLogTable(t *testing.T) {
@@ -48,7 +48,7 @@ func TestSlidingLogCostRecordsUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := alg.Step(store.State{}, t0, 2)
+	s, _ := alg.Step(algo.State{}, t0, 2)
 	s, _ = alg.Step(s, t0+10, 3)
 	want := []int64{t0, t0, t0 + 10, t0 + 10, t0 + 10}
 	if len(s.Log) != len(want) {
@@ -70,7 +70,7 @@ func TestSlidingLogDoesNotWriteItsInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A log with spare capacity, and one from the future (clock went back).
-	in := store.State{Log: make([]int64, 2, 8)}
+	in := algo.State{Log: make([]int64, 2, 8)}
 	in.Log[0], in.Log[1] = t0, t0+5
 	in.W[0] = t0 + 5 + second
 	snapshot := append([]int64(nil), in.Log...)
@@ -93,7 +93,7 @@ func TestSlidingLogAmortised(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s store.State
+	var s algo.State
 	now := t0
 	allocs := testing.AllocsPerRun(20_000, func() {
 		now++

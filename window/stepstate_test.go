@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // TestStepStateMatchesStep checks, for each algorithm, that StepState (the
@@ -26,14 +26,14 @@ func TestStepStateMatchesStep(t *testing.T) {
 		{Limit: 1, Window: 7 * time.Millisecond},
 		{Limit: 100, Window: time.Hour},
 	} {
-		for _, mk := range []func() (store.Algorithm, error){c.FixedAlgorithm, c.SlidingCounterAlgorithm, c.SlidingLogAlgorithm} {
+		for _, mk := range []func() (algo.Algorithm, error){c.FixedAlgorithm, c.SlidingCounterAlgorithm, c.SlidingLogAlgorithm} {
 			alg, err := mk()
 			if err != nil {
 				t.Fatal(err)
 			}
-			ss, ok := alg.(store.StateStepper)
+			ss, ok := alg.(algo.StateStepper)
 			if !ok {
-				t.Fatalf("%s does not implement store.StateStepper", alg.Spec().Name)
+				t.Fatalf("%s does not implement algo.StateStepper", alg.Spec().Name)
 			}
 			w, limit := c.micros(), c.Limit
 			for i := range 10_000 {
@@ -66,8 +66,8 @@ func TestStepStateMatchesStep(t *testing.T) {
 
 // randWindowState is a random state for a window algorithm: words around
 // now's window boundaries (or extreme ones), and a log when withLog.
-func randWindowState(rng *rand.Rand, now, w, limit int64, withLog bool) store.State {
-	var s store.State
+func randWindowState(rng *rand.Rand, now, w, limit int64, withLog bool) algo.State {
+	var s algo.State
 	if rng.IntN(10) == 0 {
 		return s // a fresh key
 	}

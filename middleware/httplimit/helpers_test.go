@@ -14,15 +14,17 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/middleware/httplimit/internal/sfv"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
 // testStore is a minimal store.Store: one mutex, one map, a settable clock.
 type testStore struct {
 	mu    sync.Mutex
-	m     map[string]store.State
+	m     map[string]algo.State
 	clock func() time.Time
 }
 
@@ -30,14 +32,14 @@ func newTestStore(clock func() time.Time) *testStore {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &testStore{m: map[string]store.State{}, clock: clock}
+	return &testStore{m: map[string]algo.State{}, clock: clock}
 }
 
-func (s *testStore) Apply(_ context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+func (s *testStore) Apply(_ context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := strconv.FormatUint(alg.Spec().Namespace, 16) + "/" + key
-	st, d := alg.Step(s.m[k], store.Micros(s.clock()), n)
+	st, d := alg.Step(s.m[k], micros.Of(s.clock()), n)
 	s.m[k] = st
 	return d, nil
 }

@@ -39,11 +39,11 @@
 //
 // A decision costs one clock read, one uncontended lock and unlock, two
 // maphash passes over the key and one table probe, beside the step itself.
-// Algorithms that implement [store.Layout] (every one floodgate ships) are
+// Algorithms that implement [algo.Layout] (every one floodgate ships) are
 // not asked for their whole Spec on each call, and one-word algorithms that
-// implement [store.WordStepper] (the token bucket) are stepped on the word
+// implement [algo.WordStepper] (the token bucket) are stepped on the word
 // itself, in registers, and write their decision in place. The others that
-// implement [store.StateStepper] (the leaky bucket and the three windows)
+// implement [algo.StateStepper] (the leaky bucket and the three windows)
 // step the state in place in the shard's scratch memory, and write their
 // decision there, instead of passing both by value. BenchmarkTakeHotKey and
 // BenchmarkTakeZipf1M measure a token bucket on one hot key and on a

@@ -11,7 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/leaky"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/storetest"
 	"github.com/floodgate-go/floodgate/window"
@@ -19,10 +19,10 @@ import (
 
 // plainAlg hides every optional interface of the algorithm it wraps: the
 // store runs it through Spec and Step only.
-type plainAlg struct{ alg store.Algorithm }
+type plainAlg struct{ alg algo.Algorithm }
 
-func (p plainAlg) Spec() store.Spec { return p.alg.Spec() }
-func (p plainAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+func (p plainAlg) Spec() algo.Spec { return p.alg.Spec() }
+func (p plainAlg) Step(s algo.State, now, n int64) (algo.State, floodgate.Decision) {
 	return p.alg.Step(s, now, n)
 }
 
@@ -33,8 +33,8 @@ func TestWordFastPathMatchesStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := alg.(store.WordStepper); !ok {
-		t.Fatal("the token bucket does not implement store.WordStepper: this test proves nothing")
+	if _, ok := alg.(algo.WordStepper); !ok {
+		t.Fatal("the token bucket does not implement algo.WordStepper: this test proves nothing")
 	}
 	requireFastPathMatchesStep(t, alg, 100, 50_000)
 }
@@ -46,8 +46,8 @@ func TestStateFastPathMatchesStep(t *testing.T) {
 	algs := shippedAlgs(t)[1:]
 	for _, a := range algs {
 		t.Run(a.Spec().Name, func(t *testing.T) {
-			if _, ok := a.(store.StateStepper); !ok {
-				t.Fatalf("%s does not implement store.StateStepper", a.Spec().Name)
+			if _, ok := a.(algo.StateStepper); !ok {
+				t.Fatalf("%s does not implement algo.StateStepper", a.Spec().Name)
 			}
 			requireFastPathMatchesStep(t, a, 20, 20_000)
 		})
@@ -85,7 +85,7 @@ func TestStateFastPathMixedTables(t *testing.T) {
 // shippedAlgs returns every algorithm floodgate ships: the token bucket
 // (one word), the leaky bucket, the fixed window, the sliding counter (more
 // words) and the sliding log (a log), in that order.
-func shippedAlgs(t *testing.T) []store.Algorithm {
+func shippedAlgs(t *testing.T) []algo.Algorithm {
 	t.Helper()
 	tb, err := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 5}.Algorithm()
 	if err != nil {
@@ -95,9 +95,9 @@ func shippedAlgs(t *testing.T) []store.Algorithm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	algs := []store.Algorithm{tb, lb}
+	algs := []algo.Algorithm{tb, lb}
 	wc := window.Config{Limit: 6, Window: time.Second}
-	for _, mk := range []func() (store.Algorithm, error){wc.FixedAlgorithm, wc.SlidingCounterAlgorithm, wc.SlidingLogAlgorithm} {
+	for _, mk := range []func() (algo.Algorithm, error){wc.FixedAlgorithm, wc.SlidingCounterAlgorithm, wc.SlidingLogAlgorithm} {
 		a, err := mk()
 		if err != nil {
 			t.Fatal(err)
@@ -114,7 +114,7 @@ func shippedAlgs(t *testing.T) []store.Algorithm {
 // then by an hour, rarely forward by ten years) and sweeps: every decision, the
 // number of keys kept and of keys expired must be the same. (No MaxKeys
 // evictions: which key they drop depends on each store's random hash seed.)
-func requireFastPathMatchesStep(t *testing.T, alg store.Algorithm, nkeys, steps int) {
+func requireFastPathMatchesStep(t *testing.T, alg algo.Algorithm, nkeys, steps int) {
 	t.Helper()
 	clk := storetest.NewClock(t0)
 	fast := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
@@ -152,19 +152,19 @@ func requireFastPathMatchesStep(t *testing.T, alg store.Algorithm, nkeys, steps 
 	}
 }
 
-// layoutAlg declares its layout through store.Layout (and a different, valid
+// layoutAlg declares its layout through algo.Layout (and a different, valid
 // Spec, which the store must then not need).
 type layoutAlg struct{ words, maxLog int }
 
-func (a layoutAlg) Spec() store.Spec           { return store.Spec{Name: "layout", Words: 1} }
+func (a layoutAlg) Spec() algo.Spec            { return algo.Spec{Name: "layout", Words: 1} }
 func (a layoutAlg) Layout() (uint64, int, int) { return 0x1a, a.words, a.maxLog }
-func (a layoutAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+func (a layoutAlg) Step(s algo.State, now, n int64) (algo.State, floodgate.Decision) {
 	return s, floodgate.Decision{Allowed: true}
 }
 
 func TestApplyRejectsBadLayout(t *testing.T) {
 	s := newStore(t)
-	for _, a := range []layoutAlg{{words: 0}, {words: store.MaxWords + 1}, {words: 1, maxLog: -1}} {
+	for _, a := range []layoutAlg{{words: 0}, {words: algo.MaxWords + 1}, {words: 1, maxLog: -1}} {
 		if _, err := s.Apply(context.Background(), "k", a, 1); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("Layout (%d words, log %d): %v, want ErrInvalidConfig", a.words, a.maxLog, err)
 		}
@@ -175,7 +175,7 @@ func TestApplyRejectsBadLayout(t *testing.T) {
 type panicStateAlg struct{ panicAlg }
 
 func (panicStateAlg) Layout() (uint64, int, int) { return 0xbad2, 3, 0 }
-func (panicStateAlg) StepState(*store.State, int64, int64, *floodgate.Decision) {
+func (panicStateAlg) StepState(*algo.State, int64, int64, *floodgate.Decision) {
 	panic("faulty algorithm")
 }
 
@@ -196,15 +196,15 @@ func TestPanickingWordStepDoesNotLockTheShard(t *testing.T) {
 }
 
 // TestShippedLayoutsMatchSpecs checks that every algorithm floodgate ships
-// implements store.Layout, and that its values are its Spec's: a store that
+// implements algo.Layout, and that its values are its Spec's: a store that
 // trusts Layout keeps exactly the state Spec describes.
 func TestShippedLayoutsMatchSpecs(t *testing.T) {
 	algs := shippedAlgs(t)
 	for _, a := range algs {
 		sp := a.Spec()
-		l, ok := a.(store.Layout)
+		l, ok := a.(algo.Layout)
 		if !ok {
-			t.Errorf("%s does not implement store.Layout", sp.Name)
+			t.Errorf("%s does not implement algo.Layout", sp.Name)
 			continue
 		}
 		if ns, words, maxLog := l.Layout(); ns != sp.Namespace || words != sp.Words || maxLog != sp.MaxLog {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Store is the in-memory [store.Store]. Create it with [New]; it is safe for
@@ -51,10 +52,10 @@ type shard struct {
 	expired uint64
 	// tables[w-1] holds states of w words, tables[MaxWords+w-1] states of w
 	// words with a log.
-	tables [2 * store.MaxWords]table
+	tables [2 * algo.MaxWords]table
 	// st is the state StepState steps in place, under mu (Log nil between
 	// calls). Last: the one-word path's fields keep their cache lines.
-	st store.State
+	st algo.State
 }
 
 // paddedShard keeps two shards off the same pair of cache lines.
@@ -124,14 +125,11 @@ func (s *Store) ids(key string, ns uint64) (id, chk uint64) {
 // [floodgate.ErrInvalidConfig] for an algorithm whose Spec a store cannot
 // keep.
 //
-// An algorithm that implements [store.Layout] is not asked for its Spec on
-// each call, and a one-word algorithm that implements [store.WordStepper] is
+// An algorithm that implements [algo.Layout] is not asked for its Spec on
+// each call, and a one-word algorithm that implements [algo.WordStepper] is
 // stepped through StepWord; any other algorithm that implements
-// [store.StateStepper] is stepped through StepState.
-func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
-	if s.closed.Load() {
-		return floodgate.Decision{}, floodgate.ErrClosed
-	}
+// [algo.StateStepper] is stepped through StepState.
+func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return floodgate.Decision{}, err
 	}
@@ -139,7 +137,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		ns            uint64
 		words, maxLog int
 	)
-	if l, ok := alg.(store.Layout); ok {
+	if l, ok := alg.(algo.Layout); ok {
 		ns, words, maxLog = l.Layout()
 	} else {
 		if alg == nil {
@@ -148,25 +146,32 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		sp := alg.Spec()
 		ns, words, maxLog = sp.Namespace, sp.Words, sp.MaxLog
 	}
-	if words < 1 || words > store.MaxWords || maxLog < 0 {
+	if words < 1 || words > algo.MaxWords || maxLog < 0 {
 		return floodgate.Decision{}, fmt.Errorf("%w: memstore: algorithm %q needs %d words and a log of %d, want 1..%d words and a log >= 0",
-			floodgate.ErrInvalidConfig, alg.Spec().Name, words, maxLog, store.MaxWords)
+			floodgate.ErrInvalidConfig, alg.Spec().Name, words, maxLog, algo.MaxWords)
 	}
 	id, chk := s.ids(key, ns)
 	sh := &s.shards[id&s.mask].shard
-	var ws store.WordStepper
+	var ws algo.WordStepper
 	if words == 1 && maxLog == 0 {
-		ws, _ = alg.(store.WordStepper)
+		ws, _ = alg.(algo.WordStepper)
 	}
 	ti := words - 1
 	if maxLog > 0 {
-		ti += store.MaxWords
+		ti += algo.MaxWords
 	}
 
 	sh.mu.Lock()
 	// Deferred (open-coded, a few ns): the shard stays usable even if a
 	// faulty algorithm panics in Step.
 	defer sh.mu.Unlock()
+	// Checked under the shard's lock: Close marks the store closed before
+	// it empties each shard under the same lock, so an Apply that gets the
+	// lock after Close emptied this shard sees the mark and inserts
+	// nothing, and one that got it before is emptied by Close.
+	if s.closed.Load() {
+		return floodgate.Decision{}, floodgate.ErrClosed
+	}
 	now := s.now()
 	t := &sh.tables[ti]
 	i := t.find(id, chk)
@@ -178,7 +183,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		if i >= 0 {
 			w0 = t.full0(uint64(i))
 		}
-		// The decision is written in place (see store.WordStepper) into
+		// The decision is written in place (see algo.WordStepper) into
 		// the shard, which the lock owns; it is read back field by field,
 		// which the processor forwards from its stores without a stall.
 		sh.dec = floodgate.Decision{}
@@ -192,7 +197,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 		case i >= 0:
 			t.setWord0(i, next)
 		default:
-			st := store.State{W: [store.MaxWords]int64{next}}
+			st := algo.State{W: [algo.MaxWords]int64{next}}
 			sh.insert(t, ti, id, chk, &st, now)
 		}
 		d := &sh.dec
@@ -209,14 +214,14 @@ func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n in
 // fresh key (id, chk)) and keeps the new state; the decision is left in
 // sh.dec. The state is loaded into, stepped in and stored from the shard's
 // scratch: through StepState, nothing is copied by value through the call
-// (see store.StateStepper). (A function of its own, out of line, so that
+// (see algo.StateStepper). (A function of its own, out of line, so that
 // the one-word path in Apply stays as small as it was.)
 //
 //go:noinline
-func (sh *shard) step(t *table, ti, i int, id, chk uint64, alg store.Algorithm, now, n int64) {
+func (sh *shard) step(t *table, ti, i int, id, chk uint64, alg algo.Algorithm, now, n int64) {
 	st := &sh.st
 	t.load(i, st)
-	if ss, ok := alg.(store.StateStepper); ok {
+	if ss, ok := alg.(algo.StateStepper); ok {
 		ss.StepState(st, now, n, &sh.dec)
 	} else {
 		*st, sh.dec = alg.Step(*st, now, n)
@@ -238,12 +243,12 @@ func (sh *shard) step(t *table, ti, i int, id, chk uint64, alg store.Algorithm, 
 
 // insert adds a new key to table t (tables[ti]), evicting one first when the
 // shard is at its limit.
-func (sh *shard) insert(t *table, ti int, id, chk uint64, st *store.State, now int64) {
+func (sh *shard) insert(t *table, ti int, id, chk uint64, st *algo.State, now int64) {
 	if sh.keys >= sh.limit {
 		sh.evictOne(ti, id, now)
 	}
 	if t.size == 0 {
-		t.init(ti%store.MaxWords+1, ti >= store.MaxWords)
+		t.init(ti%algo.MaxWords+1, ti >= algo.MaxWords)
 	}
 	t.insert(id, chk, st)
 	sh.keys++

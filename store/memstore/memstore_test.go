@@ -11,7 +11,9 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/storetest"
 )
@@ -60,12 +62,12 @@ func TestNewDefaults(t *testing.T) {
 // fakeAlg is a configurable algorithm for testing what a store does with a
 // Spec: it counts calls in W[1] and sets W[0] (full at) to now+hold.
 type fakeAlg struct {
-	spec store.Spec
+	spec algo.Spec
 	hold int64
 }
 
-func (f *fakeAlg) Spec() store.Spec { return f.spec }
-func (f *fakeAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+func (f *fakeAlg) Spec() algo.Spec { return f.spec }
+func (f *fakeAlg) Step(s algo.State, now, n int64) (algo.State, floodgate.Decision) {
 	if f.spec.Words > 1 {
 		s.W[1]++
 	}
@@ -76,7 +78,7 @@ func (f *fakeAlg) Step(s store.State, now, n int64) (store.State, floodgate.Deci
 func TestApplyRejectsBadSpec(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
-	for _, sp := range []store.Spec{{Words: 0}, {Words: store.MaxWords + 1}, {Words: 1, MaxLog: -1}} {
+	for _, sp := range []algo.Spec{{Words: 0}, {Words: algo.MaxWords + 1}, {Words: 1, MaxLog: -1}} {
 		if _, err := s.Apply(ctx, "k", &fakeAlg{spec: sp}, 1); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("Spec %+v: %v, want ErrInvalidConfig", sp, err)
 		}
@@ -92,7 +94,7 @@ func TestEveryWidthKeepsItsWords(t *testing.T) {
 	clk := storetest.NewClock(t0)
 	s := newStore(t, memstore.WithClock(clk))
 	ctx := context.Background()
-	for w := 1; w <= store.MaxWords; w++ {
+	for w := 1; w <= algo.MaxWords; w++ {
 		alg := &wordsAlg{words: w}
 		for call := int64(1); call <= 3; call++ {
 			d, err := s.Apply(ctx, "k", alg, 1)
@@ -104,8 +106,8 @@ func TestEveryWidthKeepsItsWords(t *testing.T) {
 			}
 		}
 	}
-	if got := s.Stats().Keys; got != store.MaxWords {
-		t.Fatalf("%d keys, want one per width (%d)", got, store.MaxWords)
+	if got := s.Stats().Keys; got != algo.MaxWords {
+		t.Fatalf("%d keys, want one per width (%d)", got, algo.MaxWords)
 	}
 }
 
@@ -113,10 +115,10 @@ func TestEveryWidthKeepsItsWords(t *testing.T) {
 // that all words came back equal.
 type wordsAlg struct{ words int }
 
-func (a *wordsAlg) Spec() store.Spec {
-	return store.Spec{Name: "words", Namespace: uint64(a.words), Words: a.words}
+func (a *wordsAlg) Spec() algo.Spec {
+	return algo.Spec{Name: "words", Namespace: uint64(a.words), Words: a.words}
 }
-func (a *wordsAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+func (a *wordsAlg) Step(s algo.State, now, n int64) (algo.State, floodgate.Decision) {
 	c := s.W[a.words-1]
 	for i := 1; i < a.words; i++ {
 		if s.W[i] != c {
@@ -134,7 +136,7 @@ func (a *wordsAlg) Step(s store.State, now, n int64) (store.State, floodgate.Dec
 		s.W[i] = c
 	}
 	s.W[0] = now + 1<<40 + c // never full
-	for i := a.words; i < store.MaxWords; i++ {
+	for i := a.words; i < algo.MaxWords; i++ {
 		if s.W[i] != 0 {
 			c = -1 << 40 // a word beyond the width came back set
 		}
@@ -146,10 +148,10 @@ func (a *wordsAlg) Step(s store.State, now, n int64) (store.State, floodgate.Dec
 // rewrites its log in place.
 type logAlg struct{ limit, window int64 }
 
-func (a *logAlg) Spec() store.Spec {
-	return store.Spec{Name: "test-log", Namespace: 0x10c, Words: 1, MaxLog: int(a.limit)}
+func (a *logAlg) Spec() algo.Spec {
+	return algo.Spec{Name: "test-log", Namespace: 0x10c, Words: 1, MaxLog: int(a.limit)}
 }
-func (a *logAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decision) {
+func (a *logAlg) Step(s algo.State, now, n int64) (algo.State, floodgate.Decision) {
 	kept := s.Log[:0]
 	for _, at := range s.Log {
 		if at > now-a.window {
@@ -165,13 +167,13 @@ func (a *logAlg) Step(s store.State, now, n int64) (store.State, floodgate.Decis
 		s.Log = append(s.Log, now)
 		d.Allowed = true
 	default:
-		d.RetryAfter = store.Dur(s.Log[0] + a.window - now)
+		d.RetryAfter = micros.Dur(s.Log[0] + a.window - now)
 	}
 	d.Remaining = a.limit - int64(len(s.Log))
 	s.W[0] = 0
 	if len(s.Log) > 0 {
 		s.W[0] = s.Log[len(s.Log)-1] + a.window
-		d.ResetAfter = store.Dur(s.W[0] - now)
+		d.ResetAfter = micros.Dur(s.W[0] - now)
 	}
 	return s, d
 }
@@ -285,8 +287,8 @@ func TestMaxKeysAcrossWidths(t *testing.T) {
 	clk := storetest.NewClock(t0)
 	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(4))
 	ctx := context.Background()
-	one := &fakeAlg{spec: store.Spec{Name: "one", Namespace: 1, Words: 1}, hold: 1e9}
-	two := &fakeAlg{spec: store.Spec{Name: "two", Namespace: 2, Words: 2}, hold: 1e9}
+	one := &fakeAlg{spec: algo.Spec{Name: "one", Namespace: 1, Words: 1}, hold: 1e9}
+	two := &fakeAlg{spec: algo.Spec{Name: "two", Namespace: 2, Words: 2}, hold: 1e9}
 	for i := range 4 {
 		s.Apply(ctx, fmt.Sprint(i), one, 1)
 	}
@@ -449,10 +451,10 @@ func TestBytesPerKey(t *testing.T) {
 // panicAlg violates the Step contract by panicking.
 type panicAlg struct{}
 
-func (panicAlg) Spec() store.Spec {
-	return store.Spec{Name: "panics", Namespace: 0xbad, Words: 1}
+func (panicAlg) Spec() algo.Spec {
+	return algo.Spec{Name: "panics", Namespace: 0xbad, Words: 1}
 }
-func (panicAlg) Step(store.State, int64, int64) (store.State, floodgate.Decision) {
+func (panicAlg) Step(algo.State, int64, int64) (algo.State, floodgate.Decision) {
 	panic("faulty algorithm")
 }
 
@@ -464,7 +466,7 @@ func TestPanickingAlgorithmDoesNotLockTheShard(t *testing.T) {
 
 // requireShardUsableAfterPanic applies alg, which must panic, on a
 // one-shard store, recovers, and checks that the shard still decides.
-func requireShardUsableAfterPanic(t *testing.T, alg store.Algorithm) {
+func requireShardUsableAfterPanic(t *testing.T, alg algo.Algorithm) {
 	t.Helper()
 	s := newStore(t, memstore.WithShards(1))
 	func() {

@@ -3,7 +3,7 @@ package memstore
 import (
 	"math/bits"
 
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // table is an open-addressing hash table with Robin Hood linear probing and
@@ -92,9 +92,9 @@ func (t *table) find(id, chk uint64) int {
 // load sets every field of s to slot i's state, or to the zero State
 // (a fresh key) when i < 0: the words the table does not keep are zero, and
 // Log is nil unless the table keeps logs.
-func (t *table) load(i int, s *store.State) {
+func (t *table) load(i int, s *algo.State) {
 	if i < 0 {
-		*s = store.State{}
+		*s = algo.State{}
 		return
 	}
 	b := uint64(i) * t.stride
@@ -113,7 +113,7 @@ func (t *table) load(i int, s *store.State) {
 }
 
 // store writes s into slot i.
-func (t *table) store(i int, s *store.State) {
+func (t *table) store(i int, s *algo.State) {
 	b := uint64(i) * t.stride
 	w := t.slots[b+2 : b+t.stride]
 	for k := range w {
@@ -132,11 +132,11 @@ func (t *table) full0(i uint64) int64 { return int64(t.slots[i*t.stride+2]) }
 
 // insert adds (id, chk) with state s; the key must not be present. It grows
 // the table first when needed.
-func (t *table) insert(id, chk uint64, s *store.State) {
+func (t *table) insert(id, chk uint64, s *algo.State) {
 	if t.n >= t.limit {
 		t.resize(t.size + t.size/2)
 	}
-	var carry [2 + store.MaxWords]uint64
+	var carry [2 + algo.MaxWords]uint64
 	carry[0], carry[1] = id, chk
 	for k := 0; k < t.words; k++ {
 		carry[2+k] = uint64(s.W[k])

@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // checkRH verifies the table's invariants: every entry is reachable from its
@@ -47,7 +47,7 @@ func checkRH(t *testing.T, tb *table) {
 // Go map, with ids drawn from a small set so that equal ids with different
 // check hashes (64-bit collisions) are frequent.
 func TestTableOracle(t *testing.T) {
-	for _, words := range []int{1, 3, store.MaxWords} {
+	for _, words := range []int{1, 3, algo.MaxWords} {
 		for _, withLog := range []bool{false, true} {
 			r := rand.New(rand.NewPCG(uint64(words), 7))
 			type key struct{ id, chk uint64 }
@@ -65,7 +65,7 @@ func TestTableOracle(t *testing.T) {
 					t.Fatalf("step %d: find(%v) = %d, oracle has it: %v", step, k, i, ok)
 				}
 				if ok {
-					var s store.State
+					var s algo.State
 					tb.load(i, &s)
 					if s.W[0] != want || s.W[words-1] != want+int64(words)-1 {
 						t.Fatalf("step %d: state %v, want %d", step, s.W, want)
@@ -77,7 +77,7 @@ func TestTableOracle(t *testing.T) {
 				switch op := r.IntN(10); {
 				case op < 5 && !ok:
 					v := r.Int64N(1000)
-					s := store.State{}
+					s := algo.State{}
 					for w := range words {
 						s.W[w] = v + int64(w)
 					}
@@ -88,7 +88,7 @@ func TestTableOracle(t *testing.T) {
 					oracle[k] = v
 				case op < 7 && ok:
 					v := r.Int64N(1000)
-					s := store.State{}
+					s := algo.State{}
 					for w := range words {
 						s.W[w] = v + int64(w)
 					}
@@ -130,7 +130,7 @@ func TestTableVictimPrefersFull(t *testing.T) {
 	var tb table
 	tb.init(1, false)
 	for i := range 6 {
-		tb.insert(uint64(i+1)*0x9e3779b97f4a7c15, 0, &store.State{W: [store.MaxWords]int64{int64(100 + i)}})
+		tb.insert(uint64(i+1)*0x9e3779b97f4a7c15, 0, &algo.State{W: [algo.MaxWords]int64{int64(100 + i)}})
 	}
 	// At now=102 entries 100..102 are full: the victim must be one of them.
 	i, full := tb.victim(12345, 102, 16)

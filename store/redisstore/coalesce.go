@@ -10,7 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Coalescing. Under concurrency the cost of a decision on the Redis server
@@ -53,7 +53,7 @@ return out
 // batchScripts caches the batch script per (Name, Source).
 var batchScripts sync.Map // string -> *rueidis.Lua
 
-func batchScriptFor(sp store.Spec) *rueidis.Lua {
+func batchScriptFor(sp algo.Spec) *rueidis.Lua {
 	key := sp.Name + "\x00" + sp.Lua.Source
 	if l, ok := batchScripts.Load(key); ok {
 		return l.(*rueidis.Lua)

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/storetest"
 )
 
@@ -78,7 +78,7 @@ func TestBatchScriptEquivalence(t *testing.T) {
 				require.NoError(t, err)
 				// One timeline (shared times), perBatch sequences of costs.
 				times := randomSequence(r, steps, p.limit)
-				goStates := make([]store.State, perBatch)
+				goStates := make([]algo.State, perBatch)
 				for step, tm := range times {
 					clk.Set(time.UnixMicro(tm.now))
 					// The calls of this step: one per key; a batch step adds a
@@ -115,7 +115,7 @@ func TestBatchScriptEquivalence(t *testing.T) {
 						for j, o := range ops {
 							execs[j].Keys, execs[j].Args = s.scriptArgs(nil, nil, key(o.i), []*policy{p}, o.cost, s.injectedNow())
 						}
-						states := make([]store.State, 1)
+						states := make([]algo.State, 1)
 						for j, res := range p.script.ExecMulti(context.Background(), c, execs...) {
 							arr, err := res.ToArray()
 							require.NoError(t, err)
@@ -134,7 +134,7 @@ func TestBatchScriptEquivalence(t *testing.T) {
 					}
 					for i := range goStates { // the store drops full states
 						if goStates[i].W[0] <= tm.now {
-							goStates[i] = store.State{}
+							goStates[i] = algo.State{}
 						}
 					}
 				}

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/storetest"
 	"github.com/floodgate-go/floodgate/window"
 )
@@ -16,7 +17,7 @@ import (
 // conformanceAlgorithms are the algorithms besides the token bucket that the
 // conformance suite runs on the Redis store. Their rates are slow so that the
 // real-time run's concurrent check (1,000 takes) sees no refill.
-func conformanceAlgorithms(t *testing.T) []store.Algorithm {
+func conformanceAlgorithms(t *testing.T) []algo.Algorithm {
 	lk, err := leaky.Config{Rate: floodgate.PerMinute(5), Burst: 4, NoDelay: true}.Algorithm()
 	require.NoError(t, err)
 	ld, err := leaky.Config{Rate: floodgate.PerMinute(5), Burst: 4, Delay: 2}.Algorithm()
@@ -28,7 +29,7 @@ func conformanceAlgorithms(t *testing.T) []store.Algorithm {
 	require.NoError(t, err)
 	ct, err := wc.SlidingCounterAlgorithm()
 	require.NoError(t, err)
-	return []store.Algorithm{lk, ld, fx, lg, ct}
+	return []algo.Algorithm{lk, ld, fx, lg, ct}
 }
 
 // TestConformance runs the store conformance suite on a single node and on

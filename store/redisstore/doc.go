@@ -24,11 +24,11 @@
 //
 // Each decision is one EVALSHA (rueidis.NewLuaScript: EVAL when the server
 // answers NOSCRIPT, after a restart or a SCRIPT FLUSH) of a script that
-// embeds the algorithm's Lua twin ([store.Lua]). The script reads the time
+// embeds the algorithm's Lua twin ([algo.Lua]). The script reads the time
 // from the Redis server (TIME, in microseconds: all nodes of a fleet agree on
 // it however their own clocks drift), loads the key's state, runs the step,
 // writes the state back with a TTL equal to its time to full
-// (store.State.W[0] - now) or deletes the key when the state is full, and
+// (algo.State.W[0] - now) or deletes the key when the state is full, and
 // returns the decision. The Go step and the Lua twin are checked to agree,
 // decision by decision and state by state, on random sequences.
 //
@@ -59,7 +59,7 @@
 // with prefix "floodgate:" by default ([WithPrefix]). The hash tag is a hash
 // of the user key, so braces in a user key never choose the Cluster slot; the
 // user key itself follows, so two user keys never share state whatever their
-// hashes; the namespace ([store.Spec].Namespace) keeps different algorithms
+// hashes; the namespace ([algo.Spec].Namespace) keeps different algorithms
 // and configurations on one key apart. Any byte string is a valid key (empty,
 // binary, CR/LF, 64 KiB...). A key costs Redis memory for its length plus a
 // few decimal numbers, and disappears when its limit is full again.

@@ -15,19 +15,19 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/leaky"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/window"
 )
 
 // families lists every algorithm of the module that has a Lua twin. Each
 // family draws random configurations: the equivalence test runs every family
 // on a few of them.
-var families = map[string]func(r *rand.Rand) (store.Algorithm, error){
-	"token-bucket": func(r *rand.Rand) (store.Algorithm, error) {
+var families = map[string]func(r *rand.Rand) (algo.Algorithm, error){
+	"token-bucket": func(r *rand.Rand) (algo.Algorithm, error) {
 		per := []time.Duration{time.Second, time.Minute, 3 * time.Second, 1500 * time.Millisecond}[r.IntN(4)]
 		return bucket.Config{Rate: floodgate.Rate{N: 1 + r.Int64N(1000), Per: per}, Burst: 1 + r.Int64N(50)}.Algorithm()
 	},
-	"leaky-bucket": func(r *rand.Rand) (store.Algorithm, error) {
+	"leaky-bucket": func(r *rand.Rand) (algo.Algorithm, error) {
 		per := []time.Duration{time.Second, time.Minute}[r.IntN(2)]
 		c := leaky.Config{Rate: floodgate.Rate{N: 1 + r.Int64N(500), Per: per}, Burst: r.Int64N(20)}
 		switch r.IntN(3) {
@@ -38,9 +38,9 @@ var families = map[string]func(r *rand.Rand) (store.Algorithm, error){
 		}
 		return c.Algorithm()
 	},
-	"fixed-window": func(r *rand.Rand) (store.Algorithm, error) { return randomWindow(r).FixedAlgorithm() },
-	"sliding-log":  func(r *rand.Rand) (store.Algorithm, error) { return randomWindow(r).SlidingLogAlgorithm() },
-	"sliding-counter": func(r *rand.Rand) (store.Algorithm, error) {
+	"fixed-window": func(r *rand.Rand) (algo.Algorithm, error) { return randomWindow(r).FixedAlgorithm() },
+	"sliding-log":  func(r *rand.Rand) (algo.Algorithm, error) { return randomWindow(r).SlidingLogAlgorithm() },
+	"sliding-counter": func(r *rand.Rand) (algo.Algorithm, error) {
 		return randomWindow(r).SlidingCounterAlgorithm()
 	},
 }
@@ -126,7 +126,7 @@ func TestGoLuaEquivalence(t *testing.T) {
 				p     *policy
 				key   string
 				in    []stepIn
-				state store.State // the Go side's state
+				state algo.State // the Go side's state
 				bad   bool
 			}
 			seqs := make([]sequence, sequences)
@@ -142,7 +142,7 @@ func TestGoLuaEquivalence(t *testing.T) {
 					t.Errorf("%s params %v step %d (now=%d n=%d): %s", sq.key, sq.p.spec.Lua.Params, step, in.now, in.n, fmt.Sprintf(f, args...))
 				}
 			}
-			states := make([]store.State, 1)
+			states := make([]algo.State, 1)
 			for step := range steps {
 				for lo := 0; lo < sequences; lo += batch {
 					part := seqs[lo:min(lo+batch, sequences)]
@@ -195,7 +195,7 @@ func TestGoLuaEquivalence(t *testing.T) {
 						}
 						sq.state = want
 						if sq.state.W[0] <= in.now { // the store drops full states
-							sq.state = store.State{}
+							sq.state = algo.State{}
 						}
 					}
 				}
@@ -234,7 +234,7 @@ func TestMultiEquivalence(t *testing.T) {
 				ps = append(ps, p)
 			}
 		}
-		specs := make([]store.Spec, len(ps))
+		specs := make([]algo.Spec, len(ps))
 		limit := ps[0].limit
 		for i, p := range ps {
 			specs[i] = p.spec
@@ -242,10 +242,10 @@ func TestMultiEquivalence(t *testing.T) {
 		}
 		script := scriptFor(specs)
 		seqs := make([][]stepIn, perCombo)
-		goStates := make([][]store.State, perCombo)
+		goStates := make([][]algo.State, perCombo)
 		for i := range seqs {
 			seqs[i] = randomSequence(r, steps, limit)
-			goStates[i] = make([]store.State, len(ps))
+			goStates[i] = make([]algo.State, len(ps))
 		}
 		for step := range steps {
 			execs := make([]rueidis.LuaExec, perCombo)
@@ -257,13 +257,13 @@ func TestMultiEquivalence(t *testing.T) {
 				in := seqs[i][step]
 				arr, err := res.ToArray()
 				require.NoError(t, err)
-				gotStates := make([]store.State, len(ps))
+				gotStates := make([]algo.State, len(ps))
 				gotD, err := decode(arr, ps, gotStates)
 				require.NoError(t, err)
 
 				// The Go model of the script.
 				ds := make([]floodgate.Decision, len(ps))
-				next := make([]store.State, len(ps))
+				next := make([]algo.State, len(ps))
 				denied := false
 				for k, p := range ps {
 					next[k], ds[k] = p.alg.Step(goStates[i][k], in.now, in.n)
@@ -289,7 +289,7 @@ func TestMultiEquivalence(t *testing.T) {
 				}
 				for k := range next { // the store drops full states
 					if next[k].W[0] <= in.now {
-						next[k] = store.State{}
+						next[k] = algo.State{}
 					}
 				}
 				goStates[i] = next

@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 type failMode uint8
@@ -32,7 +33,7 @@ type FailurePolicy struct {
 	mode       failMode
 	retryAfter time.Duration
 	local      store.Store
-	derive     func(store.Algorithm) (store.Algorithm, error)
+	derive     func(algo.Algorithm) (algo.Algorithm, error)
 }
 
 // FailError is the default policy: Apply returns the zero Decision and an
@@ -75,7 +76,7 @@ func FailClosed(retryAfter time.Duration) FailurePolicy {
 // The local state is separate from the Redis one: while Redis is away the
 // local limits start full.
 func Fallback(local store.Store, nodes int) FailurePolicy {
-	return FailurePolicy{mode: modeFallback, local: local, derive: func(a store.Algorithm) (store.Algorithm, error) {
+	return FailurePolicy{mode: modeFallback, local: local, derive: func(a algo.Algorithm) (algo.Algorithm, error) {
 		if nodes < 1 {
 			return nil, fmt.Errorf("%w: redisstore: fallback node count %d < 1", floodgate.ErrInvalidConfig, nodes)
 		}
@@ -88,10 +89,10 @@ func Fallback(local store.Store, nodes int) FailurePolicy {
 // algorithm, when the store first sees it). For example, to give each of 4
 // nodes a quarter of the rate and of the burst:
 //
-//	redisstore.FallbackWith(mem, func(a store.Algorithm) (store.Algorithm, error) {
+//	redisstore.FallbackWith(mem, func(a algo.Algorithm) (algo.Algorithm, error) {
 //		return bucket.Config{Rate: floodgate.PerSecond(25), Burst: 5}.Algorithm()
 //	})
-func FallbackWith(local store.Store, derive func(store.Algorithm) (store.Algorithm, error)) FailurePolicy {
+func FallbackWith(local store.Store, derive func(algo.Algorithm) (algo.Algorithm, error)) FailurePolicy {
 	return FailurePolicy{mode: modeFallback, local: local, derive: derive}
 }
 
@@ -114,7 +115,7 @@ func (fp FailurePolicy) validate() error {
 // states); the other words are in the slowed time and must only be stepped
 // by the returned algorithm. Slowed(alg, 1) is alg. Its Spec has no Lua twin
 // and a namespace of its own.
-func Slowed(alg store.Algorithm, nodes int) store.Algorithm {
+func Slowed(alg algo.Algorithm, nodes int) algo.Algorithm {
 	if nodes <= 1 {
 		return alg
 	}
@@ -123,17 +124,17 @@ func Slowed(alg store.Algorithm, nodes int) store.Algorithm {
 	fmt.Fprintf(h, "slowed/%d/%d", nodes, sp.Namespace)
 	sp.Namespace = h.Sum64()
 	sp.Name += "-slowed"
-	sp.Lua = store.Lua{}
+	sp.Lua = algo.Lua{}
 	return slowed{inner: alg, spec: sp, n: int64(nodes), origin: floodgate.Nanotime() / 1000}
 }
 
 type slowed struct {
-	inner     store.Algorithm
-	spec      store.Spec
+	inner     algo.Algorithm
+	spec      algo.Spec
 	n, origin int64
 }
 
-func (a slowed) Spec() store.Spec { return a.spec }
+func (a slowed) Spec() algo.Spec { return a.spec }
 
 // in maps real time to slowed time; out maps back (out(in(t)) <= t <
 // out(in(t)+1), so "full at or before now" means the same in both).
@@ -148,7 +149,7 @@ func (a slowed) in(t int64) int64 {
 
 func (a slowed) out(t int64) int64 { return a.origin + (t-a.origin)*a.n }
 
-func (a slowed) Step(s store.State, now int64, n int64) (store.State, floodgate.Decision) {
+func (a slowed) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
 	if s.W[0] != 0 {
 		s.W[0] = a.in(s.W[0])
 	}

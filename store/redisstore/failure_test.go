@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Slowed divides every rate by nodes, keeps capacities, reports durations in
@@ -23,7 +23,7 @@ func TestSlowedDividesTheRate(t *testing.T) {
 	assert.Empty(t, slow.Spec().Lua.Source)
 
 	now := int64(1_700_000_000_000_000)
-	var s store.State
+	var s algo.State
 	admitted := 0
 	const step = 1000 // µs: a request every millisecond for 10 s
 	for i := range 10_000 {

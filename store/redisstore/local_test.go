@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // localStore is a minimal in-process store.Store (one mutex, one map) used as
@@ -13,12 +13,12 @@ import (
 // the store contract.
 type localStore struct {
 	mu sync.Mutex
-	m  map[string]store.State
+	m  map[string]algo.State
 }
 
-func newLocalStore() *localStore { return &localStore{m: map[string]store.State{}} }
+func newLocalStore() *localStore { return &localStore{m: map[string]algo.State{}} }
 
-func (l *localStore) Apply(_ context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+func (l *localStore) Apply(_ context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := hex16(alg.Spec().Namespace) + key

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // MultiLimiter checks several policies on one key in one Redis script,
@@ -42,7 +43,7 @@ const maxPolicies = 4
 // round trip. The largest cost a request may have is the smallest capacity
 // among the policies. Errors wrap [floodgate.ErrInvalidConfig]: no policy,
 // more than 4, a nil one, one without a Lua twin, or the same policy twice.
-func NewMultiLimiter(s *Store, algs ...store.Algorithm) (*MultiLimiter, error) {
+func NewMultiLimiter(s *Store, algs ...algo.Algorithm) (*MultiLimiter, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil store", floodgate.ErrInvalidConfig)
 	}
@@ -50,7 +51,7 @@ func NewMultiLimiter(s *Store, algs ...store.Algorithm) (*MultiLimiter, error) {
 		return nil, fmt.Errorf("%w: redisstore: a multi-policy limiter needs 1..%d algorithms, got %d", floodgate.ErrInvalidConfig, maxPolicies, len(algs))
 	}
 	m := &MultiLimiter{s: s}
-	specs := make([]store.Spec, 0, len(algs))
+	specs := make([]algo.Spec, 0, len(algs))
 	seen := map[uint64]bool{}
 	for i, a := range algs {
 		p, err := s.prepare(a)
@@ -179,4 +180,10 @@ func mergeDecisions(ds []floodgate.Decision, denied bool) floodgate.Decision {
 		acc.Delay = 0
 	}
 	return acc
+}
+
+// ApplyAll implements [store.Store]. TEMPORARY (phase 0 of the reshape):
+// evaluated op by op, not atomic; replaced by the one-script version.
+func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	return false, errors.New("redisstore: ApplyAll not implemented yet")
 }

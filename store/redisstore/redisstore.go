@@ -13,7 +13,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/internal/micros"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // DefaultPrefix is the key prefix of a [Store] built without [WithPrefix].
@@ -178,7 +179,7 @@ func (s *Store) Timeout() time.Duration { return s.timeout }
 // slot across algorithms), the algorithm's namespace in hex, ':', and key
 // itself (so that two user keys never share a Redis key, whatever their
 // hashes).
-func (s *Store) Key(key string, alg store.Algorithm) string {
+func (s *Store) Key(key string, alg algo.Algorithm) string {
 	return s.redisKey(key, hex16(alg.Spec().Namespace))
 }
 
@@ -198,7 +199,7 @@ func (s *Store) redisKey(key, nsHex string) string {
 }
 
 // prepare returns the cached policy for alg, preparing it on first use.
-func (s *Store) prepare(alg store.Algorithm) (*policy, error) {
+func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 	if alg == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil algorithm", floodgate.ErrInvalidConfig)
 	}
@@ -231,7 +232,7 @@ func (s *Store) prepare(alg store.Algorithm) (*policy, error) {
 // Apply implements [store.Store]: one EVALSHA that steps alg on key's state
 // with cost n at the Redis server's time. See [FailurePolicy] for what
 // happens when Redis cannot decide.
-func (s *Store) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	start := floodgate.Nanotime()
 	p, err := s.prepare(alg)
 	if err != nil {
@@ -263,7 +264,7 @@ func (s *Store) injectedNow() string {
 // eval runs the decision script for policies on key. now is "" for the
 // server's time or the injected time in microseconds (tests); with an
 // injected time the new states are decoded into states.
-func (s *Store) eval(ctx context.Context, key string, ps []*policy, script *rueidis.Lua, n int64, now string, states []store.State) (floodgate.Decision, error) {
+func (s *Store) eval(ctx context.Context, key string, ps []*policy, script *rueidis.Lua, n int64, now string, states []algo.State) (floodgate.Decision, error) {
 	cctx, cancel := s.callContext(ctx)
 	if cancel != nil {
 		defer cancel()
@@ -282,7 +283,7 @@ var errReply = errors.New("redisstore: malformed script reply")
 
 // decode turns the script's reply into a Decision (and, with an injected
 // time, the new states).
-func decode(arr []rueidis.RedisMessage, ps []*policy, states []store.State) (floodgate.Decision, error) {
+func decode(arr []rueidis.RedisMessage, ps []*policy, states []algo.State) (floodgate.Decision, error) {
 	if len(arr) < 6 {
 		return floodgate.Decision{}, errReply
 	}
@@ -298,9 +299,9 @@ func decode(arr []rueidis.RedisMessage, ps []*policy, states []store.State) (flo
 		Allowed:    v[0] != 0,
 		Limit:      v[1],
 		Remaining:  v[2],
-		RetryAfter: store.Dur(v[3]),
-		ResetAfter: store.Dur(v[4]),
-		Delay:      store.Dur(v[5]),
+		RetryAfter: micros.Dur(v[3]),
+		ResetAfter: micros.Dur(v[4]),
+		Delay:      micros.Dur(v[5]),
 	}
 	if states == nil {
 		return d, nil
@@ -315,7 +316,7 @@ func decode(arr []rueidis.RedisMessage, ps []*policy, states []store.State) (flo
 		return x, err
 	}
 	for i, p := range ps {
-		var st store.State
+		var st algo.State
 		for j := 0; j < p.spec.Words; j++ {
 			x, err := next()
 			if err != nil {

@@ -14,10 +14,10 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-func tokenBucket(t testing.TB, r floodgate.Rate, burst int64) store.Algorithm {
+func tokenBucket(t testing.TB, r floodgate.Rate, burst int64) algo.Algorithm {
 	t.Helper()
 	a, err := bucket.Config{Rate: r, Burst: burst}.Algorithm()
 	require.NoError(t, err)

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // The Redis script that runs one decision. It embeds the Lua twin of every
@@ -185,7 +185,7 @@ return d
 
 // buildScript returns the script text for the policies described by specs,
 // in that order.
-func buildScript(specs []store.Spec) string {
+func buildScript(specs []algo.Spec) string {
 	var b strings.Builder
 	if len(specs) == 1 && specs[0].Words == 1 && specs[0].MaxLog == 0 {
 		fmt.Fprintf(&b, "-- floodgate redisstore decision script: %s\nlocal step = (function()\n%s\nend)()\n", specs[0].Name, specs[0].Lua.Source)
@@ -208,7 +208,7 @@ func buildScript(specs []store.Spec) string {
 // with different rates share one script.
 var scripts sync.Map // string -> *rueidis.Lua
 
-func scriptFor(specs []store.Spec) *rueidis.Lua {
+func scriptFor(specs []algo.Spec) *rueidis.Lua {
 	var kb strings.Builder
 	for _, sp := range specs {
 		fmt.Fprintf(&kb, "%s/%d/%d", sp.Name, sp.Words, sp.MaxLog)
@@ -230,23 +230,23 @@ func scriptFor(specs []store.Spec) *rueidis.Lua {
 // policy is an algorithm prepared for the Redis store: everything a call
 // needs that does not depend on the key, computed once.
 type policy struct {
-	alg    store.Algorithm
-	spec   store.Spec
+	alg    algo.Algorithm
+	spec   algo.Spec
 	nsHex  string   // the namespace in 16 hex digits: part of the Redis key
 	args   []string // ARGV for this policy: words, maxlog, len(params), params...
 	limit  int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
-	local  store.Algorithm
+	local  algo.Algorithm
 	script *rueidis.Lua
 	co     *coalescer // nil when the store does not coalesce
 }
 
-func newPolicy(alg store.Algorithm, fp FailurePolicy) (*policy, error) {
+func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
 	if alg == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil algorithm", floodgate.ErrInvalidConfig)
 	}
 	sp := alg.Spec()
-	if sp.Words < 1 || sp.Words > store.MaxWords {
-		return nil, fmt.Errorf("%w: redisstore: algorithm %q uses %d words, want 1..%d", floodgate.ErrInvalidConfig, sp.Name, sp.Words, store.MaxWords)
+	if sp.Words < 1 || sp.Words > algo.MaxWords {
+		return nil, fmt.Errorf("%w: redisstore: algorithm %q uses %d words, want 1..%d", floodgate.ErrInvalidConfig, sp.Name, sp.Words, algo.MaxWords)
 	}
 	if strings.TrimSpace(sp.Lua.Source) == "" {
 		return nil, fmt.Errorf("%w: redisstore: algorithm %q has no Lua twin", floodgate.ErrInvalidConfig, sp.Name)
@@ -255,14 +255,14 @@ func newPolicy(alg store.Algorithm, fp FailurePolicy) (*policy, error) {
 	for _, p := range sp.Lua.Params {
 		args = append(args, strconv.FormatInt(p, 10))
 	}
-	_, d := alg.Step(store.State{}, floodgate.Nanotime()/1000, 0)
+	_, d := alg.Step(algo.State{}, floodgate.Nanotime()/1000, 0)
 	p := &policy{
 		alg:    alg,
 		spec:   sp,
 		nsHex:  hex16(sp.Namespace),
 		args:   args,
 		limit:  d.Limit,
-		script: scriptFor([]store.Spec{sp}),
+		script: scriptFor([]algo.Spec{sp}),
 	}
 	if fp.mode == modeFallback {
 		l, err := fp.derive(alg)
@@ -276,7 +276,7 @@ func newPolicy(alg store.Algorithm, fp FailurePolicy) (*policy, error) {
 
 // same reports whether alg is the algorithm p was prepared for (same
 // namespace, name and twin).
-func (p *policy) same(sp *store.Spec) bool {
+func (p *policy) same(sp *algo.Spec) bool {
 	return p.spec.Namespace == sp.Namespace && p.spec.Name == sp.Name && p.spec.Lua.Source == sp.Lua.Source
 }
 

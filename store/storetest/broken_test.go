@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/storetest"
 )
 
@@ -19,7 +20,7 @@ type brokenStore struct {
 	bug string
 }
 
-func (b *brokenStore) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+func (b *brokenStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	switch b.bug {
 	case "ignores-context":
 		ctx = context.Background()
@@ -38,9 +39,9 @@ func (b *brokenStore) Apply(ctx context.Context, key string, alg store.Algorithm
 }
 
 // nsAlg hides an algorithm's namespace.
-type nsAlg struct{ store.Algorithm }
+type nsAlg struct{ algo.Algorithm }
 
-func (a nsAlg) Spec() store.Spec {
+func (a nsAlg) Spec() algo.Spec {
 	sp := a.Algorithm.Spec()
 	sp.Namespace = 0
 	return sp
@@ -58,7 +59,7 @@ func TestBrokenStoreHelper(t *testing.T) {
 	}
 	clk := storetest.NewClock(time.Unix(1_700_000_000, 0))
 	storetest.Run(t, func(t *testing.T) store.Store {
-		return &brokenStore{ref: refStore{clock: clk, m: map[refKey]store.State{}}, bug: bug}
+		return &brokenStore{ref: refStore{clock: clk, m: map[refKey]algo.State{}}, bug: bug}
 	}, storetest.WithClock(clk))
 }
 

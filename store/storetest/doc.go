@@ -42,7 +42,7 @@
 // # Other algorithms
 //
 // [RunAlgorithm] runs the algorithm-independent part on any
-// [store.Algorithm]: a fresh key is full, exactly Limit units pass at one
+// [algo.Algorithm]: a fresh key is full, exactly Limit units pass at one
 // instant, a retry at RetryAfter passes, refunds, namespace isolation, 1,000
 // concurrent takes, a done context, and (with a manual clock) decision by
 // decision equality with the algorithm's own Step over a random sequence of

@@ -12,7 +12,9 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Option configures [Run] and [RunAlgorithm]; build one with a With
@@ -23,7 +25,7 @@ type Option struct {
 
 type config struct {
 	clock *Clock
-	algs  []store.Algorithm
+	algs  []algo.Algorithm
 }
 
 // WithClock declares that every store newStore returns reads its time from c
@@ -40,7 +42,7 @@ func WithClock(c *Clock) Option { return Option{func(cf *config) { cf.clock = c 
 
 // WithAlgorithms makes [Run] also run [RunAlgorithm] with each of algs, after
 // the token-bucket checks.
-func WithAlgorithms(algs ...store.Algorithm) Option {
+func WithAlgorithms(algs ...algo.Algorithm) Option {
 	return Option{func(cf *config) { cf.algs = append(cf.algs, algs...) }}
 }
 
@@ -162,7 +164,7 @@ func peek(t *testing.T, l *store.Limiter, key string) floodgate.Decision {
 	return d
 }
 
-func apply(t *testing.T, st store.Store, key string, alg store.Algorithm, n int64) floodgate.Decision {
+func apply(t *testing.T, st store.Store, key string, alg algo.Algorithm, n int64) floodgate.Decision {
 	t.Helper()
 	d, err := st.Apply(context.Background(), key, alg, n)
 	if err != nil {
@@ -224,7 +226,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	algs := append([]store.Algorithm{tb}, s.cfg.algs...)
+	algs := append([]algo.Algorithm{tb}, s.cfg.algs...)
 	for _, alg := range algs {
 		t.Run("Algorithm/"+alg.Spec().Name, func(t *testing.T) { s.runAlgorithm(t, alg) })
 	}
@@ -619,7 +621,7 @@ func (s *suite) clockJumps(t *testing.T) {
 //
 //	storetest.RunAlgorithm(t, newStore, myAlg, storetest.WithClock(clk))
 //
-// It requires of alg what the [store.Algorithm] contract promises: a fresh
+// It requires of alg what the [algo.Algorithm] contract promises: a fresh
 // key is full (a peek reports Remaining == Limit), Limit units of cost 1 are
 // admitted at one instant and the next is denied, a retry after RetryAfter is
 // admitted, a negative cost refunds, never beyond Limit. Limit must be at
@@ -627,19 +629,19 @@ func (s *suite) clockJumps(t *testing.T) {
 // within a few seconds (the checks run on real time); with it, the suite also
 // compares every decision of the store, over a random sequence of times,
 // keys and costs, with alg's Step run directly.
-func RunAlgorithm(t *testing.T, newStore func(t *testing.T) store.Store, alg store.Algorithm, opts ...Option) {
+func RunAlgorithm(t *testing.T, newStore func(t *testing.T) store.Store, alg algo.Algorithm, opts ...Option) {
 	newSuite(newStore, opts).runAlgorithm(t, alg)
 }
 
 // maxAlgorithmLimit bounds the Limit RunAlgorithm drains one unit at a time.
 const maxAlgorithmLimit = 10_000
 
-func (s *suite) runAlgorithm(t *testing.T, alg store.Algorithm) {
+func (s *suite) runAlgorithm(t *testing.T, alg algo.Algorithm) {
 	if alg == nil {
 		t.Fatal("nil algorithm")
 	}
 	sp := alg.Spec()
-	if sp.Words < 1 || sp.Words > store.MaxWords || sp.MaxLog < 0 {
+	if sp.Words < 1 || sp.Words > algo.MaxWords || sp.MaxLog < 0 {
 		t.Fatalf("algorithm %q: Spec %+v outside the store contract", sp.Name, sp)
 	}
 	t.Run("FreshThenExhausted", func(t *testing.T) { s.algFresh(t, alg) })
@@ -660,7 +662,7 @@ func (s *suite) runAlgorithm(t *testing.T, alg store.Algorithm) {
 
 // drain takes cost 1 from a fresh key until denied and returns the limit and
 // the denial.
-func drain(t *testing.T, st store.Store, alg store.Algorithm, key string) (int64, floodgate.Decision) {
+func drain(t *testing.T, st store.Store, alg algo.Algorithm, key string) (int64, floodgate.Decision) {
 	t.Helper()
 	d := apply(t, st, key, alg, 0)
 	if !d.Allowed || d.Remaining != d.Limit {
@@ -682,7 +684,7 @@ func drain(t *testing.T, st store.Store, alg store.Algorithm, key string) (int64
 	return limit, d
 }
 
-func (s *suite) algFresh(t *testing.T, alg store.Algorithm) {
+func (s *suite) algFresh(t *testing.T, alg algo.Algorithm) {
 	st := s.newStore(t)
 	_, d := drain(t, st, alg, "k")
 	if d.RetryAfter <= 0 {
@@ -697,7 +699,7 @@ func (s *suite) algFresh(t *testing.T, alg store.Algorithm) {
 	}
 }
 
-func (s *suite) algRefund(t *testing.T, alg store.Algorithm) {
+func (s *suite) algRefund(t *testing.T, alg algo.Algorithm) {
 	st := s.newStore(t)
 	limit := apply(t, st, "k", alg, 0).Limit
 	if limit < 2 {
@@ -712,7 +714,7 @@ func (s *suite) algRefund(t *testing.T, alg store.Algorithm) {
 	}
 }
 
-func (s *suite) algNamespace(t *testing.T, alg store.Algorithm) {
+func (s *suite) algNamespace(t *testing.T, alg algo.Algorithm) {
 	st := s.newStore(t)
 	other := tokenBucket(t, st, 3, slow)
 	if other.Algorithm().Spec().Namespace == alg.Spec().Namespace {
@@ -728,7 +730,7 @@ func (s *suite) algNamespace(t *testing.T, alg store.Algorithm) {
 	}
 }
 
-func (s *suite) algConcurrent(t *testing.T, alg store.Algorithm) {
+func (s *suite) algConcurrent(t *testing.T, alg algo.Algorithm) {
 	st := s.newStore(t)
 	limit := apply(t, st, "probe", alg, 0).Limit
 	got := admitConcurrently(t, func(ctx context.Context) (floodgate.Decision, error) {
@@ -741,7 +743,7 @@ func (s *suite) algConcurrent(t *testing.T, alg store.Algorithm) {
 
 // algSameAsStep drives the store and alg.Step side by side over random
 // times, keys and costs: every decision must be identical.
-func (s *suite) algSameAsStep(t *testing.T, alg store.Algorithm) {
+func (s *suite) algSameAsStep(t *testing.T, alg algo.Algorithm) {
 	st := s.newStore(t)
 	limit := apply(t, st, "probe", alg, 0).Limit
 	r := rand.New(rand.NewPCG(uint64(limit), alg.Spec().Namespace))
@@ -750,14 +752,14 @@ func (s *suite) algSameAsStep(t *testing.T, alg store.Algorithm) {
 	steps := []time.Duration{0, 0, time.Microsecond, 999 * time.Microsecond, time.Millisecond, 37 * time.Millisecond,
 		time.Second, 7 * time.Second, time.Minute, time.Hour}
 	keys := []string{"a", "b", "c", "d"}
-	oracle := map[string]store.State{}
+	oracle := map[string]algo.State{}
 	for i := range 2000 {
 		s.advance(steps[r.IntN(len(steps))])
 		key := keys[r.IntN(len(keys))]
 		n := r.Int64N(limit+3) - 2 // -2 .. limit
 		got := apply(t, st, key, alg, n)
 		var want floodgate.Decision
-		oracle[key], want = alg.Step(oracle[key], store.Micros(s.cfg.clock.Now()), n)
+		oracle[key], want = alg.Step(oracle[key], micros.Of(s.cfg.clock.Now()), n)
 		if got != want {
 			t.Fatalf("step %d (key %s, n %d): store decided %+v, the algorithm's Step %+v", i, key, n, got, want)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/storetest"
 )
 
@@ -17,7 +18,7 @@ import (
 type refStore struct {
 	clock floodgate.Clock
 	mu    sync.Mutex
-	m     map[refKey]store.State
+	m     map[refKey]algo.State
 }
 
 type refKey struct {
@@ -25,7 +26,7 @@ type refKey struct {
 	key string
 }
 
-func (r *refStore) Apply(ctx context.Context, key string, alg store.Algorithm, n int64) (floodgate.Decision, error) {
+func (r *refStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return floodgate.Decision{}, err
 	}
@@ -40,13 +41,13 @@ func (r *refStore) Apply(ctx context.Context, key string, alg store.Algorithm, n
 func TestRunOnReferenceStore(t *testing.T) {
 	clk := storetest.NewClock(time.Unix(1_700_000_000, 0))
 	storetest.Run(t, func(t *testing.T) store.Store {
-		return &refStore{clock: clk, m: map[refKey]store.State{}}
+		return &refStore{clock: clk, m: map[refKey]algo.State{}}
 	}, storetest.WithClock(clk))
 }
 
 func TestRunOnReferenceStoreRealTime(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		return &refStore{clock: floodgate.SystemClock, m: map[refKey]store.State{}}
+		return &refStore{clock: floodgate.SystemClock, m: map[refKey]algo.State{}}
 	})
 }
 

@@ -1,0 +1,131 @@
+package algo
+
+import "github.com/floodgate-go/floodgate"
+
+// MaxWords is the number of fixed-size words of state a store keeps per key.
+const MaxWords = 6
+
+// State is one key's state, owned by the algorithm that steps it. A store keeps
+// it between calls without interpreting it, with one exception: W[0] is, by
+// contract, the time (Unix microseconds) at or after which the state is back
+// to full, so that a store may drop the key from then on without changing any
+// decision.
+//
+// The zero State is a fresh key: full capacity.
+type State struct {
+	// W holds fixed-size state; Spec.Words of them are used.
+	W [MaxWords]int64
+	// Log holds variable-size state for the algorithms that need it (the
+	// sliding log), bounded by Spec.MaxLog entries. Nil for the others. A
+	// step may append into the slice's spare capacity (never changing the
+	// entries it was given), so a store keeps at most one of the states
+	// stepped from one input: no speculative step-then-retry on a shared log.
+	Log []int64
+}
+
+// Spec tells a store what an algorithm needs.
+type Spec struct {
+	// Name identifies the algorithm ("token-bucket", "leaky-bucket", ...).
+	Name string
+	// Policy is the name the user gave the limit (e.g. "api-per-ip"), or ""
+	// when none was given. It labels decisions for observers and headers.
+	Policy string
+	// Namespace is the 64-bit identity of the limit's state. Stores keep the
+	// state of different namespaces apart, so that two limiters sharing a
+	// store and a key never read each other's state. It derives from the
+	// algorithm's Name and the Policy when one is given (so that a change of
+	// parameters keeps the state), and is unique per construction otherwise
+	// (see [Identity]).
+	Namespace uint64
+	// Words is how many words of State.W the algorithm uses (1..MaxWords).
+	Words int
+	// MaxLog is the most entries the algorithm keeps in State.Log; 0 when it
+	// keeps none.
+	MaxLog int
+	// Capacity is the largest cost one request may have: the burst of a
+	// token bucket, the limit of a window. Larger costs could never be
+	// admitted. Capacity >= 1.
+	Capacity int64
+	// Lua is the algorithm's twin for stores that run server-side scripts.
+	Lua Lua
+}
+
+// Lua is the Lua twin of an algorithm's step, for stores that run scripts
+// (the Redis store). Source is a Lua chunk that evaluates to a function
+//
+//	function(s, now, n, p) ... return s2, d end
+//
+// where s is the state as an array of numbers (s[1] is State.W[0], s.log
+// the log when MaxLog > 0), now the time in Unix microseconds, n the cost (a
+// negative n refunds), p the array of Params. It returns the new state and
+// d = {allowed (0 or 1), limit, remaining, retry_after_us, reset_after_us,
+// delay_us}. Given the same inputs it must return exactly what the Go Step
+// returns: every arithmetic operation stays in integers below 2^53.
+type Lua struct {
+	Source string
+	Params []int64
+}
+
+// Algorithm is a rate-limiting policy in the form a store runs: a pure,
+// deterministic step over a key's state. Implementations are immutable and
+// safe for concurrent use.
+type Algorithm interface {
+	// Spec describes the algorithm. It returns the same value on every call.
+	Spec() Spec
+
+	// Step applies a request of cost n at time now (Unix microseconds) to
+	// state s and returns the new state and the decision. It reads no clock
+	// and has no side effects. A denial returns s unchanged (except for
+	// normalisation that credits nothing). A negative n refunds -n units,
+	// never beyond full capacity, and is always allowed. n == 0 peeks. Step
+	// never panics: whatever s and now hold (time going backwards included),
+	// it returns a valid decision.
+	Step(s State, now int64, n int64) (State, floodgate.Decision)
+}
+
+// Layout is an optional interface of an [Algorithm]: the part of its [Spec]
+// that a store needs on every call, returned in registers instead of the
+// whole Spec by value. When an algorithm implements it, the values must be
+// those of its Spec (Namespace, Words, MaxLog); stores that look for it may
+// then skip the Spec call on their hot path.
+type Layout interface {
+	Layout() (namespace uint64, words, maxLog int)
+}
+
+// WordStepper is an optional interface of an [Algorithm] whose state is one
+// word (Spec.Words == 1, Spec.MaxLog == 0). StepWord is Step on the state
+// whose W[0] is w0 (every other word zero, no log): it returns the new W[0]
+// and writes the decision to *d, which is the zero Decision on entry and is
+// not kept after the call:
+//
+//	next, d := alg.Step(State{W: [MaxWords]int64{w0}}, now, n)
+//	// next.W[0] == alg.StepWord(w0, now, n, &d2) and d == d2
+//
+// It exists for speed: the word travels in registers where a State goes
+// through memory, and the decision is written once, in place, where a
+// returned Decision (six words) would be spilled and copied at each call
+// boundary. A store may call either one; they must agree exactly.
+type WordStepper interface {
+	StepWord(w0, now, n int64, d *floodgate.Decision) int64
+}
+
+// StateStepper is an optional interface of an [Algorithm]: Step on state and
+// decision memory that the caller owns, instead of by value. StepState does
+// the same arithmetic as Step:
+//
+//	next, d := alg.Step(*s, now, n)
+//	alg.StepState(s, now, n, &d2)
+//	// then *s == next (words and log) and d2 == d
+//
+// It reads *s, writes the new state to *s in place and sets every field of
+// *d (whatever *d held on entry). s and d point to memory the caller owns
+// (a store's scratch, under the key's lock); the algorithm keeps neither
+// pointer after the call. The rule of [State].Log holds as for Step: the
+// new s.Log may share the input log's spare capacity, so the caller keeps
+// only this one state stepped from that input.
+//
+// It exists for speed, like [WordStepper]. A store may call either one; they
+// must agree exactly.
+type StateStepper interface {
+	StepState(s *State, now, n int64, d *floodgate.Decision)
+}
