@@ -48,14 +48,48 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
+// Source says which layer reported an [Event], so that one observer can be
+// given to a transport and to a store without counting a request twice.
+type Source uint8
+
+// The sources. Their String forms are stable and meant as metric labels.
+const (
+	// SourceRequest: the one event of a request's admission, reported by
+	// the transport (middleware, interceptor, Envoy service) or the
+	// concurrency limiter that decided it. Count requests on these.
+	SourceRequest Source = iota + 1
+	// SourceStore: a store's own outcome (a fallback decision, an error),
+	// reported by the store in addition to the request's event. Never
+	// count requests on these.
+	SourceStore
+)
+
+// String returns "request", "store" or "unknown".
+func (s Source) String() string {
+	switch s {
+	case SourceRequest:
+		return "request"
+	case SourceStore:
+		return "store"
+	}
+	return "unknown"
+}
+
 // Event describes one decision for an [Observer].
 type Event struct {
-	// Limiter names the limiter (set by the user; e.g. "api-per-ip").
-	Limiter string
+	// Source is the layer that reported the event. The zero value means
+	// SourceRequest.
+	Source Source
+	// Policy names the limit that decided (e.g. "api-per-ip"): the
+	// limiter's Name, or the transport's WithName.
+	Policy string
 	// Tier is an optional tier label (e.g. "edge", "global").
 	Tier string
 	// Route is an optional route class (e.g. "/search"), never a raw URL.
 	Route string
+	// Class is the priority class of the request ("critical", "standard",
+	// "best_effort") where a priority shedder classified it, else "".
+	Class string
 	// Outcome is what happened.
 	Outcome Outcome
 	// Decision is the limiter's verdict, when it gave one.

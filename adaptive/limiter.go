@@ -452,7 +452,7 @@ func (l *Limiter) retryAfter() time.Duration {
 }
 
 func (l *Limiter) observe(label string, o floodgate.Outcome, d floodgate.Decision, err error, lat time.Duration) {
-	l.o.observer.Observe(floodgate.Event{Limiter: l.o.name, Route: label, Outcome: o, Decision: d, Err: err, Latency: lat})
+	l.o.observer.Observe(floodgate.Event{Policy: l.o.name, Route: label, Outcome: o, Decision: d, Err: err, Latency: lat})
 }
 
 type outcome uint8

@@ -292,7 +292,7 @@ type tally struct {
 // Observe counts e.
 func (t *tally) Observe(e floodgate.Event) {
 	t.mu.Lock()
-	t.counts[e.Limiter+" "+e.Outcome.String()]++
+	t.counts[e.Policy+" "+e.Outcome.String()]++
 	t.mu.Unlock()
 }
 

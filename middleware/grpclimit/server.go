@@ -220,7 +220,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 	start := i.now()
 	d, n, key, err := i.take(ctx, method)
 	ev := floodgate.Event{
-		Limiter:  i.cfg.name,
+		Policy:   i.cfg.name,
 		Tier:     i.cfg.tier,
 		Route:    i.route(method),
 		Decision: d,
@@ -339,7 +339,7 @@ func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.Ser
 	start := i.now()
 	release, ok, err := i.acquire(ctx)
 	ev := floodgate.Event{
-		Limiter: i.cfg.name,
+		Policy:  i.cfg.name,
 		Tier:    i.cfg.tier,
 		Route:   i.route(method),
 		Err:     err,

@@ -198,7 +198,7 @@ func (c *config) start() int64 {
 
 // event starts the observer's event of a decision that began at start.
 func (c *config) event(start int64, d floodgate.Decision) floodgate.Event {
-	ev := floodgate.Event{Limiter: c.name, Tier: c.tier, Route: c.route, Decision: d}
+	ev := floodgate.Event{Policy: c.name, Tier: c.tier, Route: c.route, Decision: d}
 	if c.observer != nil {
 		ev.Latency = time.Duration(floodgate.Nanotime() - start)
 	}

@@ -20,7 +20,7 @@ func Example() {
 		panic(err)
 	}
 	for _, o := range []floodgate.Outcome{floodgate.OutcomeAllowed, floodgate.OutcomeAllowed, floodgate.OutcomeDenied} {
-		obs.Observe(floodgate.Event{Limiter: "per-peer", Route: "/search", Outcome: o, Latency: 800 * time.Nanosecond})
+		obs.Observe(floodgate.Event{Policy: "per-peer", Route: "/search", Outcome: o, Latency: 800 * time.Nanosecond})
 	}
 
 	mfs, err := reg.Gather()

@@ -167,7 +167,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (out C, re
 
 // Observe implements [floodgate.Observer].
 func (o *Observer) Observe(e floodgate.Event) {
-	s := o.seriesFor(labelSet{e.Limiter, e.Tier, e.Route, e.Outcome.String()})
+	s := o.seriesFor(labelSet{e.Policy, e.Tier, e.Route, e.Outcome.String()})
 	s.count.Inc()
 	s.latency.Observe(e.Latency.Seconds())
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func ev(limiter, route string, o floodgate.Outcome, lat time.Duration) floodgate.Event {
-	return floodgate.Event{Limiter: limiter, Tier: "edge", Route: route, Outcome: o, Latency: lat}
+	return floodgate.Event{Policy: limiter, Tier: "edge", Route: route, Outcome: o, Latency: lat}
 }
 
 func TestCountsAndLatency(t *testing.T) {

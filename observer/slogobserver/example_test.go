@@ -26,11 +26,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	obs.Observe(floodgate.Event{Limiter: "per-peer", Route: "/search", Outcome: floodgate.OutcomeAllowed,
+	obs.Observe(floodgate.Event{Policy: "per-peer", Route: "/search", Outcome: floodgate.OutcomeAllowed,
 		Decision: floodgate.Decision{Allowed: true, Limit: 5, Remaining: 4}, Latency: 800 * time.Nanosecond})
-	obs.Observe(floodgate.Event{Limiter: "per-peer", Route: "/search", Outcome: floodgate.OutcomeDenied,
+	obs.Observe(floodgate.Event{Policy: "per-peer", Route: "/search", Outcome: floodgate.OutcomeDenied,
 		Decision: floodgate.Decision{Limit: 5, RetryAfter: 200 * time.Millisecond}, Latency: 900 * time.Nanosecond})
-	obs.Observe(floodgate.Event{Limiter: "shared", Outcome: floodgate.OutcomeErrorOpen,
+	obs.Observe(floodgate.Event{Policy: "shared", Outcome: floodgate.OutcomeErrorOpen,
 		Err: errors.New("store unavailable"), Latency: 3 * time.Millisecond})
 	// Output:
 	// level=INFO msg="floodgate decision" limiter=per-peer outcome=denied route=/search latency=900ns limit=5 remaining=0 retry_after=200ms

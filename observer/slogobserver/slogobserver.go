@@ -124,7 +124,7 @@ func (o *Observer) Observe(e floodgate.Event) {
 	}
 	var buf [10]slog.Attr
 	attrs := append(buf[:0],
-		slog.String("limiter", e.Limiter),
+		slog.String("policy", e.Policy),
 		slog.String("outcome", e.Outcome.String()))
 	if e.Tier != "" {
 		attrs = append(attrs, slog.String("tier", e.Tier))

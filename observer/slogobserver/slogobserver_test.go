@@ -49,13 +49,13 @@ func TestDefaultLevelsAndAttributes(t *testing.T) {
 	o, err := New(slog.New(h))
 	require.NoError(t, err)
 
-	o.Observe(floodgate.Event{Limiter: "per-peer", Route: "/svc/A", Outcome: floodgate.OutcomeAllowed,
+	o.Observe(floodgate.Event{Policy: "per-peer", Route: "/svc/A", Outcome: floodgate.OutcomeAllowed,
 		Decision: floodgate.Decision{Allowed: true, Limit: 5, Remaining: 4}, Latency: 700 * time.Nanosecond})
-	o.Observe(floodgate.Event{Limiter: "per-peer", Tier: "edge", Route: "/svc/A", Outcome: floodgate.OutcomeDenied,
+	o.Observe(floodgate.Event{Policy: "per-peer", Tier: "edge", Route: "/svc/A", Outcome: floodgate.OutcomeDenied,
 		Decision: floodgate.Decision{Limit: 5, RetryAfter: 150 * time.Millisecond}, Latency: time.Microsecond})
-	o.Observe(floodgate.Event{Limiter: "shared", Outcome: floodgate.OutcomeErrorClosed,
+	o.Observe(floodgate.Event{Policy: "shared", Outcome: floodgate.OutcomeErrorClosed,
 		Err: errors.New("redis: connection refused"), Latency: 2 * time.Millisecond})
-	o.Observe(floodgate.Event{Limiter: "adaptive", Outcome: floodgate.OutcomeShed})
+	o.Observe(floodgate.Event{Policy: "adaptive", Outcome: floodgate.OutcomeShed})
 
 	require.Len(t, h.records, 4)
 	levels := []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelError, slog.LevelWarn}
@@ -89,7 +89,7 @@ func TestDisabledLevelsBuildNothing(t *testing.T) {
 	h := &capture{min: slog.LevelInfo}
 	o, err := New(slog.New(h))
 	require.NoError(t, err)
-	e := floodgate.Event{Limiter: "x", Outcome: floodgate.OutcomeAllowed, Decision: floodgate.Decision{Allowed: true, Limit: 1}}
+	e := floodgate.Event{Policy: "x", Outcome: floodgate.OutcomeAllowed, Decision: floodgate.Decision{Allowed: true, Limit: 1}}
 	o.Observe(e)
 	assert.Empty(t, h.records, "allowed is Debug by default")
 	allocs := testing.AllocsPerRun(100, func() { o.Observe(e) })
@@ -121,7 +121,7 @@ func TestOptions(t *testing.T) {
 }
 
 func BenchmarkObserve(b *testing.B) {
-	e := floodgate.Event{Limiter: "per-peer", Route: "/svc/A", Outcome: floodgate.OutcomeAllowed,
+	e := floodgate.Event{Policy: "per-peer", Route: "/svc/A", Outcome: floodgate.OutcomeAllowed,
 		Decision: floodgate.Decision{Allowed: true, Limit: 5, Remaining: 4}, Latency: 700 * time.Nanosecond}
 	b.Run("disabled", func(b *testing.B) {
 		o, _ := New(slog.New(slog.DiscardHandler))

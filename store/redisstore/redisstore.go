@@ -95,7 +95,7 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // WithObserver reports every decision of the store to o (default none):
 // allowed, denied, delayed, and the outcomes of the failure policy
 // ([floodgate.OutcomeErrorOpen], [floodgate.OutcomeErrorClosed],
-// [floodgate.OutcomeFallback]). Event.Limiter is the name set with
+// [floodgate.OutcomeFallback]). Event.Policy is the name set with
 // [WithName].
 func WithObserver(o floodgate.Observer) Option {
 	return Option{func(c *config) { c.observer = o }}
@@ -117,7 +117,7 @@ func WithCoalescing(maxInFlight int) Option {
 	return Option{func(c *config) { c.coalesce = maxInFlight }}
 }
 
-// WithName names the store in observer events (Event.Limiter); default
+// WithName names the store in observer events (Event.Policy); default
 // "redis".
 func WithName(name string) Option {
 	return Option{func(c *config) { c.name = name }}
@@ -408,7 +408,7 @@ func (s *Store) fail(ctx context.Context, key string, ps []*policy, n int64, cau
 	}
 	if s.observer != nil {
 		s.observer.Observe(floodgate.Event{
-			Limiter:  s.name,
+			Policy:   s.name,
 			Outcome:  outcome,
 			Decision: d,
 			Err:      cause,
@@ -430,7 +430,7 @@ func (s *Store) observe(d floodgate.Decision, start int64) {
 		o = floodgate.OutcomeDelayed
 	}
 	s.observer.Observe(floodgate.Event{
-		Limiter:  s.name,
+		Policy:   s.name,
 		Outcome:  o,
 		Decision: d,
 		Latency:  time.Duration(floodgate.Nanotime() - start),

@@ -216,7 +216,7 @@ func TestObserverOutcomes(t *testing.T) {
 	c := newClient(t, singleAddr)
 	var got []floodgate.Outcome
 	obs := floodgate.ObserverFunc(func(e floodgate.Event) {
-		assert.Equal(t, "api", e.Limiter)
+		assert.Equal(t, "api", e.Policy)
 		got = append(got, e.Outcome)
 	})
 	s := testStore(t, c, WithObserver(obs), WithName("api"))
