@@ -166,8 +166,9 @@ func Combine(checks []Check) Decision {
 // its RetryAfter is the largest among the limiters that refuse. For limits
 // on different keys, or to learn which limiter refused, call TakeAll.
 //
-// All returns an error wrapping [ErrInvalidConfig] when limiters is empty or
-// holds a nil (or typed-nil) limiter. The returned Limiter is a [Refunder]
+// All returns an error wrapping [ErrInvalidConfig] when limiters is empty,
+// holds a nil (or typed-nil) limiter, or one that is neither a [GroupTaker]
+// nor a [Refunder]. The returned Limiter is a [Refunder]
 // (refunding every limiter that is one) and is safe for concurrent use.
 func All(limiters ...Limiter) (Limiter, error) {
 	if len(limiters) == 0 {
@@ -176,6 +177,11 @@ func All(limiters ...Limiter) (Limiter, error) {
 	for i, l := range limiters {
 		if isNil(l) {
 			return nil, fmt.Errorf("%w: All: limiter %d is nil", ErrInvalidConfig, i)
+		}
+		_, group := l.(GroupTaker)
+		_, refund := l.(Refunder)
+		if !group && !refund {
+			return nil, fmt.Errorf("%w: All: limiter %d (%T) can neither decide a group nor refund", ErrInvalidConfig, i, l)
 		}
 	}
 	a := &all{limiters: append([]Limiter(nil), limiters...)}

@@ -146,13 +146,16 @@ func TestAllConsumesNothingWhenOneDenies(t *testing.T) {
 		assert.Equal(t, int64(3), perSec.used["k"], "the per-second budget was refunded")
 		assert.Equal(t, 1, perSec.refunds)
 
-		// The other order: the first limiter denies, the second is never asked.
+		// The other order: the first limiter denies; the second is asked
+		// too (its RetryAfter counts), and refunded.
 		l2, err := floodgate.All(perHour, perSec)
 		require.NoError(t, err)
 		d, err = l2.Take(ctx, "k", 1)
 		require.NoError(t, err)
 		assert.False(t, d.Allowed)
-		assert.Equal(t, 4, perSec.takes)
+		assert.Equal(t, time.Hour, d.RetryAfter)
+		assert.Equal(t, 5, perSec.takes)
+		assert.Equal(t, int64(3), perSec.used["k"])
 	})
 }
 
