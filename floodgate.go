@@ -17,6 +17,11 @@ type Decision struct {
 	// Allowed reports whether the request was admitted (and charged).
 	Allowed bool
 
+	// Fallback is set when the shared store could not decide and a local
+	// fallback limiter decided instead (the Redis store's Fallback failure
+	// policy): the decision is the local one's.
+	Fallback bool
+
 	// Limit is the capacity of the policy that decided, in units of cost: the
 	// burst of a token bucket, the number of requests of a window.
 	Limit int64
@@ -52,6 +57,30 @@ type Limiter interface {
 	// happens to such a request. With a non-nil error the Decision is the zero
 	// value.
 	Take(ctx context.Context, key string, n int) (Decision, error)
+}
+
+// Policy describes a limit the way a transport advertises it (the
+// RateLimit-Policy field, Envoy's current_limit).
+type Policy struct {
+	// Name is the limit's name, "" when it has none.
+	Name string
+	// Quota is how many units the limit grants per Window: a rate's N per
+	// Per, a window's limit per its length.
+	Quota int64
+	// Window is the period of Quota.
+	Window time.Duration
+	// Capacity is the most units that pass at once from full, and the
+	// largest cost one request may have (a burst, a window's limit).
+	Capacity int64
+	// Undelayed is how many of Capacity pass without a shaping delay
+	// (Capacity, except for a leaky bucket in delay mode).
+	Undelayed int64
+}
+
+// Describer is implemented by limiters that can describe their policy, so
+// that transports derive what they advertise from the limiter itself.
+type Describer interface {
+	Policy() Policy
 }
 
 // Refunder is implemented by limiters that can give back units taken earlier,

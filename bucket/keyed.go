@@ -84,6 +84,9 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 		Namespace: algo.Identity("token-bucket", c.Name, fmt.Sprintf("%d/%d", t, c.Burst)),
 		Words:     1,
 		Capacity:  c.Burst,
+		Undelayed: c.Burst,
+		Quota:     c.Rate.N,
+		Window:    c.Rate.Per,
 		Lua:       algo.Lua{Source: gcraLua, Params: []int64{t, c.Burst}},
 	}
 	return &g, nil

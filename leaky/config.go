@@ -148,6 +148,8 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 	a.spec.Policy = c.Name
 	a.spec.Namespace = algo.Identity("leaky-bucket", c.Name, fmt.Sprintf("%d/%d/%d", a.rate, a.burst, a.delay))
 	a.spec.Capacity = a.limit
+	a.spec.Undelayed = c.UndelayedCapacity()
+	a.spec.Quota, a.spec.Window = c.Rate.N, c.Rate.Per
 	a.spec.Words = 3
 	a.spec.Lua.Source = stepLua
 	a.spec.Lua.Params = []int64{a.rate, a.burst, a.delay, a.msCap, a.limit}

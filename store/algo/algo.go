@@ -1,6 +1,10 @@
 package algo
 
-import "github.com/floodgate-go/floodgate"
+import (
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
 
 // MaxWords is the number of fixed-size words of state a store keeps per key.
 const MaxWords = 6
@@ -46,6 +50,15 @@ type Spec struct {
 	// token bucket, the limit of a window. Larger costs could never be
 	// admitted. Capacity >= 1.
 	Capacity int64
+	// Undelayed is how many of Capacity's units pass from full without a
+	// shaping delay: Capacity, except for a leaky bucket in delay mode. A
+	// transport that refuses delayed requests advertises only these.
+	Undelayed int64
+	// Quota and Window describe the limit as a transport advertises it
+	// (RateLimit-Policy q and w): Quota units per Window (a rate's N per
+	// Per, a window's limit per its length).
+	Quota  int64
+	Window time.Duration
 	// Lua is the algorithm's twin for stores that run server-side scripts.
 	Lua Lua
 }

@@ -1,0 +1,323 @@
+// Package admit is floodgate's one admission core: it turns the decisions of
+// a request's limits into one verdict (admit, deny, never fits, unavailable),
+// applying dry run, the fail mode, shaping delays, panics and refunds, and
+// reports the request's one observer event. Every transport (httplimit,
+// grpclimit, the Envoy rate limit service) calls it and only translates the
+// verdict into its own status codes and headers.
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
+)
+
+// FailMode is what happens when the limits cannot decide.
+type FailMode uint8
+
+// The fail modes.
+const (
+	FailOpen FailMode = iota
+	FailClosed
+)
+
+// DelayMode is what happens to a request admitted with a shaping delay.
+type DelayMode uint8
+
+// The delay modes.
+const (
+	DelayHonour DelayMode = iota
+	DelayRefuse
+)
+
+// Kind is the verdict's kind.
+type Kind uint8
+
+// The kinds of verdict.
+const (
+	// Admit: go on (any delay has been waited).
+	Admit Kind = iota + 1
+	// Deny: rate limited; retry after Verdict.RetryAfter.
+	Deny
+	// NeverFits: the request can never be admitted (its cost exceeds a
+	// limit's capacity, or its cost or key is invalid): retrying is
+	// useless, so no retry time is given.
+	NeverFits
+	// Unavailable: the limits could not decide and the fail mode is closed.
+	Unavailable
+)
+
+// Reasons, stable strings for diagnostic headers and problem details.
+const (
+	ReasonRateLimited = "rate_limited"
+	ReasonDelay       = "delay_refused"
+	ReasonCost        = "cost_exceeds_limit"
+	ReasonKey         = "invalid_key"
+	ReasonUnavailable = "limiter_unavailable"
+)
+
+// UnavailableRetry is the retry delay suggested when the limits could not
+// decide and the fail mode is closed.
+const UnavailableRetry = time.Second
+
+// ErrPanic is wrapped by the error of a limiter that panicked.
+var ErrPanic = errors.New("floodgate: limiter panicked")
+
+// Limit is one policy a request is checked against.
+type Limit struct {
+	Limiter floodgate.Limiter
+	// Policy is what the limiter says of itself (zero when it cannot).
+	Policy floodgate.Policy
+}
+
+// Config is what a transport sets up once.
+type Config struct {
+	// Name labels events when set; otherwise the deciding limit's name.
+	Name string
+	Tier string
+	// Observer receives the request's one event (nil: none).
+	Observer  floodgate.Observer
+	FailMode  FailMode
+	DelayMode DelayMode
+	DryRun    bool
+}
+
+// Core decides requests against a fixed list of limits. It is immutable and
+// safe for concurrent use.
+type Core struct {
+	cfg    Config
+	limits []Limit
+}
+
+// New returns the core for limits. It refuses an empty list and nil or
+// typed-nil limiters.
+func New(cfg Config, limiters ...floodgate.Limiter) (*Core, error) {
+	if len(limiters) == 0 {
+		return nil, fmt.Errorf("%w: no limiter", floodgate.ErrInvalidConfig)
+	}
+	c := &Core{cfg: cfg}
+	if nilcheck.Is(cfg.Observer) {
+		c.cfg.Observer = nil
+	}
+	for i, l := range limiters {
+		if nilcheck.Is(l) {
+			return nil, fmt.Errorf("%w: limiter %d is nil", floodgate.ErrInvalidConfig, i)
+		}
+		lim := Limit{Limiter: l}
+		if d, ok := l.(floodgate.Describer); ok {
+			lim.Policy = d.Policy()
+		}
+		c.limits = append(c.limits, lim)
+	}
+	return c, nil
+}
+
+// Limits returns the core's limits, in order.
+func (c *Core) Limits() []Limit { return c.limits }
+
+// DryRun reports whether the core is in dry-run mode.
+func (c *Core) DryRun() bool { return c.cfg.DryRun }
+
+// Verdict is the outcome of one request.
+type Verdict struct {
+	Kind    Kind
+	Outcome floodgate.Outcome
+	// Decision is the combined decision (zero when the limits could not
+	// decide). With DelayRefuse, Remaining counts only undelayed units.
+	Decision floodgate.Decision
+	// RetryAfter is when to retry (Deny, Unavailable); zero otherwise.
+	RetryAfter time.Duration
+	// Reason is the reason of a refusal, "" on admission.
+	Reason string
+	// Headers reports whether the transport should write the rate-limit
+	// headers of Decision (never in dry run, never without a decision).
+	Headers bool
+	// Err is the limiter's error, if any.
+	Err error
+}
+
+// Decide decides one request. checks holds one entry per limit (in the
+// order of Limits) with Key and N set by the transport; Limiter is set by
+// Decide. On return every check's Decision is its limit's own. ev is the
+// transport's start of the request's event (Route, Class); Decide fills the
+// rest and reports it. start is the Nanotime the decision began, or 0 when
+// there is no observer.
+func (c *Core) Decide(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
+	for i := range checks {
+		checks[i].Limiter = c.limits[i].Limiter
+	}
+	d, err := c.take(ctx, checks)
+	v := c.judge(ctx, checks, d, err)
+	c.observe(ev, start, v, checks)
+	return v
+}
+
+// Start returns the time a decision starts, for the observer's latency; 0
+// without an observer (the clock is then not read).
+func (c *Core) Start() int64 {
+	if c.cfg.Observer == nil {
+		return 0
+	}
+	return floodgate.Nanotime()
+}
+
+func (c *Core) take(ctx context.Context, checks []floodgate.Check) (d floodgate.Decision, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d, err = floodgate.Decision{}, fmt.Errorf("%w: %v", ErrPanic, p)
+		}
+	}()
+	if len(checks) == 1 {
+		ch := &checks[0]
+		ch.Decision, err = ch.Limiter.Take(ctx, ch.Key, ch.N)
+		return ch.Decision, err
+	}
+	return floodgate.TakeAll(ctx, checks)
+}
+
+func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.Decision, err error) Verdict {
+	switch {
+	case err != nil && (errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey)):
+		// Never admissible: failing open would exempt exactly the most
+		// expensive requests, or anyone who crafts a key a store refuses.
+		reason := ReasonCost
+		if errors.Is(err, floodgate.ErrInvalidKey) {
+			reason = ReasonKey
+		}
+		if c.cfg.DryRun {
+			return Verdict{Kind: Admit, Outcome: floodgate.OutcomeWouldDeny, Reason: reason, Err: err}
+		}
+		return Verdict{Kind: NeverFits, Outcome: floodgate.OutcomeDenied, Reason: reason, Err: err}
+	case err != nil:
+		if c.cfg.FailMode == FailClosed && !c.cfg.DryRun {
+			return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, RetryAfter: UnavailableRetry, Reason: ReasonUnavailable, Err: err}
+		}
+		return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Err: err}
+	}
+	fallback := false
+	for i := range checks {
+		fallback = fallback || checks[i].Decision.Fallback
+	}
+	outcome := func(o floodgate.Outcome) floodgate.Outcome {
+		if fallback {
+			return floodgate.OutcomeFallback
+		}
+		return o
+	}
+	switch {
+	case c.cfg.DryRun:
+		o := floodgate.OutcomeAllowed
+		if !d.Allowed {
+			o = floodgate.OutcomeWouldDeny
+		}
+		return Verdict{Kind: Admit, Outcome: outcome(o), Decision: d}
+	case !d.Allowed:
+		retry := d.RetryAfter
+		if retry <= 0 {
+			// A denial without a retry time breaks the Decision contract;
+			// the time until full is certainly enough.
+			retry = max(d.ResetAfter, time.Second)
+		}
+		d.RetryAfter = retry
+		return Verdict{Kind: Deny, Outcome: outcome(floodgate.OutcomeDenied), Decision: d, RetryAfter: retry, Reason: ReasonRateLimited, Headers: true}
+	case d.Delay > 0:
+		if c.cfg.DelayMode == DelayRefuse || !wait(ctx, d.Delay) {
+			c.refund(ctx, checks)
+			d.Allowed, d.RetryAfter = false, d.Delay
+			d.Remaining = 0
+			d.Delay = 0
+			return Verdict{Kind: Deny, Outcome: outcome(floodgate.OutcomeDenied), Decision: d, RetryAfter: d.RetryAfter, Reason: ReasonDelay, Headers: true}
+		}
+		return Verdict{Kind: Admit, Outcome: outcome(floodgate.OutcomeDelayed), Decision: d, Headers: true}
+	}
+	if c.cfg.DelayMode == DelayRefuse {
+		d = c.undelayed(checks)
+	}
+	return Verdict{Kind: Admit, Outcome: outcome(floodgate.OutcomeAllowed), Decision: d, Headers: true}
+}
+
+// undelayed recombines the checks' decisions counting as remaining only the
+// units that would pass without a delay: what a client of a DelayRefuse
+// transport can really still send.
+func (c *Core) undelayed(checks []floodgate.Check) floodgate.Decision {
+	for i := range checks {
+		p := c.limits[i].Policy
+		if p.Capacity > p.Undelayed && p.Undelayed > 0 {
+			dd := &checks[i].Decision
+			dd.Remaining = max(0, dd.Remaining-(p.Capacity-p.Undelayed))
+			dd.Limit = min(dd.Limit, p.Undelayed)
+		}
+	}
+	if len(checks) == 1 {
+		return checks[0].Decision
+	}
+	return floodgate.Combine(checks)
+}
+
+// refund gives back the units of an admitted request that is refused after
+// all (a delay that cannot be honoured). Best effort: a failing refund only
+// leaves the keys charged.
+func (c *Core) refund(ctx context.Context, checks []floodgate.Check) {
+	defer func() { _ = recover() }()
+	for i := range checks {
+		if r, ok := checks[i].Limiter.(floodgate.Refunder); ok {
+			_ = r.Refund(context.WithoutCancel(ctx), checks[i].Key, checks[i].N)
+		}
+	}
+}
+
+// wait holds a request for d; false when it cannot (the delay would pass
+// the context's deadline, or the context ended).
+func wait(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
+	o := c.cfg.Observer
+	if o == nil {
+		return
+	}
+	ev.Source = floodgate.SourceRequest
+	ev.Tier = c.cfg.Tier
+	ev.Outcome = v.Outcome
+	ev.Decision = v.Decision
+	ev.Err = v.Err
+	ev.Policy = c.cfg.Name
+	if ev.Policy == "" {
+		ev.Policy = c.deciding(checks)
+	}
+	if start != 0 {
+		ev.Latency = time.Duration(floodgate.Nanotime() - start)
+	}
+	o.Observe(ev)
+}
+
+// deciding names the limit that decided: the refusing one with the longest
+// RetryAfter, else the one with the fewest units remaining.
+func (c *Core) deciding(checks []floodgate.Check) string {
+	best := 0
+	for i := 1; i < len(checks); i++ {
+		a, b := checks[best].Decision, checks[i].Decision
+		switch {
+		case !b.Allowed && (a.Allowed || b.RetryAfter > a.RetryAfter):
+			best = i
+		case a.Allowed && b.Allowed && b.Remaining < a.Remaining:
+			best = i
+		}
+	}
+	return c.limits[best].Policy.Name
+}
