@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -113,12 +114,14 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 		lm := m(bareHandler).(*limitHandler).m
 		d := floodgate.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 3 * time.Second}
+		checks := []floodgate.Check{{Decision: d}}
+		v := admit.Verdict{Kind: admit.Admit, Decision: d, Headers: true}
 		h := http.Header{}
 		b.ReportAllocs()
 		cpu0 := cpuTime()
 		for b.Loop() {
 			clear(h)
-			lm.setHeaders(h, d, "ip", 0)
+			lm.setHeaders(h, checks, v, "ip")
 		}
 		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 	})

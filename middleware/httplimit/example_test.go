@@ -19,10 +19,10 @@ import (
 func ExampleMiddleware() {
 	s, _ := memstore.New()
 	defer s.Close()
-	// One request per minute per client IP, two at once.
-	lim, _ := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerMinute(1), Burst: 2})
-	limit, err := httplimit.Middleware(lim,
-		httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Window: 2 * time.Minute}))
+	// One request per minute per client IP, two at once. The middleware
+	// advertises the limiter's own name, rate (q per w) and state.
+	lim, _ := bucket.NewKeyed(s, bucket.Config{Name: "per-ip", Rate: floodgate.PerMinute(1), Burst: 2})
+	limit, err := httplimit.Middleware(lim)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -42,9 +42,9 @@ func ExampleMiddleware() {
 			resp.Header.Get("RateLimit"), resp.Header.Get("Retry-After"))
 	}
 	// Output:
-	// 200 "per-ip";q=2;w=120 "per-ip";r=1;t=60 retry=""
-	// 200 "per-ip";q=2;w=120 "per-ip";r=0;t=120 retry=""
-	// 429 "per-ip";q=2;w=120 "per-ip";r=0;t=60 retry="60"
+	// 200 "per-ip";q=1;w=60 "per-ip";r=1;t=60 retry=""
+	// 200 "per-ip";q=1;w=60 "per-ip";r=0;t=120 retry=""
+	// 429 "per-ip";q=1;w=60 "per-ip";r=0;t=60 retry="60"
 }
 
 func ExampleWithTrustedProxies() {

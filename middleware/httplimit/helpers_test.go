@@ -44,6 +44,29 @@ func (s *testStore) Apply(_ context.Context, key string, alg algo.Algorithm, n i
 	return d, nil
 }
 
+func (s *testStore) ApplyAll(_ context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := micros.Of(s.clock())
+	next := map[string]algo.State{}
+	all := true
+	for i, op := range ops {
+		k := strconv.FormatUint(op.Alg.Spec().Namespace, 16) + "/" + op.Key
+		st, ok := next[k]
+		if !ok {
+			st = s.m[k]
+		}
+		next[k], out[i] = op.Alg.Step(st, now, op.N)
+		all = all && out[i].Allowed
+	}
+	if all && commit {
+		for k, st := range next {
+			s.m[k] = st
+		}
+	}
+	return all, nil
+}
+
 func (s *testStore) keys() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

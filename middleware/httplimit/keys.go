@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -12,9 +10,6 @@ import (
 // (a Unix socket, a hand-made request): they share one budget rather than
 // escape limiting.
 const unknownPeer = "unknown-peer"
-
-// maxPlainKey is the longest header value used as a key verbatim.
-const maxPlainKey = 128
 
 // ClientIP returns the address the middleware would attribute r to, given
 // the trusted proxies (reporting in X-Forwarded-For), before prefix
@@ -177,31 +172,20 @@ func (c *config) ipKey(a netip.Addr, plain string) string {
 	return string(p.AppendTo(arr[:0]))
 }
 
-// headerKey turns a header value into a key in its own namespace. Values
-// that are long or not printable ASCII are digested.
-func headerKey(v string) string {
-	if len(v) <= maxPlainKey && printableNoSpace(v) {
-		return "hdr:" + v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return "hdr#" + hex.EncodeToString(sum[:16])
+// credentialKey turns a credential (a header value) into its key: "hdr#"
+// and the base64url of the first 128 bits of HMAC-SHA256(secret, value).
+// The credential never reaches a store or an observer.
+func (c *config) credentialKey(v string) string {
+	return c.hasher.Key(v)
 }
 
-func printableNoSpace(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] <= 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// key returns the request's key and the scope it was taken from.
+// key returns the request's key for the middleware's own limiter and the
+// scope it was taken from.
 func (c *config) key(r *http.Request) (key string, fromIP bool) {
 	switch c.keyKind {
 	case keyHeader:
 		if v := r.Header[c.header]; len(v) > 0 && v[0] != "" {
-			key = headerKey(v[0])
+			key = c.credentialKey(v[0])
 		}
 	case keyCustom:
 		key = c.keyFunc(r)
@@ -214,8 +198,8 @@ func (c *config) key(r *http.Request) (key string, fromIP bool) {
 			key = unknownPeer
 		}
 	}
-	if c.routeKey != "" {
-		key = c.routeKey + key
+	if c.keyPrefix != "" {
+		key = c.keyPrefix + key
 	}
 	return key, fromIP
 }

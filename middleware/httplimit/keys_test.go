@@ -260,9 +260,10 @@ func TestHostileKeys(t *testing.T) {
 func FuzzKey(f *testing.F) {
 	f.Add("10.0.0.1:80", "1.2.3.4, 10.0.0.2", "for=\"[2001:db8::1]:80\"", "tok")
 	f.Add("[2001:db8::1]:1", ",", "for=", "")
-	c := defaultConfig()
-	_ = WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")).apply(&c)
-	_ = WithHeaderKey("X-Token").apply(&c)
+	c, err := buildConfig([]Option{WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")), WithHeaderKey("X-Token")}, forMiddleware)
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, remote, xff, fwd, tok string) {
 		r := reqFrom(remote, map[string][]string{"X-Forwarded-For": {xff}, "X-Token": {tok}})
 		k, fromIP := c.key(r)

@@ -1,18 +1,19 @@
 package httplimit
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
 // Canonical header names, written straight into the header map.
@@ -47,54 +48,75 @@ const (
 const maxSF = 999_999_999_999_999
 
 // ErrLimiterPanic is wrapped by the error reported to the observer when a
-// limiter (or an Acquirer) panics. The panic is recovered and the request
-// follows the fail mode.
-var ErrLimiterPanic = errors.New("httplimit: limiter panicked")
+// key or cost function, a limiter or an Acquirer panics. The panic is
+// recovered and the request follows the fail mode.
+var ErrLimiterPanic = admit.ErrPanic
+
+// limitHdr is what one limit writes in the IETF fields.
+type limitHdr struct {
+	static  string // the whole RateLimit-Policy member when q is known
+	qPrefix string // `"name";q=`, followed by Decision.Limit, when it is not
+	w       string // `;w=N` or ""
+	rl      string // `"name";r=`
+}
 
 type limiterMW struct {
-	cfg      config
-	l        floodgate.Limiter
-	refunder floodgate.Refunder
-
-	policyStatic string // whole RateLimit-Policy value when the quota is fixed
-	policyQ      string // `"name";q=`, followed by Decision.Limit
-	policyW      string // `;w=N` or ""
-	rlPrefix     string // `"name";r=`
-	scopeIP      string
-	scopeKey     string
+	cfg  config
+	core *admit.Core
+	keys []KeyFunc // per limit after the first: nil means the main key
+	hdrs []limitHdr
+	// policyField is the whole RateLimit-Policy value when every member
+	// is static.
+	policyField string
+	scopeIP     string
+	scopeKey    string
+	checks      sync.Pool // *[]floodgate.Check
 }
 
 // Middleware returns a wrapper that rate-limits requests with l: each
 // request is mapped to a key (the client IP by default) and a cost (1 by
-// default) and admitted only when l admits it. See the package
-// documentation for the response contract.
+// default) and admitted only when l (and every limit added with
+// [WithLimit], all or nothing) admits it. See the package documentation for
+// the response contract.
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
-// or an option is invalid. The wrapper and the handlers it returns are safe
-// for concurrent use. A nil handler given to the wrapper means
-// [http.DefaultServeMux].
+// (or a typed nil), an option is invalid or does not apply to Middleware,
+// or a restated [Policy] contradicts what the limiter describes. The
+// wrapper and the handlers it returns are safe for concurrent use. A nil
+// handler given to the wrapper means [http.DefaultServeMux].
 func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
-	if l == nil {
+	if nilcheck.Is(l) {
 		return nil, invalid("nil limiter")
 	}
-	cfg, err := buildConfig(opts)
+	cfg, err := buildConfig(opts, forMiddleware)
 	if err != nil {
 		return nil, err
 	}
-	m := &limiterMW{cfg: cfg, l: l}
-	m.refunder, _ = l.(floodgate.Refunder)
-	name := sfString(cfg.policy.Name)
-	if cfg.policy.Window > 0 {
-		m.policyW = ";w=" + strconv.FormatInt(ceilSeconds(cfg.policy.Window), 10)
+	limiters := []floodgate.Limiter{l}
+	m := &limiterMW{cfg: cfg}
+	for _, e := range cfg.extra {
+		limiters = append(limiters, e.l)
+		m.keys = append(m.keys, e.key)
 	}
-	m.policyQ = name + ";q="
-	if cfg.policy.Quota > 0 {
-		m.policyStatic = m.policyQ + strconv.FormatInt(min(cfg.policy.Quota, maxSF), 10) + m.policyW
+	m.core, err = admit.New(admit.Config{
+		Name:      cfg.name,
+		Tier:      cfg.tier,
+		Observer:  cfg.observer,
+		FailMode:  admit.FailMode(cfg.failMode),
+		DelayMode: admit.DelayMode(cfg.delayMode),
+		DryRun:    cfg.dryRun,
+	}, limiters...)
+	if err != nil {
+		return nil, invalid("%v", err)
 	}
-	m.rlPrefix = name + ";r="
+	if err := m.buildHeaders(); err != nil {
+		return nil, err
+	}
+	n := len(limiters)
+	m.checks.New = func() any { s := make([]floodgate.Check, n); return &s }
 	kind := [...]string{keyIP: "ip", keyHeader: "header", keyCustom: "key"}[cfg.keyKind]
 	m.scopeIP, m.scopeKey = "ip", kind
-	if cfg.routeKey != "" {
+	if cfg.keyPrefix != "" {
 		m.scopeIP, m.scopeKey = "route+ip", "route+"+kind
 	}
 	return func(next http.Handler) http.Handler {
@@ -105,6 +127,63 @@ func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Ha
 	}, nil
 }
 
+// buildHeaders derives each limit's RateLimit-Policy member from what the
+// limiter describes, checked against a restated WithPolicy.
+func (m *limiterMW) buildHeaders() error {
+	c := &m.cfg
+	seen := map[string]bool{}
+	all := true
+	var members []string
+	for i, lim := range m.core.Limits() {
+		p := lim.Policy
+		name := p.Name
+		if i == 0 {
+			rs := c.policy
+			if rs.Name != "" {
+				name = rs.Name
+			}
+			if rs.Quota > 0 && p.Quota > 0 && rs.Quota != p.Quota {
+				return invalid("policy quota %d contradicts the limiter's %d", rs.Quota, p.Quota)
+			}
+			if rs.Window > 0 && p.Window > 0 && ceilSeconds(rs.Window) != ceilSeconds(p.Window) {
+				return invalid("policy window %v contradicts the limiter's %v", rs.Window, p.Window)
+			}
+			if p.Quota == 0 {
+				p.Quota, p.Window = rs.Quota, rs.Window
+			}
+		}
+		if name == "" {
+			name = "default"
+			if i > 0 {
+				name = "limit-" + strconv.Itoa(i+1)
+			}
+		}
+		if !printable(name) {
+			return invalid("policy name %q is not printable ASCII", name)
+		}
+		if seen[name] {
+			return invalid("two limits are named %q; give each its own Name", name)
+		}
+		seen[name] = true
+		sf := sfString(name)
+		h := limitHdr{qPrefix: sf + ";q=", rl: sf + ";r="}
+		if p.Window > 0 {
+			h.w = ";w=" + strconv.FormatInt(min(ceilSeconds(p.Window), maxSF), 10)
+		}
+		if p.Quota > 0 {
+			h.static = h.qPrefix + strconv.FormatInt(min(p.Quota, maxSF), 10) + h.w
+			members = append(members, h.static)
+		} else {
+			all = false
+		}
+		m.hdrs = append(m.hdrs, h)
+	}
+	if all {
+		m.policyField = strings.Join(members, ", ")
+	}
+	return nil
+}
+
 type limitHandler struct {
 	m    *limiterMW
 	next http.Handler
@@ -113,176 +192,68 @@ type limitHandler struct {
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	c := &m.cfg
+	start := m.core.Start()
+	ev := floodgate.Event{Route: c.route}
+	cs := m.checks.Get().(*[]floodgate.Check)
+	checks := *cs
+	defer func() {
+		clear(checks)
+		m.checks.Put(cs)
+	}()
+	fromIP, err := m.prepare(r, checks)
+	var v admit.Verdict
+	if err != nil {
+		v = m.core.Failed(r.Context(), err, ev, start)
+	} else {
+		v = m.core.Decide(r.Context(), checks, ev, start)
+	}
+	scope := m.scopeKey
+	if fromIP {
+		scope = m.scopeIP
+	}
+	switch v.Kind {
+	case admit.Deny:
+		m.setHeaders(w.Header(), checks, v, scope)
+		c.refuse(w, http.StatusTooManyRequests, v.RetryAfter, v.Reason, scope)
+		return
+	case admit.NeverFits:
+		c.refuse(w, http.StatusTooManyRequests, 0, v.Reason, scope)
+		return
+	case admit.Unavailable:
+		c.refuse(w, http.StatusServiceUnavailable, v.RetryAfter, v.Reason, scope)
+		return
+	}
+	if v.Headers {
+		m.setHeaders(w.Header(), checks, v, scope)
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// prepare sets every check's key and cost, turning a panicking key or cost
+// function into an error.
+func (m *limiterMW) prepare(r *http.Request, checks []floodgate.Check) (fromIP bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrLimiterPanic, p)
+		}
+	}()
+	c := &m.cfg
 	key, fromIP := c.key(r)
 	cost := 1
 	if c.cost != nil {
 		cost = c.cost(r)
 	}
-	start := c.start()
-	d, err := m.take(r.Context(), key, cost)
-	ev := c.event(start, d)
-	scope := m.scopeKey
-	if fromIP {
-		scope = m.scopeIP
-	}
-	switch {
-	case err != nil && (errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey)):
-		// A cost or a key the limiter refuses could never be admitted.
-		// Failing open here would exempt exactly the most expensive
-		// requests, or anyone who crafts a key the store rejects.
-		ev.Err = err
-		if c.dryRun {
-			ev.Outcome = floodgate.OutcomeWouldDeny
-			c.observe(ev)
-			break
+	checks[0].Key, checks[0].N = key, cost
+	for i, kf := range m.keys {
+		k := key
+		if kf != nil {
+			if s := kf(r); s != "" {
+				k = s
+			}
 		}
-		ev.Outcome = floodgate.OutcomeDenied
-		c.observe(ev)
-		reason := reasonCost
-		if errors.Is(err, floodgate.ErrInvalidKey) {
-			reason = reasonKey
-		}
-		c.refuse(w, http.StatusTooManyRequests, time.Second, reason, scope)
-		return
-	case err != nil:
-		if !c.failed(w, ev, err, scope) {
-			return
-		}
-	case c.dryRun:
-		ev.Outcome = floodgate.OutcomeAllowed
-		if !d.Allowed {
-			ev.Outcome = floodgate.OutcomeWouldDeny
-		}
-		c.observe(ev)
-	case !d.Allowed:
-		ev.Outcome = floodgate.OutcomeDenied
-		c.observe(ev)
-		retry := d.RetryAfter
-		if retry <= 0 {
-			// A denial without a retry time breaks the Decision contract;
-			// the time until full is certainly enough.
-			retry = max(d.ResetAfter, time.Second)
-		}
-		m.setHeaders(w.Header(), d, scope, retry)
-		c.refuse(w, http.StatusTooManyRequests, retry, reasonRateLimited, scope)
-		return
-	case d.Delay > 0:
-		if !m.delay(r.Context(), d.Delay) {
-			m.refund(r.Context(), key, cost)
-			ev.Outcome = floodgate.OutcomeDenied
-			c.observe(ev)
-			d.Allowed, d.RetryAfter = false, d.Delay
-			m.setHeaders(w.Header(), d, scope, d.Delay)
-			c.refuse(w, http.StatusTooManyRequests, d.Delay, reasonDelay, scope)
-			return
-		}
-		ev.Outcome = floodgate.OutcomeDelayed
-		c.observe(ev)
-		m.setHeaders(w.Header(), d, scope, 0)
-	default:
-		ev.Outcome = floodgate.OutcomeAllowed
-		c.observe(ev)
-		m.setHeaders(w.Header(), d, scope, 0)
+		checks[i+1].Key, checks[i+1].N = k, cost
 	}
-	h.next.ServeHTTP(w, r)
-}
-
-// start reads the clock before a decision, when there is an observer to
-// report its latency to.
-func (c *config) start() int64 {
-	if c.observer == nil {
-		return 0
-	}
-	return floodgate.Nanotime()
-}
-
-// event starts the observer's event of a decision that began at start.
-func (c *config) event(start int64, d floodgate.Decision) floodgate.Event {
-	ev := floodgate.Event{Policy: c.name, Tier: c.tier, Route: c.route, Decision: d}
-	if c.observer != nil {
-		ev.Latency = time.Duration(floodgate.Nanotime() - start)
-	}
-	return ev
-}
-
-// observe reports ev to the observer, if any.
-func (c *config) observe(ev floodgate.Event) {
-	if c.observer != nil {
-		c.observer.Observe(ev)
-	}
-}
-
-// failed applies the fail mode to a request whose limiter could not decide.
-// It reports true when the request goes on (fail open, or dry run) and
-// false when it was refused with 503.
-func (c *config) failed(w http.ResponseWriter, ev floodgate.Event, err error, scope string) bool {
-	ev.Err = err
-	if c.failMode == FailClosed && !c.dryRun {
-		ev.Outcome = floodgate.OutcomeErrorClosed
-		c.observe(ev)
-		c.refuse(w, http.StatusServiceUnavailable, time.Second, reasonUnavailable, scope)
-		return false
-	}
-	ev.Outcome = floodgate.OutcomeErrorOpen
-	c.observe(ev)
-	return true
-}
-
-// take calls the limiter, turning a panic into an error.
-func (m *limiterMW) take(ctx context.Context, key string, n int) (d floodgate.Decision, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			d, err = floodgate.Decision{}, fmt.Errorf("%w: %v", ErrLimiterPanic, p)
-		}
-	}()
-	return m.l.Take(ctx, key, n)
-}
-
-// refund gives back units of a request that was admitted and then refused
-// (a delay that could not be honoured). Best effort: a failing refund only
-// leaves the key charged.
-func (m *limiterMW) refund(ctx context.Context, key string, n int) {
-	if m.refunder == nil {
-		return
-	}
-	defer func() { _ = recover() }()
-	_ = m.refunder.Refund(context.WithoutCancel(ctx), key, n)
-}
-
-// delay holds a request for d, or reports false when it should be refused:
-// the delay mode is DelayRefuse, the delay would pass the context's
-// deadline, or the context ended.
-func (m *limiterMW) delay(ctx context.Context, d time.Duration) bool {
-	if m.cfg.delayMode == DelayRefuse {
-		return false
-	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-		return false
-	}
-	return sleep(ctx, d, nil) == nil
-}
-
-// sleep waits for d or until ctx ends (returning its error). timer, when
-// not nil, holds a timer to reuse across calls; the caller stops it.
-func sleep(ctx context.Context, d time.Duration, timer **time.Timer) error {
-	var t *time.Timer
-	switch {
-	case timer == nil:
-		t = time.NewTimer(d)
-		defer t.Stop()
-	case *timer == nil:
-		t = time.NewTimer(d)
-		*timer = t
-	default:
-		t = *timer
-		t.Reset(d)
-	}
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return fromIP, nil
 }
 
 // headerBlock holds everything the informational headers of one response
@@ -291,28 +262,24 @@ func sleep(ctx context.Context, d time.Duration, timer **time.Timer) error {
 // number of fields.
 type headerBlock struct {
 	vals [7]string
-	buf  [128]byte
+	buf  [160]byte
 }
 
-// setHeaders writes the informational header groups. retry is the delay
-// before more quota is available on a refusal, zero on admission.
-func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string, retry time.Duration) {
+// setHeaders writes the informational header groups of verdict v, whose
+// checks hold each limit's own decision.
+func (m *limiterMW) setHeaders(h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
 	c := &m.cfg
 	if c.headers&(HeadersIETF|HeadersLegacy|HeadersDiagnostic) == 0 {
 		return
 	}
+	d := v.Decision
 	limit := clampSF(d.Limit)
 	remaining := min(clampSF(d.Remaining), limit)
 	reset := min(ceilSeconds(d.ResetAfter), maxSF)
-	t := reset
-	if retry > 0 {
-		t = min(ceilSeconds(retry), maxSF)
-	}
 
 	blk := new(headerBlock)
 	buf := blk.buf[:0]
-	// Each field is the span buf[from[i]:to[i]] (or policyStatic). A number
-	// is formatted once: the legacy fields reuse the digits of the IETF ones.
+	// Each field is the span buf[from[i]:to[i]] (or policyField).
 	var from, to [5]int
 	var names [5]string
 	n := 0
@@ -320,44 +287,63 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 		names[n], from[n], to[n] = name, a, b
 		n++
 	}
-	digits := func(v int64) (int, int) {
-		a := len(buf)
-		buf = strconv.AppendInt(buf, v, 10)
-		return a, len(buf)
-	}
-	limA, limB, remA, remB, tA, tB := -1, -1, -1, -1, -1, -1
 	if c.headers&HeadersIETF != 0 {
 		a := len(buf)
-		if m.policyStatic == "" {
-			buf = append(buf, m.policyQ...)
-			limA, limB = digits(limit)
-			buf = append(buf, m.policyW...)
+		if m.policyField == "" {
+			for i := range checks {
+				if i > 0 {
+					buf = append(buf, ", "...)
+				}
+				hd := &m.hdrs[i]
+				if hd.static != "" {
+					buf = append(buf, hd.static...)
+					continue
+				}
+				buf = append(buf, hd.qPrefix...)
+				buf = strconv.AppendInt(buf, clampSF(checks[i].Decision.Limit), 10)
+				buf = append(buf, hd.w...)
+			}
 		}
 		field(hRateLimitPolicy, a, len(buf))
 		a = len(buf)
-		buf = append(buf, m.rlPrefix...)
-		remA, remB = digits(remaining)
-		buf = append(buf, ";t="...)
-		tA, tB = digits(t)
+		for i := range checks {
+			if i > 0 {
+				buf = append(buf, ", "...)
+			}
+			cd := checks[i].Decision
+			if len(checks) == 1 {
+				cd = d
+			}
+			r := min(clampSF(cd.Remaining), clampSF(cd.Limit))
+			t := min(ceilSeconds(cd.ResetAfter), maxSF)
+			switch {
+			case !cd.Allowed && cd.RetryAfter > 0:
+				t = min(ceilSeconds(cd.RetryAfter), maxSF)
+			case v.Reason == admit.ReasonDelay && cd.Delay > 0:
+				r, t = 0, min(ceilSeconds(cd.Delay), maxSF)
+			}
+			buf = append(buf, m.hdrs[i].rl...)
+			buf = strconv.AppendInt(buf, r, 10)
+			buf = append(buf, ";t="...)
+			buf = strconv.AppendInt(buf, t, 10)
+		}
 		field(hRateLimit, a, len(buf))
 	}
 	if c.headers&HeadersLegacy != 0 {
-		if limA < 0 {
-			limA, limB = digits(limit)
-		}
-		field(hLimit, limA, limB)
-		if remA < 0 {
-			remA, remB = digits(remaining)
-		}
-		field(hRemaining, remA, remB)
-		if tA < 0 || t != reset {
-			tA, tB = digits(reset)
-		}
-		field(hReset, tA, tB)
+		a := len(buf)
+		buf = strconv.AppendInt(buf, limit, 10)
+		field(hLimit, a, len(buf))
+		a = len(buf)
+		buf = strconv.AppendInt(buf, remaining, 10)
+		field(hRemaining, a, len(buf))
+		a = len(buf)
+		buf = strconv.AppendInt(buf, reset, 10)
+		field(hReset, a, len(buf))
 	}
 	// Stacked middlewares: an outer one already wrote its fields. The IETF
-	// fields are lists and get one member per policy; the legacy fields hold
-	// one policy and keep the one with the fewest units remaining.
+	// fields are lists and get this middleware's members too; the legacy
+	// fields hold one policy and keep the one with the fewest units
+	// remaining.
 	oldRem, stackedLegacy := h[hRemaining]
 	_, stackedIETF := h[hRateLimit]
 	keepLegacy := false
@@ -366,12 +352,12 @@ func (m *limiterMW) setHeaders(h http.Header, d floodgate.Decision, scope string
 			keepLegacy = true
 		}
 	}
-	// buf is never written again: strings may point into it. (When a long
-	// policy name made it outgrow blk.buf, it lives in its own heap array,
+	// buf is never written again: strings may point into it. (When many
+	// members made it outgrow blk.buf, it lives in its own heap array,
 	// equally immutable from here on.)
 	for i := 0; i < n; i++ {
 		if from[i] == to[i] {
-			blk.vals[i] = m.policyStatic // the one field that can be empty
+			blk.vals[i] = m.policyField // the one field that can be empty
 		} else {
 			blk.vals[i] = unsafe.String(&buf[from[i]], to[i]-from[i])
 		}
@@ -419,10 +405,13 @@ var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, maxBodySize); re
 
 // refuse writes a refusal: status, Retry-After (whole seconds, at least 1,
 // jittered), Cache-Control: no-store and a short body. The informational
-// headers, if any, are already set.
+// headers, if any, are already set. A zero retry is a request that can
+// never be admitted: no Retry-After (a retry would fail the same way), and
+// a body that says so.
 func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, reason, scope string) {
 	h := w.Header()
-	if c.jitter > 0 {
+	never := retry <= 0
+	if c.jitter > 0 && !never {
 		j := time.Duration(rand.Int64N(int64(c.jitter) + 1))
 		retry = min(retry, math.MaxInt64-j) + j // saturate, never wrap
 	}
@@ -436,7 +425,11 @@ func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, 
 	if c.problem {
 		blk.vals[3] = ctProblem
 	}
-	h[hRetryAfter] = blk.vals[0:1:1]
+	if never {
+		delete(h, hRetryAfter)
+	} else {
+		h[hRetryAfter] = blk.vals[0:1:1]
+	}
 	h[hCacheControl] = blk.vals[1:2:2]
 	h[hNoSniff] = blk.vals[2:3:3]
 	h[hContentType] = blk.vals[3:4:4]
@@ -454,9 +447,17 @@ func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, 
 
 	bp := bodyPool.Get().(*[]byte)
 	body := (*bp)[:0]
-	if c.problem {
-		body = problemBody(body, status, secs)
-	} else {
+	switch {
+	case c.problem:
+		body = problemBody(body, status, secs, never, reason)
+	case never:
+		body = strconv.AppendInt(body, int64(status), 10)
+		body = append(body, ' ')
+		body = append(body, http.StatusText(status)...)
+		body = append(body, ": "...)
+		body = append(body, neverDetail(reason)...)
+		body = append(body, '\n')
+	default:
 		body = strconv.AppendInt(body, int64(status), 10)
 		body = append(body, ' ')
 		body = append(body, http.StatusText(status)...)
@@ -472,12 +473,23 @@ func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, 
 	}
 }
 
+// neverDetail says why a request can never be admitted.
+func neverDetail(reason string) string {
+	if reason == admit.ReasonKey {
+		return "The request cannot be rate-limited (invalid key); retrying will not help."
+	}
+	return "The request's cost exceeds the policy's capacity; retrying will not help."
+}
+
 // problemBody appends an RFC 9457 problem details object to b. It states
-// the status and the retry delay and nothing about the request (never the
-// key).
-func problemBody(b []byte, status int, secs int64) []byte {
+// the status and the retry delay (or that retrying is useless) and nothing
+// about the request (never the key).
+func problemBody(b []byte, status int, secs int64, never bool, reason string) []byte {
 	detail := "The request rate limit was exceeded."
-	if status == http.StatusServiceUnavailable {
+	switch {
+	case never:
+		detail = neverDetail(reason)
+	case status == http.StatusServiceUnavailable:
 		detail = "The server cannot take this request now."
 	}
 	b = append(b, `{"type":"about:blank","title":"`...)
@@ -486,6 +498,11 @@ func problemBody(b []byte, status int, secs int64) []byte {
 	b = strconv.AppendInt(b, int64(status), 10)
 	b = append(b, `,"detail":"`...)
 	b = append(b, detail...)
+	if never {
+		b = append(b, `","reason":"`...)
+		b = append(b, reason...)
+		return append(b, "\"}\n"...)
+	}
 	b = append(b, `","retry_after":`...)
 	b = strconv.AppendInt(b, secs, 10)
 	return append(b, "}\n"...)

@@ -33,7 +33,7 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 	for i := 1; i <= 7; i++ {
 		res := do(t, c, "GET", srv.URL, nil)
 		pol := parseRL(t, res.header, "RateLimit-Policy")
-		if len(pol) != 1 || pol[0].name != "per-ip" || pol[0].q != 5 || !pol[0].hasW || pol[0].w != 60 {
+		if len(pol) != 1 || pol[0].name != "per-ip" || pol[0].q != 10 || !pol[0].hasW || pol[0].w != 60 {
 			t.Fatalf("request %d: RateLimit-Policy %+v", i, pol)
 		}
 		cur := parseRL(t, res.header, "RateLimit")
@@ -83,7 +83,7 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 		t.Fatalf("handler calls %d, observed %v", h.calls.Load(), obs.counts)
 	}
 	for _, e := range obs.events {
-		if e.Limiter != "api" || e.Tier != "edge" || e.Route != "/x" || e.Latency < 0 || e.Decision.Limit != 5 {
+		if e.Policy != "api" || e.Tier != "edge" || e.Route != "/x" || e.Latency < 0 || e.Decision.Limit != 5 {
 			t.Fatalf("event %+v", e)
 		}
 	}
@@ -268,8 +268,8 @@ func TestRetryJitter(t *testing.T) {
 func TestCostAndRouteKey(t *testing.T) {
 	st := newTestStore(frozen())
 	l := newBucket(t, st, floodgate.PerSecond(1), 5)
-	search := mustMW(t, l, WithRouteKey("/search"), WithCost(func(*http.Request) int { return 2 }))
-	home := mustMW(t, l, WithRouteKey("/home"))
+	search := mustMW(t, l, WithKeyPrefix("/search"), WithCost(func(*http.Request) int { return 2 }))
+	home := mustMW(t, l, WithKeyPrefix("/home"))
 	mux := http.NewServeMux()
 	mux.Handle("/search", search(&okHandler{}))
 	mux.Handle("/home", home(&okHandler{}))
@@ -367,7 +367,7 @@ func TestBadOptions(t *testing.T) {
 		"header name":  WithHeaderKey("X Bad"),
 		"empty header": WithHeaderKey(""),
 		"nil key func": WithKeyFunc(nil),
-		"empty route":  WithRouteKey(""),
+		"empty route":  WithKeyPrefix(""),
 		"nil cost":     WithCost(nil),
 		"bad prefix":   WithTrustedProxies(netip.Prefix{}),
 		"v4 bits":      WithIPPrefix(33, 64),
@@ -427,7 +427,7 @@ func TestPolicyStaticQuotaAndEscaping(t *testing.T) {
 // RateLimit lists both policies; the legacy fields describe the tighter.
 func TestStackedMiddlewares(t *testing.T) {
 	outer := mustMW(t, newMemBucket(t, frozen(), floodgate.PerSecond(10), 20), WithPolicy(Policy{Name: "per-ip"}))
-	inner := mustMW(t, newMemBucket(t, frozen(), floodgate.PerMinute(1), 2), WithPolicy(Policy{Name: "search"}), WithRouteKey("/search"))
+	inner := mustMW(t, newMemBucket(t, frozen(), floodgate.PerMinute(1), 2), WithPolicy(Policy{Name: "search"}), WithKeyPrefix("/search"))
 	srv := serve(t, outer(inner(&okHandler{})))
 	c := clientFrom(t, "127.0.0.1")
 	for i, want := range []int{200, 200, 429} {
@@ -437,7 +437,7 @@ func TestStackedMiddlewares(t *testing.T) {
 		}
 		cur := parseRL(t, res.header, "RateLimit")
 		pol := parseRL(t, res.header, "RateLimit-Policy")
-		if len(cur) != 2 || cur[0].name != "per-ip" || cur[1].name != "search" || len(pol) != 2 || pol[1].q != 2 {
+		if len(cur) != 2 || cur[0].name != "per-ip" || cur[1].name != "search" || len(pol) != 2 || pol[1].q != 1 || pol[1].w != 60 {
 			t.Fatalf("request %d: RateLimit %+v, policy %+v", i, cur, pol)
 		}
 		if got := atoi(t, res.header.Get("X-RateLimit-Remaining")); got != cur[1].r || res.header.Get("X-RateLimit-Limit") != "2" {
@@ -573,7 +573,8 @@ func TestLeakyBucketDelays(t *testing.T) {
 }
 
 // TestCostBeyondBurstIsRefused: a request costing more than the burst can
-// never pass; even with fail-open it is refused, not exempted.
+// never pass; even with fail-open it is refused, not exempted, and without
+// a Retry-After: no retry could succeed.
 func TestCostBeyondBurstIsRefused(t *testing.T) {
 	l := newMemBucket(t, frozen(), floodgate.PerSecond(1), 5)
 	obs := &counter{}
@@ -586,8 +587,9 @@ func TestCostBeyondBurstIsRefused(t *testing.T) {
 	for _, q := range []string{"6", "0", "-3", "1000000"} {
 		w := httptest.NewRecorder()
 		mw.ServeHTTP(w, httptest.NewRequest("GET", "/?cost="+q, nil))
-		if w.Code != 429 || w.Header().Get("X-RateLimit-Reason") != "cost_exceeds_limit" || w.Header().Get("Retry-After") != "1" {
-			t.Fatalf("cost %s: %d %v", q, w.Code, w.Header())
+		if w.Code != 429 || w.Header().Get("X-RateLimit-Reason") != "cost_exceeds_limit" || w.Header()["Retry-After"] != nil ||
+			!strings.Contains(w.Body.String(), "retrying will not help") {
+			t.Fatalf("cost %s: %d %v %q", q, w.Code, w.Header(), w.Body.String())
 		}
 	}
 	w := httptest.NewRecorder()

@@ -8,16 +8,37 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/credkey"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
-// Option configures [Middleware] and [Shed]. Options are applied in order; an
-// option given a value it cannot use makes the constructor return an error
-// wrapping [floodgate.ErrInvalidConfig]. The zero Option is invalid.
+// Option configures [Middleware], [Shed] and [NewTransport]: one option
+// type for the package. Options are applied in order; an option given a
+// value it cannot use, or given to a constructor it does not apply to (each
+// option's doc says which), makes the constructor return an error wrapping
+// [floodgate.ErrInvalidConfig]. The zero Option is invalid.
 type Option struct {
+	name  string
+	scope scope
 	apply func(*config) error
 }
 
-func option(f func(*config) error) Option { return Option{apply: f} }
+// scope is the set of constructors an option applies to.
+type scope uint8
+
+const (
+	forMiddleware scope = 1 << iota
+	forShed
+	forTransport
+
+	forServers = forMiddleware | forShed
+)
+
+var scopeNames = map[scope]string{forMiddleware: "Middleware", forShed: "Shed", forTransport: "NewTransport"}
+
+func option(name string, sc scope, f func(*config) error) Option {
+	return Option{name: name, scope: sc, apply: f}
+}
 
 // Policy describes the quota policy a limiter enforces, for the
 // RateLimit-Policy field: "name";q=Quota;w=Window.
@@ -97,6 +118,12 @@ type KeyFunc func(r *http.Request) string
 // failing open would exempt exactly the most expensive requests.
 type CostFunc func(r *http.Request) int
 
+// extraLimit is a limit added with WithLimit.
+type extraLimit struct {
+	l   floodgate.Limiter
+	key KeyFunc
+}
+
 type keyKind uint8
 
 const (
@@ -112,7 +139,10 @@ type config struct {
 	keyKind   keyKind
 	header    string // canonical header name for keyHeader
 	keyFunc   KeyFunc
-	routeKey  string // prefix "route " when non-empty
+	keyPrefix string // prefix + " " when non-empty
+	secret    []byte // WithKeySecret, or nil: a random one
+	hasher    *credkey.Hasher
+	extra     []extraLimit
 	cost      CostFunc
 	trusted   []netip.Prefix
 	fwdHeader string // "X-Forwarded-For" or "Forwarded"
@@ -134,7 +164,6 @@ func defaultConfig() config {
 		v4Bits:    32,
 		v6Bits:    64,
 		headers:   HeadersIETF | HeadersLegacy,
-		policy:    Policy{Name: "default"},
 		shedRetry: time.Second,
 	}
 }
@@ -143,16 +172,17 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: httplimit: "+format, append([]any{floodgate.ErrInvalidConfig}, args...)...)
 }
 
-// WithName sets the limiter name reported to the observer (Event.Limiter).
+// WithName sets the policy name reported to the observer (Event.Policy);
+// by default the deciding limiter's Name. It applies to Middleware and Shed.
 func WithName(name string) Option {
-	return option(func(c *config) error { c.name = name; return nil })
+	return option("WithName", forServers, func(c *config) error { c.name = name; return nil })
 }
 
 // WithTier sets the tier label reported to the observer and sent in
 // X-RateLimit-Tier when diagnostic headers are on. It must be printable
 // ASCII.
 func WithTier(tier string) Option {
-	return option(func(c *config) error {
+	return option("WithTier", forServers, func(c *config) error {
 		if !printable(tier) {
 			return invalid("tier %q is not printable ASCII", tier)
 		}
@@ -165,14 +195,14 @@ func WithTier(tier string) Option {
 // example "/search". Build one middleware per route to give routes their own
 // labels, dry-run flag and fail mode.
 func WithRoute(route string) Option {
-	return option(func(c *config) error { c.route = route; return nil })
+	return option("WithRoute", forServers, func(c *config) error { c.route = route; return nil })
 }
 
 // WithObserver sends every decision to o. Without an observer the
 // middleware does not even read the clock to time decisions.
 func WithObserver(o floodgate.Observer) Option {
-	return option(func(c *config) error {
-		if o == nil {
+	return option("WithObserver", forServers, func(c *config) error {
+		if nilcheck.Is(o) {
 			return invalid("nil observer")
 		}
 		c.observer = o
@@ -181,13 +211,14 @@ func WithObserver(o floodgate.Observer) Option {
 }
 
 // WithHeaderKey keys requests by the value of header name (for example
-// "X-Service-Token"). A request without the header, or with an empty value,
-// is keyed by its client IP instead. Header keys live in their own
-// namespace: a header value can never share a budget with an IP address.
-// Values longer than 128 bytes or holding bytes outside printable ASCII are
-// replaced by a SHA-256 digest, so that hostile values cannot bloat a store.
+// "X-Service-Token" or "Authorization"). A request without the header, or
+// with an empty value, is keyed by its client IP instead. The value is
+// treated as a credential: the key is a keyed hash of it (see
+// [WithKeySecret]), so that neither a store nor an observer ever sees it in
+// clear, and header keys live in their own namespace: a header value can
+// never share a budget with an IP address. It applies to Middleware.
 func WithHeaderKey(name string) Option {
-	return option(func(c *config) error {
+	return option("WithHeaderKey", forMiddleware, func(c *config) error {
 		if name == "" || !validHeaderName(name) {
 			return invalid("bad header name %q", name)
 		}
@@ -200,8 +231,11 @@ func WithHeaderKey(name string) Option {
 // WithKeyFunc keys requests by f. The key f returns is used as it is (keep it
 // apart from IP keys, which are canonical addresses or prefixes such as
 // "192.0.2.1" and "2001:db8::/64"); "" falls back to the client IP.
+//
+// Keys derived from credentials should be hashed by f (WithHeaderKey does
+// it for a header). It applies to Middleware.
 func WithKeyFunc(f KeyFunc) Option {
-	return option(func(c *config) error {
+	return option("WithKeyFunc", forMiddleware, func(c *config) error {
 		if f == nil {
 			return invalid("nil key func")
 		}
@@ -211,25 +245,60 @@ func WithKeyFunc(f KeyFunc) Option {
 	})
 }
 
-// WithRouteKey scopes every key to route: the key becomes route + " " + key,
-// so one limiter (and one store) can hold separate budgets per route. It
-// also sets the observer's route label when WithRoute was not given.
-func WithRouteKey(route string) Option {
-	return option(func(c *config) error {
-		if route == "" {
-			return invalid("empty route key")
+// WithKeyPrefix scopes every key to prefix (for example a route): the key
+// becomes prefix + " " + key, so that one limiter (and one store) can hold
+// separate budgets per route. It applies to Middleware.
+func WithKeyPrefix(prefix string) Option {
+	return option("WithKeyPrefix", forMiddleware, func(c *config) error {
+		if prefix == "" {
+			return invalid("empty key prefix")
 		}
-		c.routeKey = route + " "
-		if c.route == "" {
-			c.route = route
+		c.keyPrefix = prefix + " "
+		return nil
+	})
+}
+
+// WithKeySecret sets the secret of the keyed hash (HMAC-SHA256) that turns
+// a credential (the value of [WithHeaderKey]'s header) into a key: no store
+// and no observer ever sees the credential itself. secret must be at least
+// 16 bytes. It applies to Middleware.
+//
+// Without it each process draws a random secret at start: safe, but two
+// processes then derive different keys from one credential. Every node
+// that shares a store (Redis) must be given the same secret, or each node
+// keeps its own budget per credential and the fleet admits N times the
+// limit.
+func WithKeySecret(secret []byte) Option {
+	return option("WithKeySecret", forMiddleware, func(c *config) error {
+		if len(secret) < 16 {
+			return invalid("key secret of %d bytes: want at least 16", len(secret))
 		}
+		c.secret = append([]byte(nil), secret...)
+		return nil
+	})
+}
+
+// WithLimit adds a limit that every request is also checked against, with
+// its own key: key(r) ("" or a nil key means the middleware's key, see
+// [WithHeaderKey] and [WithKeyFunc]). The middleware's limiter and every
+// added limit decide together, all or nothing, with [floodgate.TakeAll]: a
+// request one of them refuses charges none of them ("per IP AND per API
+// key"), and its Retry-After is the longest among the refusing limits. Each
+// limit gets its own member in RateLimit-Policy and RateLimit, named by the
+// limiter's Name. It applies to Middleware.
+func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
+	return option("WithLimit", forMiddleware, func(c *config) error {
+		if nilcheck.Is(l) {
+			return invalid("WithLimit: nil limiter")
+		}
+		c.extra = append(c.extra, extraLimit{l: l, key: key})
 		return nil
 	})
 }
 
 // WithCost sets the cost of each request. The default is 1.
 func WithCost(f CostFunc) Option {
-	return option(func(c *config) error {
+	return option("WithCost", forMiddleware, func(c *config) error {
 		if f == nil {
 			return invalid("nil cost func")
 		}
@@ -245,7 +314,7 @@ func WithCost(f CostFunc) Option {
 // proxy. With no trusted proxies (the default) the
 // headers are ignored and the client IP is the peer's address.
 func WithTrustedProxies(prefixes ...netip.Prefix) Option {
-	return option(func(c *config) error {
+	return option("WithTrustedProxies", forMiddleware, func(c *config) error {
 		for _, p := range prefixes {
 			if !p.IsValid() {
 				return invalid("invalid trusted proxy prefix %v", p)
@@ -262,7 +331,7 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 // Forwarded header through untouched, so reading both would let clients
 // pick their key.
 func WithForwardedHeader(name string) Option {
-	return option(func(c *config) error {
+	return option("WithForwardedHeader", forMiddleware, func(c *config) error {
 		switch {
 		case strings.EqualFold(name, hXFF):
 			c.fwdHeader = hXFF
@@ -280,7 +349,7 @@ func WithForwardedHeader(name string) Option {
 // addresses to v6Bits (1..128, default 64: one key per /64, the smallest
 // block a single subscriber usually holds).
 func WithIPPrefix(v4Bits, v6Bits int) Option {
-	return option(func(c *config) error {
+	return option("WithIPPrefix", forMiddleware, func(c *config) error {
 		if v4Bits < 1 || v4Bits > 32 || v6Bits < 1 || v6Bits > 128 {
 			return invalid("IP prefix lengths %d/%d outside 1..32/1..128", v4Bits, v6Bits)
 		}
@@ -291,7 +360,7 @@ func WithIPPrefix(v4Bits, v6Bits int) Option {
 
 // WithHeaders selects which header groups are sent; see [HeaderSet].
 func WithHeaders(h HeaderSet) Option {
-	return option(func(c *config) error {
+	return option("WithHeaders", forServers, func(c *config) error {
 		if h&^(HeadersIETF|HeadersLegacy|HeadersDiagnostic) != 0 {
 			return invalid("unknown header set %#x", uint8(h))
 		}
@@ -300,14 +369,16 @@ func WithHeaders(h HeaderSet) Option {
 	})
 }
 
-// WithPolicy describes the enforced policy for the RateLimit-Policy and
-// RateLimit fields. The default is Policy{Name: "default"}: quota from the
-// limiter's Decision.Limit, no window.
+// WithPolicy restates the policy advertised in RateLimit-Policy and
+// RateLimit. It is optional: by default the name, quota (q) and window (w)
+// come from the limiter itself (its Name, rate or window; see
+// [floodgate.Describer]), and the name is "default" when the limiter has
+// none. A restated Quota or Window must match what the limiter describes,
+// or Middleware returns an error; a limiter that cannot describe itself
+// advertises Decision.Limit as q and no w unless restated. It applies to
+// Middleware.
 func WithPolicy(p Policy) Option {
-	return option(func(c *config) error {
-		if p.Name == "" {
-			p.Name = "default"
-		}
+	return option("WithPolicy", forMiddleware, func(c *config) error {
 		if !printable(p.Name) {
 			return invalid("policy name %q is not printable ASCII", p.Name)
 		}
@@ -323,16 +394,16 @@ func WithPolicy(p Policy) Option {
 // (RFC 9457) instead of a one-line text/plain body. The body states the
 // status and the retry delay; it never contains the key.
 func WithProblemDetails(on bool) Option {
-	return option(func(c *config) error { c.problem = on; return nil })
+	return option("WithProblemDetails", forServers, func(c *config) error { c.problem = on; return nil })
 }
 
 // WithRetryJitter adds a uniformly random delay in [0, max] to Retry-After
 // on refusals (before rounding up to whole seconds), so that refused
 // clients do not all come back in the same second.
 func WithRetryJitter(max time.Duration) Option {
-	return option(func(c *config) error {
-		if max < 0 {
-			return invalid("negative jitter %v", max)
+	return option("WithRetryJitter", forServers, func(c *config) error {
+		if max < 0 || max > maxJitter {
+			return invalid("retry jitter %v outside 0..%v", max, maxJitter)
 		}
 		c.jitter = max
 		return nil
@@ -342,7 +413,7 @@ func WithRetryJitter(max time.Duration) Option {
 // WithFailMode sets what happens when the limiter cannot decide. The default
 // is FailOpen.
 func WithFailMode(m FailMode) Option {
-	return option(func(c *config) error {
+	return option("WithFailMode", forServers, func(c *config) error {
 		if m > FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}
@@ -354,7 +425,7 @@ func WithFailMode(m FailMode) Option {
 // WithDelayMode sets what happens to requests a shaping limiter admits with
 // a delay. The default is DelayHonour.
 func WithDelayMode(m DelayMode) Option {
-	return option(func(c *config) error {
+	return option("WithDelayMode", forMiddleware, func(c *config) error {
 		if m > DelayRefuse {
 			return invalid("unknown delay mode %d", m)
 		}
@@ -368,15 +439,15 @@ func WithDelayMode(m DelayMode) Option {
 // would, but the client sees nothing of it: no refusal, no delay, no
 // rate-limit headers. Use it on a route before enforcing a new limit there.
 func WithDryRun(on bool) Option {
-	return option(func(c *config) error { c.dryRun = on; return nil })
+	return option("WithDryRun", forServers, func(c *config) error { c.dryRun = on; return nil })
 }
 
 // WithShedRetryAfter sets the Retry-After sent with 503 when [Shed] sheds a
 // request (default 1s; rounded up to whole seconds).
 func WithShedRetryAfter(d time.Duration) Option {
-	return option(func(c *config) error {
-		if d <= 0 {
-			return invalid("shed Retry-After %v must be positive", d)
+	return option("WithShedRetryAfter", forShed, func(c *config) error {
+		if d <= 0 || d > maxShedRetry {
+			return invalid("shed Retry-After %v outside (0, %v]", d, maxShedRetry)
 		}
 		c.shedRetry = d
 		return nil
@@ -404,15 +475,27 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-func buildConfig(opts []Option) (config, error) {
+// Bounds of the duration options.
+const (
+	maxJitter    = 10 * time.Minute
+	maxShedRetry = 24 * time.Hour
+)
+
+// buildConfig applies opts for the constructor sc, refusing options that do
+// not apply to it.
+func buildConfig(opts []Option, sc scope) (config, error) {
 	c := defaultConfig()
 	for i, o := range opts {
 		if o.apply == nil {
 			return c, invalid("option %d is the zero Option", i)
 		}
+		if o.scope&sc == 0 {
+			return c, invalid("%s does not apply to %s", o.name, scopeNames[sc])
+		}
 		if err := o.apply(&c); err != nil {
 			return c, err
 		}
 	}
+	c.hasher = credkey.New(c.secret, "hdr#")
 	return c, nil
 }

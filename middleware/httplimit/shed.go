@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
 // Acquirer is a concurrency limiter as [Shed] sees it: something that hands
@@ -60,16 +63,17 @@ type shedMW struct {
 // When the Acquirer reports to an observer of its own, give Shed's observer
 // to only one of the two, or sheds are counted twice.
 //
-// The options about keys, cost, policy and delays do not apply and are
-// ignored; WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
-// (only HeadersDiagnostic matters) and the observer labels do.
-// It returns an error wrapping [floodgate.ErrInvalidConfig] when a is nil or
-// an option is invalid.
+// The options about keys, cost, policy and delays do not apply: Shed
+// refuses them. WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
+// (only HeadersDiagnostic matters), WithRetryJitter, WithShedRetryAfter and
+// the observer labels apply. It returns an error wrapping
+// [floodgate.ErrInvalidConfig] when a is nil (or a typed nil), or an option
+// is invalid or does not apply to Shed.
 func Shed(a Acquirer, opts ...Option) (func(http.Handler) http.Handler, error) {
-	if a == nil {
+	if nilcheck.Is(a) {
 		return nil, invalid("nil acquirer")
 	}
-	cfg, err := buildConfig(opts)
+	cfg, err := buildConfig(opts, forShed)
 	if err != nil {
 		return nil, err
 	}
@@ -91,12 +95,19 @@ func (h *shedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &h.m.cfg
 	start := c.start()
 	release, ok, err := h.m.acquire(r.Context())
-	ev := c.event(start, floodgate.Decision{})
+	ev := c.event(start)
 	switch {
 	case err != nil:
-		if c.failed(w, ev, err, scopeConcurrency) {
-			h.next.ServeHTTP(w, r)
+		ev.Err = err
+		if c.failMode == FailClosed && !c.dryRun {
+			ev.Outcome = floodgate.OutcomeErrorClosed
+			c.observe(ev)
+			c.refuse(w, http.StatusServiceUnavailable, admit.UnavailableRetry, admit.ReasonUnavailable, scopeConcurrency)
+			return
 		}
+		ev.Outcome = floodgate.OutcomeErrorOpen
+		c.observe(ev)
+		h.next.ServeHTTP(w, r)
 		return
 	case !ok && c.dryRun:
 		ev.Outcome = floodgate.OutcomeWouldDeny
@@ -126,6 +137,32 @@ func (h *shedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	h.next.ServeHTTP(sw, r)
 	done = true
+}
+
+// start reads the clock before a decision, when there is an observer to
+// report its latency to.
+func (c *config) start() int64 {
+	if c.observer == nil {
+		return 0
+	}
+	return floodgate.Nanotime()
+}
+
+// event starts the observer's event of a shedding decision that began at
+// start.
+func (c *config) event(start int64) floodgate.Event {
+	ev := floodgate.Event{Source: floodgate.SourceRequest, Policy: c.name, Tier: c.tier, Route: c.route}
+	if c.observer != nil {
+		ev.Latency = time.Duration(floodgate.Nanotime() - start)
+	}
+	return ev
+}
+
+// observe reports ev to the observer, if any.
+func (c *config) observe(ev floodgate.Event) {
+	if c.observer != nil {
+		c.observer.Observe(ev)
+	}
 }
 
 func (m *shedMW) acquire(ctx context.Context) (release func(bool), ok bool, err error) {

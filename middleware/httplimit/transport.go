@@ -283,3 +283,26 @@ func replayable(req *http.Request) bool {
 	}
 	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 }
+
+// sleep waits for d or until ctx ends (returning its error). timer, when
+// not nil, holds a timer to reuse across calls; the caller stops it.
+func sleep(ctx context.Context, d time.Duration, timer **time.Timer) error {
+	var t *time.Timer
+	switch {
+	case timer == nil:
+		t = time.NewTimer(d)
+		defer t.Stop()
+	case *timer == nil:
+		t = time.NewTimer(d)
+		*timer = t
+	default:
+		t = *timer
+		t.Reset(d)
+	}
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
