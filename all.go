@@ -33,15 +33,19 @@ type Check struct {
 // group (a check on a limiter of another kind). Otherwise it sets every
 // check's Decision: with commit true it consumes from every check when all
 // admit and changes no state anywhere when one denies; with commit false it
-// changes nothing and only reports. Every check's Decision is what its
-// limiter alone would decide, so a denied check's RetryAfter is exact.
+// changes nothing and only reports. A refusing check's Decision is its
+// denial, so its RetryAfter is exact; when the group is refused, a check
+// that would have admitted reports its state as it stands (charged
+// nothing).
 type GroupTaker interface {
 	TakeGroup(ctx context.Context, checks []Check, commit bool) (bool, error)
 }
 
 // TakeAll admits a request only when every check admits it: all or nothing,
 // across limiters and keys ("100 per minute per IP AND 1000 per hour per API
-// key"). It sets every check's Decision and returns the combined one:
+// key"). It sets every check's Decision (on a refusal, the refusing checks'
+// denials and the other checks' state as it stands, charged nothing) and
+// returns the combined one:
 //
 //   - Admitted: Allowed; Limit and Remaining from the check with the fewest
 //     units remaining; ResetAfter and Delay the largest.
@@ -117,7 +121,10 @@ func takeEach(ctx context.Context, checks []Check) (Decision, error) {
 		}
 		if rerr := r.Refund(context.WithoutCancel(ctx), c.Key, c.N); rerr != nil {
 			errs = append(errs, rerr)
+			continue
 		}
+		// Refunded: report what the key has now, as a group taker does.
+		c.Decision.Remaining = min(c.Decision.Limit, c.Decision.Remaining+int64(c.N))
 	}
 	if len(errs) > 0 {
 		return Decision{}, errors.Join(errs...)

@@ -31,10 +31,15 @@ type Store interface {
 	// With commit true, the new states are kept when every op admits; when
 	// any op denies, no state changes at all, bit for bit. With commit
 	// false, no state ever changes: the call only tells what a commit would
-	// decide. Either way each out[i] is what op i alone would get on the
-	// current state (ops on the same key and namespace are stepped in
-	// order, each on the state the previous one left), so a denied op's
-	// RetryAfter is when it alone would admit.
+	// decide. Ops on the same key and namespace are stepped in order, each
+	// on the state the previous one left.
+	//
+	// When every op admits, out[i] is op i's decision (the one a commit
+	// makes). When any op denies, out[i] of a denying op is its denial, so
+	// that its RetryAfter is when it alone would admit, and out[i] of an op
+	// that would have admitted is its state as it stands, charged nothing
+	// (the decision of a peek, n = 0: Allowed, with the Remaining and
+	// ResetAfter the key really has).
 	//
 	// A store that cannot make a set of ops atomic (keys on different nodes
 	// of a cluster) decides them in two phases, evaluate then commit, and

@@ -86,7 +86,7 @@ func run(ctx context.Context, w io.Writer, rate float64, requests int) error {
 	// The client: a local budget, then the network; 429s are retried.
 	wire := &counting{base: http.DefaultTransport}
 	tr, err := httplimit.NewTransport(wire,
-		httplimit.WithWaiter(bucket.NewLimiter(bucket.Limit(rate), 2)),
+		httplimit.WithThrottle(bucket.NewLimiter(bucket.Limit(rate), 2)),
 		httplimit.WithMaxAttempts(4),
 		httplimit.WithBackoff(50*time.Millisecond, 2*time.Second),
 	)

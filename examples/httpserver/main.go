@@ -100,50 +100,52 @@ func run(args []string, out io.Writer) error {
 }
 
 // newHandler builds the routes and their limits, all on store s, all
-// reporting to obs.
+// reporting to obs. Every route is limited per client IP; /search is also
+// limited per IP on its own, tighter budget, and /internal per service
+// token. Where two limits apply, one middleware checks both, all or nothing:
+// a search the tighter limit refuses costs nothing of the per-IP budget.
 func newHandler(s *memstore.Store, obs floodgate.Observer) (http.Handler, error) {
-	perIP, err := limit(s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 20},
-		httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Quota: 20, Window: 2 * time.Second}),
-		httplimit.WithName("per-ip"), httplimit.WithObserver(obs))
+	perIP, err := bucket.NewKeyed(s, bucket.Config{Name: "per-ip", Rate: floodgate.PerSecond(10), Burst: 20})
 	if err != nil {
 		return nil, err
 	}
-	search, err := limit(s, bucket.Config{Rate: floodgate.PerMinute(6), Burst: 2},
-		httplimit.WithPolicy(httplimit.Policy{Name: "search", Quota: 2, Window: 20 * time.Second}),
-		httplimit.WithRouteKey("/search"), httplimit.WithName("search"), httplimit.WithProblemDetails(true),
-		httplimit.WithObserver(obs))
+	searchPerIP, err := bucket.NewKeyed(s, bucket.Config{Name: "search", Rate: floodgate.PerMinute(6), Burst: 2})
 	if err != nil {
 		return nil, err
 	}
-	internal, err := limit(s, bucket.Config{Rate: floodgate.PerMinute(3), Burst: 3},
-		httplimit.WithPolicy(httplimit.Policy{Name: "per-service", Quota: 3, Window: time.Minute}),
-		httplimit.WithHeaderKey("X-Service-Token"), httplimit.WithRouteKey("/internal"),
-		httplimit.WithName("per-service"), httplimit.WithHeaders(httplimit.HeadersIETF|httplimit.HeadersDiagnostic),
+	perService, err := bucket.NewKeyed(s, bucket.Config{Name: "per-service", Rate: floodgate.PerMinute(3), Burst: 3})
+	if err != nil {
+		return nil, err
+	}
+	home, err := httplimit.Middleware(perIP, httplimit.WithObserver(obs))
+	if err != nil {
+		return nil, err
+	}
+	search, err := httplimit.Middleware(perIP, httplimit.WithLimit(searchPerIP, nil),
+		httplimit.WithProblemDetails(true), httplimit.WithObserver(obs))
+	if err != nil {
+		return nil, err
+	}
+	internal, err := httplimit.Middleware(perService,
+		httplimit.WithHeaderKey("X-Service-Token"), httplimit.WithKeyPrefix("/internal"),
+		httplimit.WithLimit(perIP, httplimit.ClientIPKey),
+		httplimit.WithHeaders(httplimit.HeadersIETF|httplimit.HeadersDiagnostic),
 		httplimit.WithObserver(obs))
 	if err != nil {
 		return nil, err
 	}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /{$}", home(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "home\n")
-	})
+	})))
 	mux.Handle("GET /search", search(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "results for %q\n", r.URL.Query().Get("q"))
 	})))
 	mux.Handle("GET /internal/report", internal(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "report\n")
 	})))
-	return perIP(mux), nil
-}
-
-// limit builds a keyed token bucket on s and the middleware around it.
-func limit(s *memstore.Store, cfg bucket.Config, opts ...httplimit.Option) (func(http.Handler) http.Handler, error) {
-	l, err := bucket.NewKeyed(s, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return httplimit.Middleware(l, opts...)
+	return mux, nil
 }
 
 // runDemo sends a short script of requests to base and prints, for each,

@@ -34,12 +34,23 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out.String())
 	}
 	retry := regexp.MustCompile(`Retry-After: (\d+)`)
+	perIP := regexp.MustCompile(`"per-ip";r=(\d+)`)
+	for i := 1; i < len(lines); i++ {
+		// A request one limit refuses is charged to none: the per-IP
+		// budget is what it was before it.
+		if want[i].status == "429" {
+			before, after := perIP.FindStringSubmatch(lines[i-1]), perIP.FindStringSubmatch(lines[i])
+			if before == nil || after == nil || before[1] != after[1] {
+				t.Errorf("line %d: a refusal charged the per-IP budget: %s / %s", i, lines[i-1], lines[i])
+			}
+		}
+	}
 	for i, w := range want {
 		l := lines[i]
 		if !strings.Contains(l, "-> "+w.status+" ") {
 			t.Errorf("line %d: want status %s: %s", i, w.status, l)
 		}
-		if !strings.Contains(l, `RateLimit: "per-ip";r=`) || (w.member != "" && !strings.Contains(l, w.member)) {
+		if !strings.Contains(l, `"per-ip";r=`) || (w.member != "" && !strings.Contains(l, w.member)) {
 			t.Errorf("line %d: want per-ip and %s: %s", i, w.member, l)
 		}
 		m := retry.FindStringSubmatch(l)

@@ -120,7 +120,7 @@
 // # Caller side
 //
 // [Transport] is an http.RoundTripper that throttles outgoing requests with a
-// local limiter ([WithWaiter], [WithLimiter]) and retries 429 and 503
+// local limiter ([WithThrottle], [WithThrottleLimiter]) and retries 429 and 503
 // responses honouring Retry-After and RateLimit t, with capped exponential
 // backoff and full jitter, only for requests that can safely be sent again,
 // never sleeping past the request's deadline.

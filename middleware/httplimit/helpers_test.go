@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/internal/micros"
-	"github.com/floodgate-go/floodgate/middleware/httplimit/internal/sfv"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -214,38 +214,42 @@ func parseRL(t *testing.T, h http.Header, field string) []rl {
 	if len(vals) == 0 {
 		t.Fatalf("no %s field", field)
 	}
-	ms, err := sfv.ParseList(strings.Join(vals, ", "))
+	ms, err := httpsfv.UnmarshalList(vals)
 	if err != nil {
 		t.Fatalf("%s: %q: %v", field, vals, err)
 	}
 	var out []rl
 	for _, m := range ms {
-		if m.IsList || m.Item.Kind != sfv.String {
+		item, ok := m.(httpsfv.Item)
+		name, isStr := item.Value.(string)
+		if !ok || !isStr {
 			t.Fatalf("%s: member %+v is not a String item", field, m)
 		}
-		x := rl{name: m.Item.Str}
-		for _, p := range m.Params {
-			if p.Value.Kind != sfv.Integer || p.Value.Int < 0 {
-				t.Fatalf("%s: parameter %s is not a non-negative Integer: %+v", field, p.Key, p.Value)
+		x := rl{name: name}
+		for _, key := range item.Params.Names() {
+			pv, _ := item.Params.Get(key)
+			v, isInt := pv.(int64)
+			if !isInt || v < 0 {
+				t.Fatalf("%s: parameter %s is not a non-negative Integer: %+v", field, key, pv)
 			}
-			switch p.Key {
+			switch key {
 			case "r":
-				x.r = p.Value.Int
+				x.r = v
 			case "t":
-				x.t, x.hasT = p.Value.Int, true
+				x.t, x.hasT = v, true
 			case "q":
-				x.q = p.Value.Int
+				x.q = v
 			case "w":
-				x.w, x.hasW = p.Value.Int, true
+				x.w, x.hasW = v, true
 			default:
-				t.Fatalf("%s: unexpected parameter %q", field, p.Key)
+				t.Fatalf("%s: unexpected parameter %q", field, key)
 			}
 		}
 		req := "r"
 		if field == "RateLimit-Policy" {
 			req = "q"
 		}
-		if _, ok := m.Params.Get(req); !ok {
+		if _, ok := item.Params.Get(req); !ok {
 			t.Fatalf("%s: member without %s", field, req)
 		}
 		out = append(out, x)

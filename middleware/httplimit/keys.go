@@ -192,14 +192,24 @@ func (c *config) key(r *http.Request) (key string, fromIP bool) {
 	}
 	if key == "" {
 		fromIP = true
-		if a, plain, ok := c.clientAddr(r); ok {
-			key = c.ipKey(a, plain)
-		} else {
-			key = unknownPeer
-		}
+		key = c.clientKey(r)
 	}
 	if c.keyPrefix != "" {
 		key = c.keyPrefix + key
 	}
 	return key, fromIP
 }
+
+// clientKey is the client IP key of r (trusted proxies and prefixes
+// applied), or the shared key of unknown peers.
+func (c *config) clientKey(r *http.Request) string {
+	if a, plain, ok := c.clientAddr(r); ok {
+		return c.ipKey(a, plain)
+	}
+	return unknownPeer
+}
+
+// ClientIPKey is the [KeyFunc] that keys by client IP (with the trusted
+// proxies and IP prefixes of the middleware it is used in): for a limit
+// added with [WithLimit] to a middleware keyed by something else.
+var ClientIPKey KeyFunc = func(*http.Request) string { return "" }

@@ -247,8 +247,8 @@ func (m *limiterMW) prepare(r *http.Request, checks []floodgate.Check) (fromIP b
 	for i, kf := range m.keys {
 		k := key
 		if kf != nil {
-			if s := kf(r); s != "" {
-				k = s
+			if k = kf(r); k == "" {
+				k = c.clientKey(r)
 			}
 		}
 		checks[i+1].Key, checks[i+1].N = k, cost

@@ -395,10 +395,11 @@ func TestBadOptions(t *testing.T) {
 	if _, err := Shed(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("nil acquirer: %v", err)
 	}
-	for name, o := range map[string]TransportOption{
-		"nil":      nil,
-		"waiter":   WithWaiter(nil),
-		"limiter":  WithLimiter(nil, nil),
+	for name, o := range map[string]Option{
+		"zero":     {},
+		"server":   WithCost(func(*http.Request) int { return 1 }),
+		"waiter":   WithThrottle(nil),
+		"limiter":  WithThrottleLimiter(nil, nil),
 		"attempts": WithMaxAttempts(0),
 		"backoff":  WithBackoff(time.Second, time.Millisecond),
 		"max wait": WithMaxRetryWait(0),

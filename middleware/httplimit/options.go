@@ -156,6 +156,7 @@ type config struct {
 	delayMode DelayMode
 	dryRun    bool
 	shedRetry time.Duration
+	transport Transport // NewTransport's settings
 }
 
 func defaultConfig() config {
@@ -165,6 +166,12 @@ func defaultConfig() config {
 		v6Bits:    64,
 		headers:   HeadersIETF | HeadersLegacy,
 		shedRetry: time.Second,
+		transport: Transport{
+			maxAttempts: 3,
+			baseDelay:   100 * time.Millisecond,
+			capDelay:    10 * time.Second,
+			maxWait:     30 * time.Second,
+		},
 	}
 }
 
@@ -279,8 +286,9 @@ func WithKeySecret(secret []byte) Option {
 }
 
 // WithLimit adds a limit that every request is also checked against, with
-// its own key: key(r) ("" or a nil key means the middleware's key, see
-// [WithHeaderKey] and [WithKeyFunc]). The middleware's limiter and every
+// its own key: key(r). A nil key means the middleware's key (see
+// [WithHeaderKey] and [WithKeyFunc]); a key that returns "" means the
+// client IP, as for every KeyFunc ([ClientIPKey] is that KeyFunc). The middleware's limiter and every
 // added limit decide together, all or nothing, with [floodgate.TakeAll]: a
 // request one of them refuses charges none of them ("per IP AND per API
 // key"), and its Retry-After is the longest among the refusing limits. Each

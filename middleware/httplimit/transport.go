@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/middleware/httplimit/internal/sfv"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
 // Waiter is a local, keyless limiter that blocks until one more request may
@@ -49,54 +50,44 @@ type Transport struct {
 	maxWait     time.Duration
 }
 
-// TransportOption configures a [Transport].
-type TransportOption func(*Transport) error
-
 // NewTransport returns a Transport sending requests through base
 // (http.DefaultTransport when nil). Without options it does not throttle and
 // makes at most 3 attempts, with a backoff from 100 ms capped at 10 s, and
 // honours server waits up to 30 s. It returns an error wrapping
 // [floodgate.ErrInvalidConfig] when an option is invalid.
-func NewTransport(base http.RoundTripper, opts ...TransportOption) (*Transport, error) {
-	if base == nil {
+func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
+	if nilcheck.Is(base) {
 		base = http.DefaultTransport
 	}
-	t := &Transport{
-		base:        base,
-		maxAttempts: 3,
-		baseDelay:   100 * time.Millisecond,
-		capDelay:    10 * time.Second,
-		maxWait:     30 * time.Second,
+	c, err := buildConfig(opts, forTransport)
+	if err != nil {
+		return nil, err
 	}
-	for i, o := range opts {
-		if o == nil {
-			return nil, invalid("transport option %d is nil", i)
-		}
-		if err := o(t); err != nil {
-			return nil, err
-		}
-	}
-	return t, nil
+	t := c.transport
+	t.base = base
+	return &t, nil
 }
 
-// WithWaiter throttles every attempt (retries included) through w before it
-// is sent.
-func WithWaiter(w Waiter) TransportOption {
-	return func(t *Transport) error {
-		if w == nil {
+// WithThrottle throttles every attempt (retries included) through w before
+// it is sent. It applies to NewTransport.
+func WithThrottle(w Waiter) Option {
+	return option("WithThrottle", forTransport, func(c *config) error {
+		t := &c.transport
+		if nilcheck.Is(w) {
 			return invalid("nil waiter")
 		}
 		t.waiter = w
 		return nil
-	}
+	})
 }
 
-// WithLimiter throttles every attempt through the keyed limiter l, with the
-// key key(req) (the request's host when key is nil), waiting with
-// [floodgate.Wait].
-func WithLimiter(l floodgate.Limiter, key func(*http.Request) string) TransportOption {
-	return func(t *Transport) error {
-		if l == nil {
+// WithThrottleLimiter throttles every attempt through the keyed limiter l,
+// with the key key(req) (the request's host when key is nil), waiting with
+// [floodgate.Wait]. It applies to NewTransport.
+func WithThrottleLimiter(l floodgate.Limiter, key func(*http.Request) string) Option {
+	return option("WithThrottleLimiter", forTransport, func(c *config) error {
+		t := &c.transport
+		if nilcheck.Is(l) {
 			return invalid("nil limiter")
 		}
 		if key == nil {
@@ -104,45 +95,54 @@ func WithLimiter(l floodgate.Limiter, key func(*http.Request) string) TransportO
 		}
 		t.limiter, t.key = l, key
 		return nil
-	}
+	})
 }
 
 // WithMaxAttempts bounds the attempts per request, the first one included
 // (n >= 1; 1 disables retries). The default is 3.
-func WithMaxAttempts(n int) TransportOption {
-	return func(t *Transport) error {
+func WithMaxAttempts(n int) Option {
+	return option("WithMaxAttempts", forTransport, func(c *config) error {
+		t := &c.transport
 		if n < 1 {
 			return invalid("max attempts %d < 1", n)
 		}
 		t.maxAttempts = n
 		return nil
-	}
+	})
 }
 
 // WithBackoff sets the exponential backoff: the bound of the first retry's
 // random wait, doubled at each retry, and its cap (0 < base <= cap).
-func WithBackoff(base, cap time.Duration) TransportOption {
-	return func(t *Transport) error {
-		if base <= 0 || cap < base {
-			return invalid("backoff base %v, cap %v: want 0 < base <= cap", base, cap)
+func WithBackoff(base, cap time.Duration) Option {
+	return option("WithBackoff", forTransport, func(c *config) error {
+		t := &c.transport
+		if base <= 0 || cap < base || cap > maxBackoff {
+			return invalid("backoff base %v, cap %v: want 0 < base <= cap <= %v", base, cap, maxBackoff)
 		}
 		t.baseDelay, t.capDelay = base, cap
 		return nil
-	}
+	})
 }
 
 // WithMaxRetryWait sets the longest wait the transport accepts before a
 // retry (default 30 s). When a server asks for more, the refusal is given
 // back to the caller at once.
-func WithMaxRetryWait(d time.Duration) TransportOption {
-	return func(t *Transport) error {
-		if d <= 0 {
-			return invalid("max retry wait %v must be positive", d)
+func WithMaxRetryWait(d time.Duration) Option {
+	return option("WithMaxRetryWait", forTransport, func(c *config) error {
+		t := &c.transport
+		if d <= 0 || d > maxRetryWait {
+			return invalid("max retry wait %v outside (0, %v]", d, maxRetryWait)
 		}
 		t.maxWait = d
 		return nil
-	}
+	})
 }
+
+// Bounds of the transport's duration options.
+const (
+	maxBackoff   = time.Hour
+	maxRetryWait = 24 * time.Hour
+)
 
 // RoundTrip implements [http.RoundTripper].
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -257,16 +257,22 @@ func resetHint(h http.Header) time.Duration {
 	if len(vals) == 0 {
 		return 0
 	}
-	members, err := sfv.ParseList(strings.Join(vals, ", "))
+	members, err := httpsfv.UnmarshalList(vals)
 	if err != nil {
 		return 0
 	}
 	var best int64
 	for _, m := range members {
-		r, okR := m.Params.Get("r")
-		t, okT := m.Params.Get("t")
-		if okR && okT && r.Kind == sfv.Integer && t.Kind == sfv.Integer && r.Int == 0 && t.Int > best {
-			best = t.Int
+		item, ok := m.(httpsfv.Item)
+		if !ok {
+			continue
+		}
+		r, okR := item.Params.Get("r")
+		t, okT := item.Params.Get("t")
+		ri, okRi := r.(int64)
+		ti, okTi := t.(int64)
+		if okR && okT && okRi && okTi && ri == 0 && ti > best {
+			best = ti
 		}
 	}
 	return time.Duration(min(best, int64(1<<62/time.Second))) * time.Second

@@ -261,14 +261,14 @@ func TestTransportThrottles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := &countingWaiter{}
 		f := &fakeServer{answer: refuseFirst(429)}
-		tr, _ := NewTransport(f, WithWaiter(w), WithBackoff(time.Millisecond, time.Millisecond))
+		tr, _ := NewTransport(f, WithThrottle(w), WithBackoff(time.Millisecond, time.Millisecond))
 		if resp, err := roundTrip(t, tr, context.Background(), "GET", ""); err != nil || resp.StatusCode != 200 || w.n != 2 {
 			t.Fatalf("waiter called %d times: %v %v", w.n, resp, err)
 		}
 
 		w = &countingWaiter{err: floodgate.ErrWouldExceedDeadline}
 		f = &fakeServer{answer: refuseFirst(200)}
-		tr, _ = NewTransport(f, WithWaiter(w))
+		tr, _ = NewTransport(f, WithThrottle(w))
 		body := &closeTracker{Reader: strings.NewReader("b")}
 		req, _ := http.NewRequest("PUT", "http://api.example/x", body)
 		if _, err := tr.RoundTrip(req); !errors.Is(err, floodgate.ErrWouldExceedDeadline) || len(f.calls) != 0 || !body.closed {
@@ -278,7 +278,7 @@ func TestTransportThrottles(t *testing.T) {
 		// A keyed limiter: 2 per second per host.
 		l := newBucket(t, newTestStore(time.Now), floodgate.PerSecond(2), 1)
 		f = &fakeServer{answer: func(int, *http.Request) *http.Response { return reply(200) }}
-		tr, _ = NewTransport(f, WithLimiter(l, nil))
+		tr, _ = NewTransport(f, WithThrottleLimiter(l, nil))
 		start := time.Now()
 		for i := 0; i < 5; i++ {
 			if _, err := roundTrip(t, tr, context.Background(), "GET", ""); err != nil {
@@ -341,7 +341,7 @@ var _ Waiter = (*bucket.Limiter)(nil)
 // network.
 func TestTransportWithKeylessBucket(t *testing.T) {
 	f := &fakeServer{answer: func(int, *http.Request) *http.Response { return reply(200) }}
-	tr, err := NewTransport(f, WithWaiter(bucket.NewLimiter(bucket.Limit(1), 2)))
+	tr, err := NewTransport(f, WithThrottle(bucket.NewLimiter(bucket.Limit(1), 2)))
 	if err != nil {
 		t.Fatal(err)
 	}
