@@ -32,12 +32,37 @@
 // # This package
 //
 // The root package holds only what every part shares: [Decision], the keyed
-// [Limiter] interface (and [Refunder]), [Rate], [Clock], the sentinel errors,
-// [Wait] (block until admitted, failing fast before a deadline), [All] (several
-// limits, all-or-nothing) and the [Observer] hook that receives every decision.
+// [Limiter] interface (and [Refunder], [Describer], [GroupTaker]), [Rate],
+// [Policy], [Clock], the sentinel errors, [Wait] (block until admitted,
+// failing fast before a deadline), composition ([TakeAll] over (limiter, key)
+// checks and [All] over one key: all or nothing, with the longest RetryAfter
+// of every refusing limit) and the [Observer] hook that receives every
+// decision.
+//
+// A limit's identity is its Name (every algorithm's Config has one): two
+// limiters with the same Name on one store share each key's state (they are
+// one limit), and unnamed limiters never share state, even with equal
+// parameters.
 //
 // Time: keyed algorithms compute in integer microseconds (so that their Redis
 // twins, in Lua doubles, are exact); [Decision] durations are [time.Duration].
 // Every type in floodgate documents its concurrency safety; limiters and stores
 // are safe for concurrent use.
+//
+// # Where things go
+//
+//	floodgate (this package)      the shared vocabulary; imports nothing of the module
+//	bucket, leaky, window         algorithms: a Config, a pure Go step, its Lua twin
+//	store                         the Store contract and the one keyed Limiter type
+//	store/algo                    the contract between algorithms and stores (for implementers)
+//	store/memstore, redisstore    stores; store/storetest is the suite every store passes
+//	adaptive, priority            concurrency limits and shedding
+//	middleware/httplimit, grpclimit  transports: map requests to checks, translate verdicts
+//	internal/admit                the one admission core every transport calls
+//	observer/...                  adapters of the Observer hook (Prometheus, slog)
+//
+// A new algorithm is a package with a Config whose Algorithm method returns
+// an algo.Algorithm (Go step and Lua twin) and one storetest.RunAlgorithm
+// call in its tests; a new store implements store.Store and passes
+// storetest.Run; a new transport builds its checks and calls internal/admit.
 package floodgate

@@ -1,17 +1,23 @@
 // Package httplimit puts floodgate limiters in front of net/http handlers
 // and behind net/http clients.
 //
-// The middleware is thin: it maps a request to a key and a cost, asks a
-// [floodgate.Limiter], and writes a response contract that tells the truth.
-// It owns no algorithm: any keyed limiter of floodgate (token bucket, leaky
-// bucket, windows, on the memory store or on Redis) plugs in, and so does a
-// concurrency limiter through [Shed].
+// The middleware is thin: it maps a request to a key and a cost, asks
+// floodgate's admission core (the one every transport shares: the gRPC
+// interceptors decide exactly as this middleware does), and writes a
+// response contract that tells the truth. It owns no algorithm: any keyed
+// limiter of floodgate (token bucket, leaky bucket, windows, on the memory
+// store or on Redis) plugs in, and so does a concurrency limiter through
+// [Shed].
 //
-//	limiter, _ := bucket.NewKeyed(store, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 20})
-//	limit, err := httplimit.Middleware(limiter,
-//		httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Quota: 20, Window: 2 * time.Second}))
+//	perIP, _ := bucket.NewKeyed(store, bucket.Config{Name: "per-ip", Rate: floodgate.PerSecond(10), Burst: 20})
+//	limit, err := httplimit.Middleware(perIP)
 //	...
 //	http.ListenAndServe(addr, limit(mux))
+//
+// One middleware can check several limits at once, each with its own key,
+// all or nothing ([WithLimit]): a request one limit refuses is charged to
+// none of them, and its Retry-After is the longest among the refusing
+// limits.
 //
 // # Keys
 //
@@ -28,11 +34,15 @@
 // cannot be parsed (a Unix socket) shares one budget, "unknown-peer".
 //
 // [WithHeaderKey] keys by a header such as X-Service-Token, [WithKeyFunc] by
-// any function, [WithRouteKey] scopes keys to a route. A missing header (or
+// any function, [WithKeyPrefix] scopes keys to a route. A missing header (or
 // an empty key) never disables limiting: the request falls back to its
-// client IP. Header keys live in their own namespace ("hdr:" + value), and
-// values longer than 128 bytes or not printable ASCII are replaced by a
-// SHA-256 digest.
+// client IP.
+//
+// A header value is a credential: it never reaches a store or an observer
+// in clear. The key is "hdr#" and a keyed hash of the value
+// (HMAC-SHA256, 128 bits), under the secret of [WithKeySecret]. Without it
+// each process draws a random secret, so nodes that share a store must be
+// given the same secret to share a credential's budget.
 //
 // # Response contract
 //
@@ -45,10 +55,17 @@
 //	X-RateLimit-Remaining: 19                   Decision.Remaining
 //	X-RateLimit-Reset: 1                        seconds until the budget is full again (not a timestamp)
 //
-// The policy name is a structured-field String; q is [Policy].Quota (or the
-// limiter's Decision.Limit when Quota is zero) and w the [Policy].Window in
-// seconds, omitted when zero. All numbers are whole seconds rounded up, and
-// integers of at most 15 digits, as RFC 9651 requires.
+// The policy comes from the limiter ([floodgate.Describer]): its name is the
+// limiter's Name ("default" when it has none), q its quota and w its window
+// in seconds (a token bucket's or a leaky bucket's Rate N per Per, a
+// window's Limit per Window). [WithPolicy] may restate them; a restatement
+// that contradicts the limiter is refused at construction. With several
+// limits ([WithLimit]), each has its member in RateLimit-Policy and
+// RateLimit, and the X-RateLimit fields describe the one with the fewest
+// units remaining (or, on a refusal, the refusing one with the longest
+// wait). The name is a structured-field String; all numbers are whole
+// seconds rounded up, and integers of at most 15 digits, as RFC 9651
+// requires.
 //
 // On admissions, t is the number of seconds until the budget is full again
 // (Decision.ResetAfter). The draft defines t as the time until additional
@@ -76,12 +93,19 @@
 // refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
 // "overloaded", "limiter_unavailable", "cost_exceeds_limit", "invalid_key").
 //
-// Middlewares stack: around a tighter per-route limit, a per-IP limit adds
-// its own member to RateLimit-Policy and RateLimit (give each policy its own
-// name), while the X-RateLimit fields describe the policy with the fewest
-// units remaining. Each layer charges its own limiter, so a request refused
-// by an inner layer has already been charged by the outer ones; combine
-// policies with [floodgate.All] when a refusal must charge nothing.
+// A request that can never be admitted, because its cost exceeds a limit's
+// capacity (see [CostFunc]) or its key is refused by the store (see
+// [KeyFunc]), gets 429 without Retry-After, whatever the fail mode: waiting
+// would not help, and the body (or the problem detail, with a "reason"
+// member instead of "retry_after") says so.
+//
+// Middlewares also stack: around a tighter per-route limit, a per-IP limit
+// adds its own member to RateLimit-Policy and RateLimit (give each limit its
+// own Name). But each layer charges its own limiter, so a request refused by
+// an inner layer has already been charged by the outer ones: give one
+// middleware both limits with [WithLimit] when a refusal must charge
+// nothing. Two limiters share state only when they share a Name, so stacked
+// layers built from one Config never spend each other's budget.
 //
 // A request shed by [Shed] gets 503 Service Unavailable with the same
 // Retry-After, Cache-Control and body rules.
@@ -100,7 +124,9 @@
 // handler runs; a delay that would end past the context's deadline, or a
 // context that ends while waiting, turns into a 429 and the units are
 // refunded when the limiter implements [floodgate.Refunder].
-// [DelayRefuse] answers 429 at once.
+// [DelayRefuse] answers 429 at once, and its headers count only what passes
+// without a delay: a leaky bucket that would delay the next request says
+// Remaining 0, and the next request is indeed refused.
 //
 // [WithDryRun] (shadow mode) decides and charges every request exactly as
 // enforcement would, reports refusals as floodgate.OutcomeWouldDeny, and
@@ -112,10 +138,13 @@
 //
 // # Observing
 //
-// Every decision goes to the [floodgate.Observer] given to [WithObserver],
-// with the labels of [WithName], [WithTier] and [WithRoute], the outcome
-// (allowed, denied, would_deny, error_open, error_closed, shed, delayed),
-// the Decision and the latency of the limiter call.
+// Every request gives exactly one event to the [floodgate.Observer] given to
+// [WithObserver] (Source request), with the policy name ([WithName], or the
+// deciding limiter's Name), the labels of [WithTier] and [WithRoute], the
+// true outcome (allowed, denied, would_deny, error_open, error_closed,
+// fallback when a store's local fallback decided, shed, delayed), the
+// Decision and the latency. A store given the same observer reports only
+// its own outcomes (Source store), so nothing is counted twice.
 //
 // # Caller side
 //

@@ -44,8 +44,8 @@ func Example() {
 		}
 	}
 	// Output:
-	// floodgate_decision_duration_seconds limiter=per-peer outcome=allowed route=/search: 2 samples
-	// floodgate_decision_duration_seconds limiter=per-peer outcome=denied route=/search: 1 samples
-	// floodgate_decisions_total limiter=per-peer outcome=allowed route=/search: 2
-	// floodgate_decisions_total limiter=per-peer outcome=denied route=/search: 1
+	// floodgate_decision_duration_seconds outcome=allowed policy=per-peer route=/search source=request: 2 samples
+	// floodgate_decision_duration_seconds outcome=denied policy=per-peer route=/search source=request: 1 samples
+	// floodgate_decisions_total outcome=allowed policy=per-peer route=/search source=request: 2
+	// floodgate_decisions_total outcome=denied policy=per-peer route=/search source=request: 1
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // Labels are the label names of both metrics, in this order.
-var Labels = []string{"limiter", "tier", "route", "outcome"}
+var Labels = []string{"policy", "tier", "route", "class", "outcome", "source"}
 
 // DefaultBuckets are the latency histogram's default upper bounds, in
 // seconds: 1µs to about 0.26s by factors of 4, which covers an in-memory
@@ -21,7 +21,8 @@ var DefaultBuckets = prometheus.ExponentialBuckets(1e-6, 4, 10)
 
 // Option configures [New]. An option given a value it cannot use makes New
 // return an error wrapping [floodgate.ErrInvalidConfig].
-type Option func(*config) error
+// The zero Option is refused.
+type Option struct{ apply func(*config) error }
 
 type config struct {
 	namespace, subsystem string
@@ -32,19 +33,19 @@ type config struct {
 // WithNamespace sets the metric name prefix; the default is "floodgate".
 // An empty namespace drops the prefix.
 func WithNamespace(ns string) Option {
-	return func(c *config) error { c.namespace = ns; return nil }
+	return Option{func(c *config) error { c.namespace = ns; return nil }}
 }
 
 // WithSubsystem sets the part of the metric names between the namespace and
 // the name ("floodgate_<subsystem>_decisions_total"); the default is none.
 func WithSubsystem(s string) Option {
-	return func(c *config) error { c.subsystem = s; return nil }
+	return Option{func(c *config) error { c.subsystem = s; return nil }}
 }
 
 // WithBuckets sets the latency histogram's upper bounds in seconds; they
 // must be strictly increasing. The default is [DefaultBuckets].
 func WithBuckets(b []float64) Option {
-	return func(c *config) error {
+	return Option{func(c *config) error {
 		if len(b) == 0 {
 			return fmt.Errorf("%w: promobserver: no buckets", floodgate.ErrInvalidConfig)
 		}
@@ -55,19 +56,19 @@ func WithBuckets(b []float64) Option {
 		}
 		c.buckets = append([]float64(nil), b...)
 		return nil
-	}
+	}}
 }
 
 // WithConstLabels adds labels with fixed values to both metrics (for
 // example the service name).
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error {
+	return Option{func(c *config) error {
 		c.constLabels = make(prometheus.Labels, len(l))
 		for k, v := range l {
 			c.constLabels[k] = v
 		}
 		return nil
-	}
+	}}
 }
 
 // Observer is a [floodgate.Observer] that counts decisions and records their
@@ -77,7 +78,7 @@ func WithConstLabels(l prometheus.Labels) Option {
 //   - floodgate_decision_duration_seconds (histogram): how long the limiter
 //     took to decide.
 //
-// Both carry the labels limiter, tier, route and outcome ([Labels]). Keep
+// Both carry the labels policy, tier, route, class, outcome and source ([Labels]). Keep
 // the limiter, tier and route values to a small fixed set (route classes,
 // not raw URLs): every combination is a time series.
 //
@@ -90,7 +91,7 @@ type Observer struct {
 	series map[labelSet]series
 }
 
-type labelSet struct{ limiter, tier, route, outcome string }
+type labelSet struct{ policy, tier, route, class, outcome, source string }
 
 type series struct {
 	count   prometheus.Counter
@@ -111,10 +112,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	}
 	c := config{namespace: "floodgate", buckets: DefaultBuckets}
 	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: promobserver: nil option", floodgate.ErrInvalidConfig)
+		if o.apply == nil {
+			return nil, fmt.Errorf("%w: promobserver: zero Option", floodgate.ErrInvalidConfig)
 		}
-		if err := o(&c); err != nil {
+		if err := o.apply(&c); err != nil {
 			return nil, err
 		}
 	}
@@ -122,14 +123,14 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		Namespace:   c.namespace,
 		Subsystem:   c.subsystem,
 		Name:        "decisions_total",
-		Help:        "Rate-limiting decisions, by limiter, tier, route class and outcome.",
+		Help:        "Rate-limiting decisions, by policy, tier, route class, priority class, outcome and source.",
 		ConstLabels: c.constLabels,
 	}, Labels)
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace:   c.namespace,
 		Subsystem:   c.subsystem,
 		Name:        "decision_duration_seconds",
-		Help:        "Time the limiter took to decide, by limiter, tier, route class and outcome.",
+		Help:        "Time the limiter took to decide, by policy, tier, route class, priority class, outcome and source.",
 		Buckets:     c.buckets,
 		ConstLabels: c.constLabels,
 	}, Labels)
@@ -167,7 +168,11 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (out C, re
 
 // Observe implements [floodgate.Observer].
 func (o *Observer) Observe(e floodgate.Event) {
-	s := o.seriesFor(labelSet{e.Policy, e.Tier, e.Route, e.Outcome.String()})
+	src := e.Source
+	if src == 0 {
+		src = floodgate.SourceRequest
+	}
+	s := o.seriesFor(labelSet{e.Policy, e.Tier, e.Route, e.Class, e.Outcome.String(), src.String()})
 	s.count.Inc()
 	s.latency.Observe(e.Latency.Seconds())
 }
@@ -187,8 +192,8 @@ func (o *Observer) seriesFor(k labelSet) series {
 		return s
 	}
 	s = series{
-		count:   o.decisions.WithLabelValues(k.limiter, k.tier, k.route, k.outcome),
-		latency: o.latency.WithLabelValues(k.limiter, k.tier, k.route, k.outcome),
+		count:   o.decisions.WithLabelValues(k.policy, k.tier, k.route, k.class, k.outcome, k.source),
+		latency: o.latency.WithLabelValues(k.policy, k.tier, k.route, k.class, k.outcome, k.source),
 	}
 	o.series[k] = s
 	return s

@@ -29,28 +29,28 @@ func TestCountsAndLatency(t *testing.T) {
 	o.Observe(ev("per-token", "/svc/B", floodgate.OutcomeShed, 0))
 
 	want := `
-# HELP floodgate_decisions_total Rate-limiting decisions, by limiter, tier, route class and outcome.
+# HELP floodgate_decisions_total Rate-limiting decisions, by policy, tier, route class, priority class, outcome and source.
 # TYPE floodgate_decisions_total counter
-floodgate_decisions_total{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge"} 2
-floodgate_decisions_total{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge"} 1
-floodgate_decisions_total{limiter="per-token",outcome="shed",route="/svc/B",tier="edge"} 1
-# HELP floodgate_decision_duration_seconds Time the limiter took to decide, by limiter, tier, route class and outcome.
+floodgate_decisions_total{class="",outcome="allowed",policy="per-peer",route="/svc/A",source="request",tier="edge"} 2
+floodgate_decisions_total{class="",outcome="denied",policy="per-peer",route="/svc/A",source="request",tier="edge"} 1
+floodgate_decisions_total{class="",outcome="shed",policy="per-token",route="/svc/B",source="request",tier="edge"} 1
+# HELP floodgate_decision_duration_seconds Time the limiter took to decide, by policy, tier, route class, priority class, outcome and source.
 # TYPE floodgate_decision_duration_seconds histogram
-floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge",le="0.001"} 1
-floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge",le="0.01"} 2
-floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge",le="+Inf"} 2
-floodgate_decision_duration_seconds_sum{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge"} 0.0055
-floodgate_decision_duration_seconds_count{limiter="per-peer",outcome="allowed",route="/svc/A",tier="edge"} 2
-floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge",le="0.001"} 0
-floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge",le="0.01"} 0
-floodgate_decision_duration_seconds_bucket{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge",le="+Inf"} 1
-floodgate_decision_duration_seconds_sum{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge"} 0.02
-floodgate_decision_duration_seconds_count{limiter="per-peer",outcome="denied",route="/svc/A",tier="edge"} 1
-floodgate_decision_duration_seconds_bucket{limiter="per-token",outcome="shed",route="/svc/B",tier="edge",le="0.001"} 1
-floodgate_decision_duration_seconds_bucket{limiter="per-token",outcome="shed",route="/svc/B",tier="edge",le="0.01"} 1
-floodgate_decision_duration_seconds_bucket{limiter="per-token",outcome="shed",route="/svc/B",tier="edge",le="+Inf"} 1
-floodgate_decision_duration_seconds_sum{limiter="per-token",outcome="shed",route="/svc/B",tier="edge"} 0
-floodgate_decision_duration_seconds_count{limiter="per-token",outcome="shed",route="/svc/B",tier="edge"} 1
+floodgate_decision_duration_seconds_bucket{class="",outcome="allowed",policy="per-peer",route="/svc/A",source="request",tier="edge",le="0.001"} 1
+floodgate_decision_duration_seconds_bucket{class="",outcome="allowed",policy="per-peer",route="/svc/A",source="request",tier="edge",le="0.01"} 2
+floodgate_decision_duration_seconds_bucket{class="",outcome="allowed",policy="per-peer",route="/svc/A",source="request",tier="edge",le="+Inf"} 2
+floodgate_decision_duration_seconds_sum{class="",outcome="allowed",policy="per-peer",route="/svc/A",source="request",tier="edge"} 0.0055
+floodgate_decision_duration_seconds_count{class="",outcome="allowed",policy="per-peer",route="/svc/A",source="request",tier="edge"} 2
+floodgate_decision_duration_seconds_bucket{class="",outcome="denied",policy="per-peer",route="/svc/A",source="request",tier="edge",le="0.001"} 0
+floodgate_decision_duration_seconds_bucket{class="",outcome="denied",policy="per-peer",route="/svc/A",source="request",tier="edge",le="0.01"} 0
+floodgate_decision_duration_seconds_bucket{class="",outcome="denied",policy="per-peer",route="/svc/A",source="request",tier="edge",le="+Inf"} 1
+floodgate_decision_duration_seconds_sum{class="",outcome="denied",policy="per-peer",route="/svc/A",source="request",tier="edge"} 0.02
+floodgate_decision_duration_seconds_count{class="",outcome="denied",policy="per-peer",route="/svc/A",source="request",tier="edge"} 1
+floodgate_decision_duration_seconds_bucket{class="",outcome="shed",policy="per-token",route="/svc/B",source="request",tier="edge",le="0.001"} 1
+floodgate_decision_duration_seconds_bucket{class="",outcome="shed",policy="per-token",route="/svc/B",source="request",tier="edge",le="0.01"} 1
+floodgate_decision_duration_seconds_bucket{class="",outcome="shed",policy="per-token",route="/svc/B",source="request",tier="edge",le="+Inf"} 1
+floodgate_decision_duration_seconds_sum{class="",outcome="shed",policy="per-token",route="/svc/B",source="request",tier="edge"} 0
+floodgate_decision_duration_seconds_count{class="",outcome="shed",policy="per-token",route="/svc/B",source="request",tier="edge"} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want)))
 	assert.Empty(t, lint(t, reg), "promlint finds nothing")
@@ -80,9 +80,23 @@ func TestEveryOutcomeIsALabel(t *testing.T) {
 		o.Observe(ev("l", "r", oc, time.Microsecond))
 	}
 	for _, oc := range outcomes {
-		assert.Equal(t, 1.0, testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "r", oc.String())), oc.String())
+		assert.Equal(t, 1.0, testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "r", "", oc.String(), "request")), oc.String())
 	}
 	assert.Equal(t, len(outcomes), testutil.CollectAndCount(o.decisions))
+}
+
+// A store's events carry source="store", so that they never add to the
+// request counts.
+func TestStoreEventsAreLabelledApart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	o, err := New(reg)
+	require.NoError(t, err)
+	o.Observe(floodgate.Event{Policy: "api", Outcome: floodgate.OutcomeFallback})
+	o.Observe(floodgate.Event{Source: floodgate.SourceStore, Policy: "api", Outcome: floodgate.OutcomeFallback})
+	o.Observe(floodgate.Event{Policy: "api", Class: "critical", Outcome: floodgate.OutcomeShed})
+	assert.Equal(t, 1.0, testutil.ToFloat64(o.decisions.WithLabelValues("api", "", "", "", "fallback", "request")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(o.decisions.WithLabelValues("api", "", "", "", "fallback", "store")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(o.decisions.WithLabelValues("api", "", "", "critical", "shed", "request")))
 }
 
 func TestSharedRegistration(t *testing.T) {
@@ -93,7 +107,7 @@ func TestSharedRegistration(t *testing.T) {
 	require.NoError(t, err, "a second observer on the same registry shares the metrics")
 	a.Observe(ev("x", "r", floodgate.OutcomeDenied, 0))
 	b.Observe(ev("x", "r", floodgate.OutcomeDenied, 0))
-	assert.Equal(t, 2.0, testutil.ToFloat64(a.decisions.WithLabelValues("x", "edge", "r", "denied")))
+	assert.Equal(t, 2.0, testutil.ToFloat64(a.decisions.WithLabelValues("x", "edge", "r", "", "denied", "request")))
 
 	// A clashing metric of another type is an error, and leaves nothing
 	// half-registered behind.
@@ -125,7 +139,7 @@ func TestOptions(t *testing.T) {
 	assert.ElementsMatch(t, []string{"app_limits_decisions_total", "app_limits_decision_duration_seconds"}, names)
 
 	for _, bad := range [][]Option{
-		{WithBuckets(nil)}, {WithBuckets([]float64{1, 1})}, {WithBuckets([]float64{2, 1})}, {nil},
+		{WithBuckets(nil)}, {WithBuckets([]float64{1, 1})}, {WithBuckets([]float64{2, 1})}, {{}},
 	} {
 		_, err := New(prometheus.NewRegistry(), bad...)
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
@@ -147,8 +161,8 @@ func TestConcurrentObserve(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	total := testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "a", "allowed")) +
-		testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "b", "allowed"))
+	total := testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "a", "", "allowed", "request")) +
+		testutil.ToFloat64(o.decisions.WithLabelValues("l", "edge", "b", "", "allowed", "request"))
 	assert.Equal(t, 2000.0, total)
 }
 

@@ -33,6 +33,6 @@ func Example() {
 	obs.Observe(floodgate.Event{Policy: "shared", Outcome: floodgate.OutcomeErrorOpen,
 		Err: errors.New("store unavailable"), Latency: 3 * time.Millisecond})
 	// Output:
-	// level=INFO msg="floodgate decision" limiter=per-peer outcome=denied route=/search latency=900ns limit=5 remaining=0 retry_after=200ms
-	// level=WARN msg="floodgate decision" limiter=shared outcome=error_open latency=3ms error="store unavailable"
+	// level=INFO msg="floodgate decision" policy=per-peer outcome=denied route=/search latency=900ns limit=5 remaining=0 retry_after=200ms
+	// level=WARN msg="floodgate decision" policy=shared outcome=error_open latency=3ms error="store unavailable"
 }

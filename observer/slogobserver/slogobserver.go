@@ -66,7 +66,7 @@ func WithMessage(msg string) Option {
 // Observer is a [floodgate.Observer] that writes one log record per
 // decision. A record's attributes are:
 //
-//   - limiter, outcome: always;
+//   - policy, outcome: always (source when a store reports, class when set);
 //   - tier, route: when not empty;
 //   - latency: the decision's latency (a duration);
 //   - limit, remaining: when the limiter gave a decision;
@@ -122,10 +122,16 @@ func (o *Observer) Observe(e floodgate.Event) {
 	if !o.logger.Enabled(ctx, level) {
 		return
 	}
-	var buf [10]slog.Attr
+	var buf [12]slog.Attr
 	attrs := append(buf[:0],
 		slog.String("policy", e.Policy),
 		slog.String("outcome", e.Outcome.String()))
+	if e.Source == floodgate.SourceStore {
+		attrs = append(attrs, slog.String("source", e.Source.String()))
+	}
+	if e.Class != "" {
+		attrs = append(attrs, slog.String("class", e.Class))
+	}
 	if e.Tier != "" {
 		attrs = append(attrs, slog.String("tier", e.Tier))
 	}

@@ -65,7 +65,7 @@ func TestDefaultLevelsAndAttributes(t *testing.T) {
 	}
 
 	allowed := attrs(h.records[0])
-	assert.Equal(t, "per-peer", allowed["limiter"].String())
+	assert.Equal(t, "per-peer", allowed["policy"].String())
 	assert.Equal(t, "allowed", allowed["outcome"].String())
 	assert.Equal(t, "/svc/A", allowed["route"].String())
 	assert.Equal(t, 700*time.Nanosecond, allowed["latency"].Duration())
