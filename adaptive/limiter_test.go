@@ -80,7 +80,7 @@ func TestAcquireRejectsAtLimit(t *testing.T) {
 	ctx := context.Background()
 	a := must(l.Acquire(ctx))
 	b := must(l.Acquire(ctx))
-	if e := rec.last(); e.Outcome != floodgate.OutcomeAllowed || e.Limiter != "api" || e.Decision.Remaining != 0 || e.Decision.Limit != 2 {
+	if e := rec.last(); e.Outcome != floodgate.OutcomeAllowed || e.Policy != "api" || e.Decision.Remaining != 0 || e.Decision.Limit != 2 {
 		t.Fatalf("admission event = %+v", e)
 	}
 	c, err := l.Acquire(ctx)

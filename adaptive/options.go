@@ -87,7 +87,7 @@ func WithClock(c floodgate.Clock) Option {
 
 // WithObserver sets the observer that receives every admission
 // ([floodgate.OutcomeAllowed]) and every rejection ([floodgate.OutcomeShed]),
-// with the limiter's name as Event.Limiter and the request's label as
+// with the limiter's name as Event.Policy and the request's label as
 // Event.Route. Default [floodgate.NopObserver].
 func WithObserver(obs floodgate.Observer) Option {
 	return Option{func(o *options) error {
@@ -99,7 +99,7 @@ func WithObserver(obs floodgate.Observer) Option {
 	}}
 }
 
-// WithName sets the name reported as Event.Limiter.
+// WithName sets the name reported as Event.Policy.
 func WithName(name string) Option {
 	return Option{func(o *options) error { o.name = name; return nil }}
 }
