@@ -10,8 +10,13 @@
 // best-effort at 85%: best-effort is shed first, standard next, and critical
 // only when the capacity is exhausted; the last 15% of the capacity is kept
 // for the more important classes. Class names and thresholds are
-// configurable, and there may be any number of classes (listed from the most
-// important down, with thresholds that do not increase).
+// configurable, and there may be any number of classes, listed from the
+// least important up, with thresholds that do not decrease.
+//
+// A [Class] is an index into that list, so the zero Class is the least
+// important one: a request whose class is missing or unknown
+// ([Limiter.Class] of a name not in the list gives Class 0) is shed first,
+// never treated as critical.
 //
 // Admitted requests get an [adaptive.Token], to end with Success, Dropped or
 // Ignore exactly as with the adaptive limiter: that is what feeds the

@@ -10,18 +10,21 @@ import (
 	"github.com/floodgate-go/floodgate/adaptive"
 )
 
-// Class identifies a traffic class: an index into the limiter's classes, 0
-// being the most important.
+// Class identifies a traffic class: an index into the limiter's classes,
+// which are listed from the least important up. The zero Class is the least
+// important one, the first to be shed, so that a class left unset, or the
+// Class that [Limiter.Class] returns for a name it does not know, never
+// makes a request more important than it was meant to be.
 type Class int
 
 // The default classes (see [DefaultClasses]).
 const (
-	// Critical is shed only when the capacity is exhausted (100%).
-	Critical Class = iota
+	// BestEffort is shed first, at 85% utilisation. It is the zero Class.
+	BestEffort Class = iota
 	// Standard is shed at 95% utilisation.
 	Standard
-	// BestEffort is shed first, at 85% utilisation.
-	BestEffort
+	// Critical is shed only when the capacity is exhausted (100%).
+	Critical
 )
 
 // ClassConfig describes one class.
@@ -35,11 +38,11 @@ type ClassConfig struct {
 	ShedAt float64
 }
 
-// DefaultClasses returns the three default classes: critical (shed at
-// 100%), standard (95%) and best-effort (85%), matching [Critical],
-// [Standard] and [BestEffort].
+// DefaultClasses returns the three default classes, from the least
+// important up: best-effort (shed at 85%), standard (95%) and critical
+// (100%), matching [BestEffort], [Standard] and [Critical].
 func DefaultClasses() []ClassConfig {
-	return []ClassConfig{{"critical", 1}, {"standard", 0.95}, {"best-effort", 0.85}}
+	return []ClassConfig{{"best-effort", 0.85}, {"standard", 0.95}, {"critical", 1}}
 }
 
 // ErrUnknownClass is returned by Acquire for a class the limiter does not
@@ -67,8 +70,9 @@ type Limiter struct {
 // adaptive (or fixed) limiter that it then owns: requests should reach
 // capacity only through the returned Limiter, so that every admission is
 // subject to the class thresholds. With no classes, [DefaultClasses] are
-// used. Classes are listed from the most important to the least; their
-// ShedAt may not increase along the list.
+// used. Classes are listed from the least important to the most (the first
+// one is Class 0, the class of unknown names); their ShedAt may not
+// decrease along the list.
 //
 // The wait is capacity's: build it with [adaptive.WithQueue] to make Acquire
 // wait in a bounded queue, where a more important class is served first
@@ -88,8 +92,8 @@ func New(capacity *adaptive.Limiter, classes ...ClassConfig) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: priority: class %d needs a unique, non-empty name, got %q", floodgate.ErrInvalidConfig, i, c.Name)
 		case !(c.ShedAt > 0 && c.ShedAt <= 1):
 			return nil, fmt.Errorf("%w: priority: class %q ShedAt must be in (0, 1], got %v", floodgate.ErrInvalidConfig, c.Name, c.ShedAt)
-		case i > 0 && c.ShedAt > classes[i-1].ShedAt:
-			return nil, fmt.Errorf("%w: priority: class %q sheds at %v, above the more important %q (%v)", floodgate.ErrInvalidConfig, c.Name, c.ShedAt, classes[i-1].Name, classes[i-1].ShedAt)
+		case i > 0 && c.ShedAt < classes[i-1].ShedAt:
+			return nil, fmt.Errorf("%w: priority: class %q sheds at %v, below the less important %q (%v); classes are listed from the least important up", floodgate.ErrInvalidConfig, c.Name, c.ShedAt, classes[i-1].Name, classes[i-1].ShedAt)
 		}
 		seen[c.Name] = true
 	}
@@ -146,7 +150,7 @@ func (p *Limiter) AcquireFunc(c Class, done func(*adaptive.Token, error)) (cance
 
 func (p *Limiter) request(c Class) adaptive.Request {
 	cc := p.classes[c]
-	return adaptive.Request{Share: cc.ShedAt, Rank: len(p.classes) - 1 - int(c), Label: cc.Name}
+	return adaptive.Request{Share: cc.ShedAt, Rank: int(c), Label: cc.Name}
 }
 
 func (p *Limiter) count(c Class, err error) {
@@ -158,7 +162,10 @@ func (p *Limiter) count(c Class, err error) {
 	}
 }
 
-// Class returns the class with the given name.
+// Class returns the class with the given name, and whether there is one. A
+// name it does not know (a missing or misspelt header) gives the least
+// important class, Class 0, so that a caller that ignores ok sheds such
+// requests first rather than treating them as critical.
 func (p *Limiter) Class(name string) (Class, bool) {
 	for i, c := range p.classes {
 		if c.Name == name {
