@@ -94,7 +94,7 @@ func TestGradient2Table(t *testing.T) {
 }
 
 // TestGradient2BaselineIgnoresSelfInflictedLatency: after the warm-up, a
-// slower RTT from a window in which the limiter was full does not move the
+// slower RTT from a window in which the gate was full does not move the
 // baseline; one from a window with room does.
 func TestGradient2BaselineIgnoresSelfInflictedLatency(t *testing.T) {
 	g, _ := NewGradient2(Gradient2Config{LongWindow: 9}) // EMA factor 0.2
@@ -282,7 +282,7 @@ func run(t *testing.T, a Algorithm, exact func() float64, steps []step) {
 // TestGradient2StableTimeouts is the reference's known failure (Netflix
 // concurrency-limits issue 137): every request times out at the same RTT, so
 // the RTT is stable and the reference's gradient stays 1 while the limit
-// climbs to the maximum. Reported as drops (as Limiter.Do does for
+// climbs to the maximum. Reported as drops (as Gate.Do does for
 // context.DeadlineExceeded), the timeouts drive the limit to the minimum.
 func TestGradient2StableTimeouts(t *testing.T) {
 	g, _ := NewGradient2(Gradient2Config{InitialLimit: 100})

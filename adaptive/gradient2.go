@@ -88,13 +88,13 @@ const gradientWarmup = 10
 //  2. QueueSize is added only when the gradient is 1 (no queueing seen).
 //     The reference adds it always, so under a modest steady overload
 //     (gradient ~0.8) the limit keeps a slow upward drift.
-//  3. The baseline learns a slower RTT only from windows in which the limiter
+//  3. The baseline learns a slower RTT only from windows in which the gate
 //     was not full (InFlight < limit). Under sustained overload the RTT the
-//     limiter itself inflates would otherwise become the new baseline, the
+//     gate itself inflates would otherwise become the new baseline, the
 //     gradient would return to 1 and the limit would creep up to the maximum
 //     while latency stays stable but high. Faster RTTs are always learned.
 //     The rule holds from the second measured window on, warm-up included:
-//     the first one sets the baseline whatever it saw, so a limiter that
+//     the first one sets the baseline whatever it saw, so a gate that
 //     starts under overload grows by at most RTTTolerance over that first
 //     RTT, and no further.
 type Gradient2 struct {
@@ -150,7 +150,7 @@ func (g *Gradient2) Update(s Sample) int {
 }
 
 // learn adds one window's RTT to the baseline. A window that found the
-// limiter full and is slower than the baseline is skipped, in the warm-up as
+// gate full and is slower than the baseline is skipped, in the warm-up as
 // after it; the first measured window always sets the baseline, there being
 // nothing to compare it with.
 func (g *Gradient2) learn(rtt float64, notFull bool) {

@@ -40,12 +40,12 @@ func Example() {
 	// critical admitted 1 shed 1
 }
 
-// The capacity can be an adaptive limiter; more than three classes, with
+// The capacity can be an adaptive gate; more than three classes, with
 // names and thresholds of your own, listed from the least important up.
-func ExampleNew() {
+func ExampleNewShedder() {
 	alg, _ := adaptive.NewGradient2(adaptive.Gradient2Config{})
-	capacity, _ := adaptive.New(alg)
-	p, err := priority.New(capacity,
+	capacity, _ := adaptive.NewGate(alg)
+	p, err := priority.NewShedder(capacity,
 		priority.ClassConfig{Name: "analytics", ShedAt: 0.5},
 		priority.ClassConfig{Name: "recommendations", ShedAt: 0.7},
 		priority.ClassConfig{Name: "browse", ShedAt: 0.9},

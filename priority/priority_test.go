@@ -14,7 +14,7 @@ import (
 )
 
 // fill acquires for class c until it is shed, and returns the tokens.
-func fill(t *testing.T, p *priority.Limiter, c priority.Class) []*adaptive.Token {
+func fill(t *testing.T, p *priority.Shedder, c priority.Class) []*adaptive.Token {
 	t.Helper()
 	var toks []*adaptive.Token
 	for {
@@ -143,7 +143,7 @@ func TestValidation(t *testing.T) {
 			t.Errorf("case %d: err = %v", i, err)
 		}
 	}
-	if _, err := priority.New(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
+	if _, err := priority.NewShedder(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("nil capacity: %v", err)
 	}
 	if _, err := priority.NewFixed(0, nil); !errors.Is(err, floodgate.ErrInvalidConfig) {

@@ -45,7 +45,7 @@ func load(w int) float64 {
 	return 0.5
 }
 
-func run(t *testing.T, p *priority.Limiter, clk *simulate.Sim, queued bool) []simulate.Window {
+func run(t *testing.T, p *priority.Shedder, clk *simulate.Sim, queued bool) []simulate.Window {
 	t.Helper()
 	tg := simulate.Target{
 		Acquire:  func(c int) (*adaptive.Token, error) { return p.Acquire(context.Background(), class(c)) },
@@ -116,7 +116,7 @@ func TestPriorityUnderOverload(t *testing.T) {
 				if queued {
 					opts = append(opts, adaptive.WithQueue(2*srv.Workers, adaptive.FIFO))
 				}
-				p := must(priority.New(must(adaptive.New(tc.alg(), opts...))))
+				p := must(priority.NewShedder(must(adaptive.NewGate(tc.alg(), opts...))))
 				ws := run(t, p, sim, queued)
 				mild, over := sum(ws[12:20]), sum(ws[22:40])
 				recovered := 40

@@ -83,11 +83,11 @@ func run(args []string, stdout io.Writer) error {
 	if *queue {
 		opts = append(opts, adaptive.WithQueue(2*sc.server.Workers, adaptive.FIFO))
 	}
-	capacity, err := adaptive.New(alg, opts...)
+	capacity, err := adaptive.NewGate(alg, opts...)
 	if err != nil {
 		return err
 	}
-	p, err := priority.New(capacity)
+	p, err := priority.NewShedder(capacity)
 	if err != nil {
 		return err
 	}
