@@ -112,7 +112,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	lim, err := adaptive.New(alg)
+	lim, err := adaptive.NewGate(alg)
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	http.Handle("/api/", shed(apiHandler))
 
 	// Classes sharing one capacity: best-effort work is shed first.
-	classes, err := priority.New(lim, priority.DefaultClasses()...)
+	classes, err := priority.NewShedder(lim, priority.DefaultClasses()...)
 	if err != nil {
 		return err
 	}

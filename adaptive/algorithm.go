@@ -8,7 +8,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Sample summarises one window of finished requests. The [Limiter] builds it
+// Sample summarises one window of finished requests. The [Gate] builds it
 // and hands it to its [Algorithm]; tests can build samples by hand.
 type Sample struct {
 	// RTT is the mean round-trip time of the window's measured requests: those
@@ -29,9 +29,9 @@ type Sample struct {
 }
 
 // Algorithm is a limit algorithm: it turns window samples into a new
-// concurrency limit and does nothing else. The [Limiter] calls it with its
+// concurrency limit and does nothing else. The [Gate] calls it with its
 // lock held, so an Algorithm needs no synchronisation of its own; it keeps
-// state, so each Limiter needs its own Algorithm value.
+// state, so each Gate needs its own Algorithm value.
 type Algorithm interface {
 	// InitialLimit is the limit before the first sample; it is >= 1.
 	InitialLimit() int
@@ -39,7 +39,7 @@ type Algorithm interface {
 	Update(s Sample) int
 }
 
-// Fixed is the [Algorithm] whose limit never changes. It turns a [Limiter]
+// Fixed is the [Algorithm] whose limit never changes. It turns a [Gate]
 // into a plain concurrency semaphore with tokens, observer and leak
 // detection, and gives package priority a fixed capacity.
 type Fixed struct{ n int }

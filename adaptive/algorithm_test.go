@@ -59,20 +59,23 @@ func TestGradient2Table(t *testing.T) {
 		{s: Sample{RTT: 100 * ms, InFlight: 20, Count: 10}, limit: 20, exact: 20.8},
 		// 0.8*20.8 + 0.2*24.8 = 21.6
 		{s: Sample{RTT: 100 * ms, InFlight: 20, Count: 10}, limit: 21, exact: 21.6},
-		// Baseline (warm-up mean) = (100+100+250)/3 = 150ms; gradient =
-		// 1.5*150/250 = 0.9; no queue added; 0.8*21.6 + 0.2*(0.9*21.6) = 21.168.
-		{s: Sample{RTT: 250 * ms, InFlight: 21, Count: 10}, limit: 21, exact: 21.168},
+		// A slower window with room (20 < 21) joins the warm-up mean:
+		// baseline = (100+100+250)/3 = 150ms; gradient = 1.5*150/250 = 0.9;
+		// no queue added; 0.8*21.6 + 0.2*(0.9*21.6) = 21.168.
+		{s: Sample{RTT: 250 * ms, InFlight: 20, Count: 10}, limit: 21, exact: 21.168},
 		// A drop: 0.8*21.168 + 0.2*(21.168/2) = 19.0512 -> MinLimit 20.
 		{s: Sample{RTT: 100 * ms, InFlight: 21, Dropped: 1, Count: 10}, limit: 20, exact: 20},
-		// App-limited (9 < 20/2): unchanged.
+		// App-limited (9 < 20/2): unchanged. Baseline (100+100+250+50)/4
+		// = 125ms, and 125/50 > 2 cuts it (and the warm-up sum) by 5%:
+		// sum 475ms.
 		{s: Sample{RTT: 50 * ms, InFlight: 9, Count: 10}, limit: 20, exact: 20},
-		// Gradient floor: baseline (100+100+250+50)/4 = 125, then
-		// (500+1000)/5 = 300; 1.5*300/1000 = 0.45 -> 0.5:
+		// Gradient floor (a window with room, 19 < 20): baseline
+		// (475+1000)/5 = 295; 1.5*295/1000 = 0.4425 -> 0.5:
 		// 0.8*20 + 0.2*10 = 18 -> MinLimit 20.
-		{s: Sample{RTT: 1000 * ms, InFlight: 20, Count: 10}, limit: 20, exact: 20},
+		{s: Sample{RTT: 1000 * ms, InFlight: 19, Count: 10}, limit: 20, exact: 20},
 	})
-	if got := g.Baseline(); math.Abs(got-float64(300*ms)) > 1 {
-		t.Fatalf("baseline = %v, want 300ms", time.Duration(got))
+	if got := g.Baseline(); math.Abs(got-float64(295*ms)) > 1 {
+		t.Fatalf("baseline = %v, want 295ms", time.Duration(got))
 	}
 
 	// Smoothing 1, no minimum: the rule without smoothing, and the recovery
@@ -91,7 +94,7 @@ func TestGradient2Table(t *testing.T) {
 }
 
 // TestGradient2BaselineIgnoresSelfInflictedLatency: after the warm-up, a
-// slower RTT from a window in which the limiter was full does not move the
+// slower RTT from a window in which the gate was full does not move the
 // baseline; one from a window with room does.
 func TestGradient2BaselineIgnoresSelfInflictedLatency(t *testing.T) {
 	g, _ := NewGradient2(Gradient2Config{LongWindow: 9}) // EMA factor 0.2
@@ -109,6 +112,60 @@ func TestGradient2BaselineIgnoresSelfInflictedLatency(t *testing.T) {
 	g.Update(Sample{RTT: 60 * ms, InFlight: int(g.limit), Count: 10})
 	if got, want := g.Baseline(), float64(108*ms); math.Abs(got-want) > 1 {
 		t.Fatalf("baseline after a faster full window = %v, want 108ms", time.Duration(got))
+	}
+}
+
+// TestGradient2ColdStartUnderOverload starts Gradient2 on a server that is
+// already saturated: every window is full and the RTT grows with the limit
+// (10ms per request in flight, a server with a fixed throughput). Only the
+// first window may set the baseline; the slower, self-inflicted RTTs of the
+// full windows that follow must not raise it, in the warm-up as after it.
+// The limit may then grow only by the RTT tolerance over that first window
+// (1.5 x 20 = 30 requests, where the RTT reaches 1.5 x 200ms), and stay
+// there. Learning the full windows in the warm-up lifted the baseline to
+// their mean (232ms) and the limit to 35.
+func TestGradient2ColdStartUnderOverload(t *testing.T) {
+	g, _ := NewGradient2(Gradient2Config{})
+	limit, peak := g.InitialLimit(), 0
+	for w := range 300 {
+		limit = g.Update(Sample{RTT: 10 * ms * time.Duration(limit), InFlight: limit, Count: 50})
+		peak = max(peak, limit)
+		if got := g.Baseline(); got != float64(200*ms) {
+			t.Fatalf("window %d: baseline = %v, want the first window's 200ms", w, time.Duration(got))
+		}
+	}
+	if peak > 31 || limit < 30 {
+		t.Fatalf("limit peaked at %d and ended at %d, want the tolerance bound 30 (31 with the queue step) and no creep", peak, limit)
+	}
+	// A window with room still teaches the baseline a slower RTT (the
+	// server got slower for everyone), and a faster full one always does.
+	h, _ := NewGradient2(Gradient2Config{})
+	h.Update(Sample{RTT: 100 * ms, InFlight: 20, Count: 50})
+	h.Update(Sample{RTT: 400 * ms, InFlight: 20, Count: 50}) // full, slower: skipped
+	h.Update(Sample{RTT: 400 * ms, InFlight: 19, Count: 50}) // room: (100+400)/2
+	if got := h.Baseline(); got != float64(250*ms) {
+		t.Fatalf("baseline = %v, want 250ms", time.Duration(got))
+	}
+	h.Update(Sample{RTT: 100 * ms, InFlight: 20, Count: 50}) // full, faster: (100+400+100)/3
+	if got := h.Baseline(); got != float64(200*ms) {
+		t.Fatalf("baseline = %v, want 200ms", time.Duration(got))
+	}
+}
+
+// TestGradient2WarmupDecayKept: when latency falls to under half the
+// baseline in the warm-up, the 5% cut of the baseline lasts: the next
+// window's mean starts from the cut sum instead of undoing it.
+func TestGradient2WarmupDecayKept(t *testing.T) {
+	g, _ := NewGradient2(Gradient2Config{})
+	g.Update(Sample{RTT: 300 * ms, InFlight: 19, Count: 50})
+	g.Update(Sample{RTT: 300 * ms, InFlight: 19, Count: 50})
+	g.Update(Sample{RTT: 60 * ms, InFlight: 19, Count: 50}) // mean 220, 220/60 > 2: 209
+	if got, want := g.Baseline(), 0.95*float64(220*ms); math.Abs(got-want) > 1 {
+		t.Fatalf("baseline = %v, want %v", time.Duration(got), time.Duration(want))
+	}
+	g.Update(Sample{RTT: 60 * ms, InFlight: 19, Count: 50}) // (0.95*660+60)/4 = 171.75, 171.75/60 > 2: *0.95
+	if got, want := g.Baseline(), 0.95*(0.95*float64(660*ms)+float64(60*ms))/4; math.Abs(got-want) > 1 {
+		t.Fatalf("baseline = %v, want %v", time.Duration(got), time.Duration(want))
 	}
 }
 
@@ -225,7 +282,7 @@ func run(t *testing.T, a Algorithm, exact func() float64, steps []step) {
 // TestGradient2StableTimeouts is the reference's known failure (Netflix
 // concurrency-limits issue 137): every request times out at the same RTT, so
 // the RTT is stable and the reference's gradient stays 1 while the limit
-// climbs to the maximum. Reported as drops (as Limiter.Do does for
+// climbs to the maximum. Reported as drops (as Gate.Do does for
 // context.DeadlineExceeded), the timeouts drive the limit to the minimum.
 func TestGradient2StableTimeouts(t *testing.T) {
 	g, _ := NewGradient2(Gradient2Config{InitialLimit: 100})

@@ -10,7 +10,7 @@ import (
 // BenchmarkAcquireSuccess measures one admitted request: Acquire, then
 // Success (a sample into the window).
 func BenchmarkAcquireSuccess(b *testing.B) {
-	l := must(adaptive.New(must(adaptive.NewGradient2(adaptive.Gradient2Config{MaxLimit: 1000, InitialLimit: 1000}))))
+	l := must(adaptive.NewGate(must(adaptive.NewGradient2(adaptive.Gradient2Config{MaxLimit: 1000, InitialLimit: 1000}))))
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -26,7 +26,7 @@ func BenchmarkAcquireSuccess(b *testing.B) {
 
 // BenchmarkReject measures a rejection at the limit.
 func BenchmarkReject(b *testing.B) {
-	l := must(adaptive.New(must(adaptive.NewFixed(1))))
+	l := must(adaptive.NewGate(must(adaptive.NewFixed(1))))
 	ctx := context.Background()
 	hold := must(l.Acquire(ctx))
 	defer hold.Success()

@@ -29,13 +29,13 @@ func (s *seesaw) Update(adaptive.Sample) int {
 // success, drop, ignore (a failed call), a panic in the handler, a context
 // cancelled while the handler runs, and a context that expires while the
 // request waits in the queue. Every admitted token must be released exactly
-// once and the limiter must end with nothing in flight or queued.
+// once and the gate must end with nothing in flight or queued.
 func TestMillionCycles(t *testing.T) {
 	const (
 		goroutines = 4
 		cycles     = 1_000_000
 	)
-	l := must(adaptive.New(&seesaw{}, adaptive.WithQueue(1, adaptive.LIFO), adaptive.WithWindow(1, time.Millisecond), adaptive.WithMinRTT(0)))
+	l := must(adaptive.NewGate(&seesaw{}, adaptive.WithQueue(1, adaptive.LIFO), adaptive.WithWindow(1, time.Millisecond), adaptive.WithMinRTT(0)))
 	var attempts, panics, cancelled, expired atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()

@@ -8,14 +8,14 @@
 //     [Vegas] (delay-based, after TCP Vegas), [Gradient2] (compares the
 //     current RTT with a long-term baseline), [AIMD] (loss-based: +1 per
 //     window, x0.9 on a drop) and [Fixed];
-//   - a [Limiter] counts requests in flight, admits a request while the count
+//   - a [Gate] counts requests in flight, admits a request while the count
 //     is below the limit and hands out a [Token]; the token's Success,
 //     Dropped or Ignore ends the request, measures its RTT and feeds the
 //     algorithm.
 //
 // # Windows and samples
 //
-// The limiter gathers finished requests into windows: a window closes at the
+// The gate gathers finished requests into windows: a window closes at the
 // first release at least 1s after it opened, and reaches the algorithm only
 // when it holds at least 10 requests (see [WithWindow]); the algorithm sees
 // one [Sample] per window: the mean RTT of the successful requests, the
@@ -29,7 +29,7 @@
 // [ErrLimitExceeded]. By default it never blocks. With [WithQueue] a request
 // that finds the limit reached waits in a bounded queue (FIFO or LIFO;
 // higher [Request.Rank] first) until a slot frees or its context ends; it
-// never waits past the context's deadline. [Limiter.AcquireFunc] is the
+// never waits past the context's deadline. [Gate.AcquireFunc] is the
 // asynchronous form for event loops and simulations: a callback receives the
 // token or the rejection, and the returned function withdraws a waiting
 // request. Every admission and every
@@ -42,22 +42,22 @@
 // The contract: end every token exactly once (the first of Success, Dropped
 // or Ignore counts, later calls do nothing; `defer tok.Ignore()` right after
 // Acquire is a safe net). A token that is never ended would hold its slot
-// forever, so the limiter keeps its tokens in age order and reclaims those
+// forever, so the gate keeps its tokens in age order and reclaims those
 // older than the maximum age (one minute by default, [WithMaxAge]) on its
-// next Acquire, release or [Limiter.Stats] call: the slot is freed, the leak
+// next Acquire, release or [Gate.Stats] call: the slot is freed, the leak
 // is counted in [Stats].Leaked and reported to the [OnLeak] hook. No
 // finalizer and no goroutine is involved.
 //
 // # Units, zero values, concurrency
 //
 // Limits and in-flight counts are numbers of requests; RTTs are
-// [time.Duration]s measured with the limiter's [floodgate.Clock] (injectable
+// [time.Duration]s measured with the gate's [floodgate.Clock] (injectable
 // with [WithClock], so tests run in simulated time). The zero value of each
 // algorithm's Config means the reference defaults (Vegas: initial 20,
 // max 1000; Gradient2: initial 20, min 20, max 200, smoothing 0.2, long
 // window 600, RTT tolerance 1.5, queue size 4; AIMD: initial 20, min 20,
-// max 200, backoff 0.9, timeout 5s). A [Limiter] and its tokens are safe for
-// concurrent use; an [Algorithm] value is used by one limiter, under its
+// max 200, backoff 0.9, timeout 5s). A [Gate] and its tokens are safe for
+// concurrent use; an [Algorithm] value is used by one gate, under its
 // lock. Package [github.com/floodgate-go/floodgate/adaptive/simulate] runs a
-// limiter against a simulated server in simulated time.
+// gate against a simulated server in simulated time.
 package adaptive

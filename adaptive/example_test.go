@@ -10,14 +10,14 @@ import (
 	"github.com/floodgate-go/floodgate/adaptive"
 )
 
-// A limiter admits requests while fewer than the limit are in flight; each
+// A gate admits requests while fewer than the limit are in flight; each
 // admitted request ends its token with Success, Dropped or Ignore.
 func Example() {
 	alg, err := adaptive.NewFixed(2)
 	if err != nil {
 		panic(err)
 	}
-	l, err := adaptive.New(alg)
+	l, err := adaptive.NewGate(alg)
 	if err != nil {
 		panic(err)
 	}
@@ -38,8 +38,8 @@ func Example() {
 
 // Do wraps a handler: the token ends by the handler's outcome, and a panic
 // releases the slot before it goes on.
-func ExampleLimiter_Do() {
-	l, _ := adaptive.New(must(adaptive.NewAIMD(adaptive.AIMDConfig{})))
+func ExampleGate_Do() {
+	l, _ := adaptive.NewGate(must(adaptive.NewAIMD(adaptive.AIMDConfig{})))
 	err := l.Do(context.Background(), func(ctx context.Context) error {
 		return nil // served
 	})
@@ -53,7 +53,7 @@ func ExampleLimiter_Do() {
 func ExampleNewAIMD() {
 	clk := newFakeClock()
 	alg, _ := adaptive.NewAIMD(adaptive.AIMDConfig{InitialLimit: 20})
-	l, _ := adaptive.New(alg, adaptive.WithClock(clk), adaptive.OnLimitChange(func(c adaptive.LimitChange) {
+	l, _ := adaptive.NewGate(alg, adaptive.WithClock(clk), adaptive.OnLimitChange(func(c adaptive.LimitChange) {
 		fmt.Printf("limit %d -> %d (drops %d)\n", c.Old, c.New, c.Sample.Dropped)
 	}))
 	window := func(drop bool) {
@@ -85,7 +85,7 @@ func ExampleNewAIMD() {
 // With a queue, Acquire waits for a slot (never past its context's
 // deadline) instead of failing at once.
 func ExampleWithQueue() {
-	l, _ := adaptive.New(must(adaptive.NewFixed(1)), adaptive.WithQueue(10, adaptive.FIFO))
+	l, _ := adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithQueue(10, adaptive.FIFO))
 	hold, _ := l.Acquire(context.Background())
 	done := make(chan error)
 	go func() {

@@ -11,13 +11,13 @@ import (
 	"github.com/floodgate-go/floodgate/adaptive"
 )
 
-// FuzzLimiter drives a limiter with a random sequence of acquisitions (of
+// FuzzGate drives a gate with a random sequence of acquisitions (of
 // random shares), ends (success, drop, ignore, repeated), clock steps
 // (forwards and backwards) and leaks, and checks its invariants after every
 // step: in-flight equals the live tokens, is never above the limit at
 // admission, decisions keep 0 <= Remaining <= Limit and RetryAfter > 0 exactly
 // when shed, and the counters add up.
-func FuzzLimiter(f *testing.F) {
+func FuzzGate(f *testing.F) {
 	f.Add(uint64(1), uint8(0))
 	f.Add(uint64(2), uint8(1))
 	f.Add(uint64(3), uint8(2))
@@ -43,7 +43,7 @@ func FuzzLimiter(f *testing.F) {
 				bad = "bad decision"
 			}
 		})
-		l := must(adaptive.New(alg, adaptive.WithClock(clk), adaptive.WithObserver(obs),
+		l := must(adaptive.NewGate(alg, adaptive.WithClock(clk), adaptive.WithObserver(obs),
 			adaptive.WithWindow(3, 100*time.Millisecond), adaptive.WithMaxAge(10*time.Second)))
 		var live []*adaptive.Token
 		leaked := 0

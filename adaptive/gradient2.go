@@ -70,7 +70,8 @@ const gradientWarmup = 10
 //
 //   - a window with a drop: target = limit/2 (see below);
 //   - the short RTT joins the baseline's average (a plain mean over the first
-//     10 windows, then an exponential average with factor 2/(LongWindow+1));
+//     10 windows it joins, then an exponential average with factor
+//     2/(LongWindow+1)), unless rule 3 below skips it;
 //     when long/short > 2 (latency fell back after a long overload) the
 //     baseline is multiplied by 0.95;
 //   - when the window used less than half the limit, the limit stays;
@@ -87,11 +88,15 @@ const gradientWarmup = 10
 //  2. QueueSize is added only when the gradient is 1 (no queueing seen).
 //     The reference adds it always, so under a modest steady overload
 //     (gradient ~0.8) the limit keeps a slow upward drift.
-//  3. The baseline learns a slower RTT only from windows in which the limiter
+//  3. The baseline learns a slower RTT only from windows in which the gate
 //     was not full (InFlight < limit). Under sustained overload the RTT the
-//     limiter itself inflates would otherwise become the new baseline, the
+//     gate itself inflates would otherwise become the new baseline, the
 //     gradient would return to 1 and the limit would creep up to the maximum
 //     while latency stays stable but high. Faster RTTs are always learned.
+//     The rule holds from the second measured window on, warm-up included:
+//     the first one sets the baseline whatever it saw, so a gate that
+//     starts under overload grows by at most RTTTolerance over that first
+//     RTT, and no further.
 type Gradient2 struct {
 	cfg   Gradient2Config
 	limit float64
@@ -130,7 +135,7 @@ func (g *Gradient2) Update(s Sample) int {
 	short := float64(s.RTT)
 	g.learn(short, s.InFlight < int(g.limit))
 	if g.long/short > 2 {
-		g.long *= 0.95
+		g.decay()
 	}
 	if float64(s.InFlight) < g.limit/2 {
 		return int(g.limit)
@@ -144,19 +149,32 @@ func (g *Gradient2) Update(s Sample) int {
 	return int(g.limit)
 }
 
-// learn adds one window's RTT to the baseline.
+// learn adds one window's RTT to the baseline. A window that found the
+// gate full and is slower than the baseline is skipped, in the warm-up as
+// after it; the first measured window always sets the baseline, there being
+// nothing to compare it with.
 func (g *Gradient2) learn(rtt float64, notFull bool) {
+	if g.count > 0 && rtt > g.long && !notFull {
+		return
+	}
 	if g.count < gradientWarmup {
 		g.count++
 		g.sum += rtt
 		g.long = g.sum / float64(g.count)
 		return
 	}
-	if rtt > g.long && !notFull {
-		return
-	}
 	f := 2 / float64(g.cfg.LongWindow+1)
 	g.long = g.long*(1-f) + rtt*f
+}
+
+// decay lowers the baseline by 5% (latency fell back after a long overload);
+// in the warm-up the sum is lowered too, so that the next window's mean
+// keeps the cut.
+func (g *Gradient2) decay() {
+	g.long *= 0.95
+	if g.count < gradientWarmup {
+		g.sum *= 0.95
+	}
 }
 
 // move smooths the limit towards target and bounds it.

@@ -19,7 +19,7 @@ const (
 	LIFO
 )
 
-// LimitChange describes one change of a [Limiter]'s limit.
+// LimitChange describes one change of a [Gate]'s limit.
 type LimitChange struct {
 	// Old and New are the limits before and after the window.
 	Old, New int
@@ -40,7 +40,7 @@ type Leak struct {
 	At time.Time
 }
 
-// Option configures a [Limiter]. Build one with the With... and On...
+// Option configures a [Gate]. Build one with the With... and On...
 // functions of this package.
 type Option struct{ apply func(*options) error }
 
@@ -87,7 +87,7 @@ func WithClock(c floodgate.Clock) Option {
 
 // WithObserver sets the observer that receives every admission
 // ([floodgate.OutcomeAllowed]) and every rejection ([floodgate.OutcomeShed]),
-// with the limiter's name as Event.Limiter and the request's label as
+// with the gate's name as Event.Policy and the request's label as
 // Event.Route. Default [floodgate.NopObserver].
 func WithObserver(obs floodgate.Observer) Option {
 	return Option{func(o *options) error {
@@ -99,20 +99,20 @@ func WithObserver(obs floodgate.Observer) Option {
 	}}
 }
 
-// WithName sets the name reported as Event.Limiter.
+// WithName sets the name reported as Event.Policy.
 func WithName(name string) Option {
 	return Option{func(o *options) error { o.name = name; return nil }}
 }
 
 // OnLimitChange registers f, called after every window that changes the
 // limit. It runs on the goroutine that released the request closing the
-// window, after the limiter's lock is released; it must be fast.
+// window, after the gate's lock is released; it must be fast.
 func OnLimitChange(f func(LimitChange)) Option {
 	return Option{func(o *options) error { o.onChange = f; return nil }}
 }
 
 // OnLeak registers f, called for every token reclaimed because it outlived
-// the maximum age (see [WithMaxAge]), outside the limiter's lock.
+// the maximum age (see [WithMaxAge]), outside the gate's lock.
 func OnLeak(f func(Leak)) Option {
 	return Option{func(o *options) error { o.onLeak = f; return nil }}
 }
@@ -144,7 +144,7 @@ func WithMinRTT(d time.Duration) Option {
 	}}
 }
 
-// WithMaxAge sets how long a token may stay unreleased before the limiter
+// WithMaxAge sets how long a token may stay unreleased before the gate
 // treats it as leaked: it frees its slot, counts it in Stats.Leaked and
 // calls the [OnLeak] hook; a late Success, Dropped or Ignore on it does
 // nothing. Set it well above the slowest legitimate request. Zero disables

@@ -40,7 +40,7 @@ var algCases = []algCase{
 	}},
 }
 
-// runSim runs alg behind a limiter on the simulated server with the offered
+// runSim runs alg behind a gate on the simulated server with the offered
 // load given as a multiple of the server's capacity per window.
 func runSim(t *testing.T, alg adaptive.Algorithm, srv simulate.Server, load func(w int) float64, windows int) []simulate.Window {
 	t.Helper()
@@ -51,8 +51,8 @@ func runSim(t *testing.T, alg adaptive.Algorithm, srv simulate.Server, load func
 		Windows: windows,
 		Seed:    7,
 	})
-	l := must(adaptive.New(alg, adaptive.WithClock(sim.Clock())))
-	return sim.Run(simulate.ForLimiter(l))
+	l := must(adaptive.NewGate(alg, adaptive.WithClock(sim.Clock())))
+	return sim.Run(simulate.ForGate(l))
 }
 
 // TestSimConvergence runs each algorithm on the simulated server: 60 windows
@@ -134,9 +134,9 @@ func TestDropsShrinkLimit(t *testing.T) {
 	} {
 		dead := simulate.Server{Service: 200 * time.Millisecond}
 		sim := simulate.New(simulate.Config{Server: dead, Rate: func(int, int) float64 { return 100 }, Windows: 12, Seed: 3})
-		ws := sim.Run(simulate.ForLimiter(must(adaptive.New(tc.alg, adaptive.WithClock(sim.Clock())))))
-		// Windows are counted by the limiter from the first drop; the
-		// reporting window w ends after the limiter's window w-1 closed.
+		ws := sim.Run(simulate.ForGate(must(adaptive.NewGate(tc.alg, adaptive.WithClock(sim.Clock())))))
+		// Windows are counted by the gate from the first drop; the
+		// reporting window w ends after the gate's window w-1 closed.
 		got := ws[10].Limit
 		t.Logf("%s with 100%% drops: limit per window %v", tc.name, limits(ws))
 		if got != tc.want {
@@ -155,7 +155,7 @@ func TestDropsShrinkLimit(t *testing.T) {
 func TestAppLimitedDoesNotGrow(t *testing.T) {
 	for _, tc := range algCases {
 		clk := newFakeClock()
-		l := must(adaptive.New(tc.new(t), adaptive.WithClock(clk)))
+		l := must(adaptive.NewGate(tc.new(t), adaptive.WithClock(clk)))
 		for range 60 * 20 { // 60 windows of 20 batches
 			var toks []*adaptive.Token
 			for range l.Limit()/2 - 1 + l.Limit()%2 {

@@ -12,10 +12,10 @@ import (
 //
 // ok is false when the request is shed: the limit is reached, or the request
 // waited in the queue until its context ended. err is non-nil only when the
-// limiter could not decide. When ok is true, release must be called exactly
+// gate could not decide. When ok is true, release must be called exactly
 // once when the work ends: release(true) is [Token.Success], release(false)
 // [Token.Dropped] (a failure or timeout the limit learns from).
-func (l *Limiter) Slot(ctx context.Context) (release func(success bool), ok bool, err error) {
+func (l *Gate) Slot(ctx context.Context) (release func(success bool), ok bool, err error) {
 	return slot(l.Acquire(ctx))
 }
 
@@ -30,8 +30,8 @@ func slot(tok *Token, err error) (func(bool), bool, error) {
 	return tok.release, true, nil
 }
 
-// SlotFunc is [Limiter.Slot] for limiters that acquire with something else
-// than a context alone (a priority class): it adapts any Acquire-shaped
+// SlotFunc is [Gate.Slot] for what acquires with something else than a
+// context alone (a priority.Shedder and its class): it adapts any Acquire-shaped
 // function to the middleware's shape.
 func SlotFunc(acquire func(ctx context.Context) (*Token, error)) func(ctx context.Context) (release func(success bool), ok bool, err error) {
 	return func(ctx context.Context) (func(bool), bool, error) {

@@ -13,7 +13,7 @@ import (
 func TestSlot(t *testing.T) {
 	alg, err := adaptive.NewFixed(2)
 	require.NoError(t, err)
-	lim, err := adaptive.New(alg)
+	lim, err := adaptive.NewGate(alg)
 	require.NoError(t, err)
 	ctx := context.Background()
 

@@ -2,25 +2,30 @@
 // capacity, and when it runs short the least important class is shed first.
 //
 // The capacity is a number of requests in flight: a fixed one ([NewFixed])
-// or the current limit of an [adaptive.Limiter] ([New]), so that it follows
-// the server's latency. Each class has a threshold, ShedAt, a fraction of the
+// or the current limit of an [adaptive.Gate] ([NewShedder]), so that it
+// follows the server's latency. Each class has a threshold, ShedAt, a fraction of the
 // capacity: a request of the class is admitted only while the requests in
 // flight (all classes together) are fewer than ShedAt x capacity. The
 // defaults ([DefaultClasses]) are critical at 100%, standard at 95% and
 // best-effort at 85%: best-effort is shed first, standard next, and critical
 // only when the capacity is exhausted; the last 15% of the capacity is kept
 // for the more important classes. Class names and thresholds are
-// configurable, and there may be any number of classes (listed from the most
-// important down, with thresholds that do not increase).
+// configurable, and there may be any number of classes, listed from the
+// least important up, with thresholds that do not decrease.
+//
+// A [Class] is an index into that list, so the zero Class is the least
+// important one: a request whose class is missing or unknown
+// ([Shedder.Class] of a name not in the list gives Class 0) is shed first,
+// never treated as critical.
 //
 // Admitted requests get an [adaptive.Token], to end with Success, Dropped or
-// Ignore exactly as with the adaptive limiter: that is what feeds the
+// Ignore exactly as with an [adaptive.Gate]: that is what feeds the
 // adaptive capacity.
 //
 // # Waiting
 //
 // By default Acquire never blocks: a shed request gets an error wrapping
-// [adaptive.ErrLimitExceeded] at once. When the capacity limiter is built
+// [adaptive.ErrLimitExceeded] at once. When the capacity gate is built
 // with [adaptive.WithQueue], a shed request waits in its bounded queue
 // instead, until its class fits again or its context ends; when a slot
 // frees, a waiter of a more important class is served before a less
@@ -43,8 +48,8 @@
 //
 // # Observer, zero values, concurrency
 //
-// Every admission and rejection goes to the capacity limiter's
-// [floodgate.Observer] with the class name as Event.Route; [Limiter.Stats]
+// Every admission and rejection goes to the capacity gate's
+// [floodgate.Observer] with the class name as Event.Route; [Shedder.Stats]
 // counts them per class. A nil or empty class list means the defaults. A
-// [Limiter] is safe for concurrent use.
+// [Shedder] is safe for concurrent use.
 package priority

@@ -35,21 +35,21 @@ func Example() {
 	// best-effort: 17
 	// standard: 2
 	// critical: 1
-	// critical admitted 1 shed 1
-	// standard admitted 2 shed 1
 	// best-effort admitted 17 shed 1
+	// standard admitted 2 shed 1
+	// critical admitted 1 shed 1
 }
 
-// The capacity can be an adaptive limiter; more than three classes, with
-// names and thresholds of your own.
-func ExampleNew() {
+// The capacity can be an adaptive gate; more than three classes, with
+// names and thresholds of your own, listed from the least important up.
+func ExampleNewShedder() {
 	alg, _ := adaptive.NewGradient2(adaptive.Gradient2Config{})
-	capacity, _ := adaptive.New(alg)
-	p, err := priority.New(capacity,
-		priority.ClassConfig{Name: "checkout", ShedAt: 1},
-		priority.ClassConfig{Name: "browse", ShedAt: 0.9},
-		priority.ClassConfig{Name: "recommendations", ShedAt: 0.7},
+	capacity, _ := adaptive.NewGate(alg)
+	p, err := priority.NewShedder(capacity,
 		priority.ClassConfig{Name: "analytics", ShedAt: 0.5},
+		priority.ClassConfig{Name: "recommendations", ShedAt: 0.7},
+		priority.ClassConfig{Name: "browse", ShedAt: 0.9},
+		priority.ClassConfig{Name: "checkout", ShedAt: 1},
 	)
 	if err != nil {
 		panic(err)

@@ -10,18 +10,21 @@ import (
 	"github.com/floodgate-go/floodgate/adaptive"
 )
 
-// Class identifies a traffic class: an index into the limiter's classes, 0
-// being the most important.
+// Class identifies a traffic class: an index into the shedder's classes,
+// which are listed from the least important up. The zero Class is the least
+// important one, the first to be shed, so that a class left unset, or the
+// Class that [Shedder.Class] returns for a name it does not know, never
+// makes a request more important than it was meant to be.
 type Class int
 
 // The default classes (see [DefaultClasses]).
 const (
-	// Critical is shed only when the capacity is exhausted (100%).
-	Critical Class = iota
+	// BestEffort is shed first, at 85% utilisation. It is the zero Class.
+	BestEffort Class = iota
 	// Standard is shed at 95% utilisation.
 	Standard
-	// BestEffort is shed first, at 85% utilisation.
-	BestEffort
+	// Critical is shed only when the capacity is exhausted (100%).
+	Critical
 )
 
 // ClassConfig describes one class.
@@ -35,14 +38,14 @@ type ClassConfig struct {
 	ShedAt float64
 }
 
-// DefaultClasses returns the three default classes: critical (shed at
-// 100%), standard (95%) and best-effort (85%), matching [Critical],
-// [Standard] and [BestEffort].
+// DefaultClasses returns the three default classes, from the least
+// important up: best-effort (shed at 85%), standard (95%) and critical
+// (100%), matching [BestEffort], [Standard] and [Critical].
 func DefaultClasses() []ClassConfig {
-	return []ClassConfig{{"critical", 1}, {"standard", 0.95}, {"best-effort", 0.85}}
+	return []ClassConfig{{"best-effort", 0.85}, {"standard", 0.95}, {"critical", 1}}
 }
 
-// ErrUnknownClass is returned by Acquire for a class the limiter does not
+// ErrUnknownClass is returned by Acquire for a class the shedder does not
 // have.
 var ErrUnknownClass = errors.New("priority: unknown class")
 
@@ -54,29 +57,30 @@ type ClassStats struct {
 	Admitted, Shed uint64
 }
 
-// Limiter sheds traffic by class from one shared capacity. It is safe for
-// concurrent use. Create it with [New] or [NewFixed].
-type Limiter struct {
-	cap     *adaptive.Limiter
+// Shedder sheds traffic by class from one shared capacity. It is safe for
+// concurrent use. Create it with [NewShedder] or [NewFixed].
+type Shedder struct {
+	cap     *adaptive.Gate
 	classes []ClassConfig
 	admit   []atomic.Uint64
 	shed    []atomic.Uint64
 }
 
-// New returns a Limiter whose capacity is the current limit of capacity, an
-// adaptive (or fixed) limiter that it then owns: requests should reach
-// capacity only through the returned Limiter, so that every admission is
+// NewShedder returns a Shedder whose capacity is the current limit of capacity, an
+// adaptive (or fixed) gate that it then owns: requests should reach
+// capacity only through the returned Shedder, so that every admission is
 // subject to the class thresholds. With no classes, [DefaultClasses] are
-// used. Classes are listed from the most important to the least; their
-// ShedAt may not increase along the list.
+// used. Classes are listed from the least important to the most (the first
+// one is Class 0, the class of unknown names); their ShedAt may not
+// decrease along the list.
 //
 // The wait is capacity's: build it with [adaptive.WithQueue] to make Acquire
 // wait in a bounded queue, where a more important class is served first
 // when a slot frees (and may take a full queue's place from a less
 // important one).
-func New(capacity *adaptive.Limiter, classes ...ClassConfig) (*Limiter, error) {
+func NewShedder(capacity *adaptive.Gate, classes ...ClassConfig) (*Shedder, error) {
 	if capacity == nil {
-		return nil, fmt.Errorf("%w: priority: nil capacity limiter", floodgate.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: priority: nil capacity gate", floodgate.ErrInvalidConfig)
 	}
 	if len(classes) == 0 {
 		classes = DefaultClasses()
@@ -88,12 +92,12 @@ func New(capacity *adaptive.Limiter, classes ...ClassConfig) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: priority: class %d needs a unique, non-empty name, got %q", floodgate.ErrInvalidConfig, i, c.Name)
 		case !(c.ShedAt > 0 && c.ShedAt <= 1):
 			return nil, fmt.Errorf("%w: priority: class %q ShedAt must be in (0, 1], got %v", floodgate.ErrInvalidConfig, c.Name, c.ShedAt)
-		case i > 0 && c.ShedAt > classes[i-1].ShedAt:
-			return nil, fmt.Errorf("%w: priority: class %q sheds at %v, above the more important %q (%v)", floodgate.ErrInvalidConfig, c.Name, c.ShedAt, classes[i-1].Name, classes[i-1].ShedAt)
+		case i > 0 && c.ShedAt < classes[i-1].ShedAt:
+			return nil, fmt.Errorf("%w: priority: class %q sheds at %v, below the less important %q (%v); classes are listed from the least important up", floodgate.ErrInvalidConfig, c.Name, c.ShedAt, classes[i-1].Name, classes[i-1].ShedAt)
 		}
 		seen[c.Name] = true
 	}
-	return &Limiter{
+	return &Shedder{
 		cap:     capacity,
 		classes: append([]ClassConfig(nil), classes...),
 		admit:   make([]atomic.Uint64, len(classes)),
@@ -101,18 +105,18 @@ func New(capacity *adaptive.Limiter, classes ...ClassConfig) (*Limiter, error) {
 	}, nil
 }
 
-// NewFixed returns a Limiter on a fixed capacity of n requests in flight;
-// opts configure the underlying [adaptive.Limiter] (queue, observer, clock).
-func NewFixed(n int, classes []ClassConfig, opts ...adaptive.Option) (*Limiter, error) {
+// NewFixed returns a Shedder on a fixed capacity of n requests in flight;
+// opts configure the underlying [adaptive.Gate] (queue, observer, clock).
+func NewFixed(n int, classes []ClassConfig, opts ...adaptive.Option) (*Shedder, error) {
 	alg, err := adaptive.NewFixed(n)
 	if err != nil {
 		return nil, err
 	}
-	l, err := adaptive.New(alg, opts...)
+	l, err := adaptive.NewGate(alg, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return New(l, classes...)
+	return NewShedder(l, classes...)
 }
 
 // Acquire asks for a slot for a request of class c. It returns the token to
@@ -120,7 +124,7 @@ func NewFixed(n int, classes []ClassConfig, opts ...adaptive.Option) (*Limiter, 
 // [adaptive.ErrLimitExceeded] when the class is shed (after waiting, when the
 // capacity has a queue). It returns [ErrUnknownClass] for a class out of
 // range and ctx's error when ctx is already done.
-func (p *Limiter) Acquire(ctx context.Context, c Class) (*adaptive.Token, error) {
+func (p *Shedder) Acquire(ctx context.Context, c Class) (*adaptive.Token, error) {
 	if c < 0 || int(c) >= len(p.classes) {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownClass, c)
 	}
@@ -130,10 +134,10 @@ func (p *Limiter) Acquire(ctx context.Context, c Class) (*adaptive.Token, error)
 }
 
 // AcquireFunc is the asynchronous Acquire (see
-// [adaptive.Limiter.AcquireFunc]): done receives the token or the rejection,
+// [adaptive.Gate.AcquireFunc]): done receives the token or the rejection,
 // at once or, when the request waits in the capacity's queue, later; cancel
 // withdraws a waiting request.
-func (p *Limiter) AcquireFunc(c Class, done func(*adaptive.Token, error)) (cancel func() bool) {
+func (p *Shedder) AcquireFunc(c Class, done func(*adaptive.Token, error)) (cancel func() bool) {
 	if c < 0 || int(c) >= len(p.classes) {
 		done(nil, fmt.Errorf("%w: %d", ErrUnknownClass, c))
 		return func() bool { return false }
@@ -144,12 +148,12 @@ func (p *Limiter) AcquireFunc(c Class, done func(*adaptive.Token, error)) (cance
 	})
 }
 
-func (p *Limiter) request(c Class) adaptive.Request {
+func (p *Shedder) request(c Class) adaptive.Request {
 	cc := p.classes[c]
-	return adaptive.Request{Share: cc.ShedAt, Rank: len(p.classes) - 1 - int(c), Label: cc.Name}
+	return adaptive.Request{Share: cc.ShedAt, Rank: int(c), Label: cc.Name}
 }
 
-func (p *Limiter) count(c Class, err error) {
+func (p *Shedder) count(c Class, err error) {
 	switch {
 	case err == nil:
 		p.admit[c].Add(1)
@@ -158,8 +162,11 @@ func (p *Limiter) count(c Class, err error) {
 	}
 }
 
-// Class returns the class with the given name.
-func (p *Limiter) Class(name string) (Class, bool) {
+// Class returns the class with the given name, and whether there is one. A
+// name it does not know (a missing or misspelt header) gives the least
+// important class, Class 0, so that a caller that ignores ok sheds such
+// requests first rather than treating them as critical.
+func (p *Shedder) Class(name string) (Class, bool) {
 	for i, c := range p.classes {
 		if c.Name == name {
 			return Class(i), true
@@ -168,21 +175,21 @@ func (p *Limiter) Class(name string) (Class, bool) {
 	return 0, false
 }
 
-// Classes returns a copy of the limiter's classes.
-func (p *Limiter) Classes() []ClassConfig { return append([]ClassConfig(nil), p.classes...) }
+// Classes returns a copy of the shedder's classes.
+func (p *Shedder) Classes() []ClassConfig { return append([]ClassConfig(nil), p.classes...) }
 
-// Capacity returns the underlying limiter (for its Limit, InFlight and
+// Capacity returns the underlying gate (for its Limit, InFlight and
 // Stats; acquire through p, not through it).
-func (p *Limiter) Capacity() *adaptive.Limiter { return p.cap }
+func (p *Shedder) Capacity() *adaptive.Gate { return p.cap }
 
 // Limit returns the current capacity.
-func (p *Limiter) Limit() int { return p.cap.Limit() }
+func (p *Shedder) Limit() int { return p.cap.Limit() }
 
 // InFlight returns the number of requests in flight, all classes together.
-func (p *Limiter) InFlight() int { return p.cap.InFlight() }
+func (p *Shedder) InFlight() int { return p.cap.InFlight() }
 
 // Stats returns each class's counters, in class order.
-func (p *Limiter) Stats() []ClassStats {
+func (p *Shedder) Stats() []ClassStats {
 	out := make([]ClassStats, len(p.classes))
 	for i, c := range p.classes {
 		out[i] = ClassStats{Name: c.Name, Admitted: p.admit[i].Load(), Shed: p.shed[i].Load()}

@@ -14,7 +14,7 @@ import (
 )
 
 // fill acquires for class c until it is shed, and returns the tokens.
-func fill(t *testing.T, p *priority.Limiter, c priority.Class) []*adaptive.Token {
+func fill(t *testing.T, p *priority.Shedder, c priority.Class) []*adaptive.Token {
 	t.Helper()
 	var toks []*adaptive.Token
 	for {
@@ -49,9 +49,9 @@ func TestThresholds(t *testing.T) {
 		t.Fatalf("standard at 18/20: %v", err)
 	}
 	st := p.Stats()
-	if st[0] != (priority.ClassStats{Name: "critical", Admitted: 1, Shed: 1}) ||
+	if st[0] != (priority.ClassStats{Name: "best-effort", Admitted: 17, Shed: 2}) ||
 		st[1] != (priority.ClassStats{Name: "standard", Admitted: 3, Shed: 1}) ||
-		st[2] != (priority.ClassStats{Name: "best-effort", Admitted: 17, Shed: 2}) {
+		st[2] != (priority.ClassStats{Name: "critical", Admitted: 1, Shed: 1}) {
 		t.Fatalf("stats = %+v", st)
 	}
 	if p.InFlight() != 19 || p.Limit() != 20 {
@@ -66,10 +66,10 @@ func TestCustomClasses(t *testing.T) {
 			rec.routes = append(rec.routes, e.Route)
 		}
 	})
-	classes := []priority.ClassConfig{{"payments", 1}, {"api", 0.9}, {"search", 0.6}, {"prefetch", 0.3}, {"crawler", 0.1}}
+	classes := []priority.ClassConfig{{"crawler", 0.1}, {"prefetch", 0.3}, {"search", 0.6}, {"api", 0.9}, {"payments", 1}}
 	p := must(priority.NewFixed(10, classes, adaptive.WithObserver(obs)))
-	want := []int{1, 3, 3, 2, 1} // by class: crawler 1 (10%), prefetch up to 3, search to 6, api to 9, payments to 10
-	for c := len(classes) - 1; c >= 0; c-- {
+	want := []int{1, 2, 3, 3, 1} // by class: crawler 1 (10%), prefetch up to 3, search to 6, api to 9, payments to 10
+	for c := range classes {
 		if got := len(fill(t, p, priority.Class(c))); got != want[c] {
 			t.Fatalf("class %s admitted %d, want %d", classes[c].Name, got, want[c])
 		}
@@ -77,7 +77,7 @@ func TestCustomClasses(t *testing.T) {
 	if len(rec.routes) != 5 || rec.routes[0] != "crawler" || rec.routes[4] != "payments" {
 		t.Fatalf("shed events by route = %v", rec.routes)
 	}
-	if c, ok := p.Class("prefetch"); !ok || c != 3 {
+	if c, ok := p.Class("prefetch"); !ok || c != 1 {
 		t.Fatalf("Class(prefetch) = %d, %v", c, ok)
 	}
 	if _, ok := p.Class("nope"); ok {
@@ -96,19 +96,54 @@ func TestCustomClasses(t *testing.T) {
 	}
 }
 
+// TestUnknownClassIsLeastImportant: the zero Class, and the Class of a name
+// the shedder does not know, are the least important class: a caller that
+// ignores Class's ok, or never sets a class, sheds such requests first. It
+// used to get Class 0 = critical, admitted up to 100% of the capacity.
+func TestUnknownClassIsLeastImportant(t *testing.T) {
+	p := must(priority.NewFixed(20, nil))
+	var unset priority.Class
+	if unset != priority.BestEffort {
+		t.Fatalf("the zero Class is %d, want BestEffort (%d)", unset, priority.BestEffort)
+	}
+	for _, name := range []string{"bogus", "", "Critical", "best_effort"} {
+		c, ok := p.Class(name)
+		if ok || c != priority.BestEffort {
+			t.Fatalf("Class(%q) = %d, %v; want BestEffort, false", name, c, ok)
+		}
+	}
+	for name, want := range map[string]priority.Class{"best-effort": priority.BestEffort, "standard": priority.Standard, "critical": priority.Critical} {
+		if c, ok := p.Class(name); !ok || c != want {
+			t.Fatalf("Class(%q) = %d, %v; want %d, true", name, c, ok, want)
+		}
+	}
+	bogus, _ := p.Class("bogus")
+	if n := len(fill(t, p, bogus)); n != 17 {
+		t.Fatalf("an unknown class was admitted %d times, want best-effort's 17 of 20", n)
+	}
+	if n := len(fill(t, p, priority.Critical)); n != 3 {
+		t.Fatalf("critical was then admitted %d times, want the 3 slots best-effort may not take", n)
+	}
+	// With classes of one's own, an unknown name is the first listed.
+	q := must(priority.NewFixed(10, []priority.ClassConfig{{"batch", 0.5}, {"interactive", 1}}))
+	if c, ok := q.Class("interactive "); ok || c != 0 || q.Classes()[c].Name != "batch" {
+		t.Fatalf("Class(unknown) = %d, %v; want 0 (batch), false", c, ok)
+	}
+}
+
 func TestValidation(t *testing.T) {
 	for i, classes := range [][]priority.ClassConfig{
 		{{"a", 1}, {"a", 0.5}},
 		{{"", 1}},
 		{{"a", 0}},
 		{{"a", 1.5}},
-		{{"a", 0.8}, {"b", 0.9}}, // a less important class shedding later
+		{{"a", 0.9}, {"b", 0.8}}, // a more important class shedding earlier
 	} {
 		if _, err := priority.NewFixed(10, classes); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("case %d: err = %v", i, err)
 		}
 	}
-	if _, err := priority.New(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
+	if _, err := priority.NewShedder(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("nil capacity: %v", err)
 	}
 	if _, err := priority.NewFixed(0, nil); !errors.Is(err, floodgate.ErrInvalidConfig) {

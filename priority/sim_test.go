@@ -23,8 +23,13 @@ func must[T any](v T, err error) T {
 var srv = simulate.Server{Workers: 50, Queue: 5, Service: 200 * time.Millisecond, Jitter: 0.2}
 
 // mix is each class's share of the offered load: critical 20%, standard
-// 30%, best-effort 50%.
+// 30%, best-effort 50%. The simulation's classes are listed from the most
+// important down, as in the logs (see class).
 var mix = []float64{0.2, 0.3, 0.5}
+
+// class maps the simulation's class c (0 critical, 1 standard, 2
+// best-effort) to the priority Class, which counts from the least important.
+func class(c int) priority.Class { return priority.Class(len(mix) - 1 - c) }
 
 // load is the offered load, as a multiple of the server's capacity, per
 // window: 10 windows at 0.5x, 10 at 1.1x, 20 at 3x, 10 at 0.5x.
@@ -40,16 +45,16 @@ func load(w int) float64 {
 	return 0.5
 }
 
-func run(t *testing.T, p *priority.Limiter, clk *simulate.Sim, queued bool) []simulate.Window {
+func run(t *testing.T, p *priority.Shedder, clk *simulate.Sim, queued bool) []simulate.Window {
 	t.Helper()
 	tg := simulate.Target{
-		Acquire:  func(c int) (*adaptive.Token, error) { return p.Acquire(context.Background(), priority.Class(c)) },
+		Acquire:  func(c int) (*adaptive.Token, error) { return p.Acquire(context.Background(), class(c)) },
 		Limit:    p.Limit,
 		InFlight: p.InFlight,
 	}
 	if queued {
 		tg.AcquireFunc = func(c int, done func(*adaptive.Token, error)) func() bool {
-			return p.AcquireFunc(priority.Class(c), done)
+			return p.AcquireFunc(class(c), done)
 		}
 	}
 	return clk.Run(tg)
@@ -111,7 +116,7 @@ func TestPriorityUnderOverload(t *testing.T) {
 				if queued {
 					opts = append(opts, adaptive.WithQueue(2*srv.Workers, adaptive.FIFO))
 				}
-				p := must(priority.New(must(adaptive.New(tc.alg(), opts...))))
+				p := must(priority.NewShedder(must(adaptive.NewGate(tc.alg(), opts...))))
 				ws := run(t, p, sim, queued)
 				mild, over := sum(ws[12:20]), sum(ws[22:40])
 				recovered := 40

@@ -44,7 +44,7 @@ type Config struct {
 	Window time.Duration
 	// Seed seeds the random source.
 	Seed uint64
-	// MaxWait is how long a request may wait in the limiter's queue when the
+	// MaxWait is how long a request may wait in the gate's queue when the
 	// Target has AcquireFunc; it is then withdrawn and counted as shed.
 	MaxWait time.Duration
 }
@@ -54,16 +54,16 @@ type Target struct {
 	// Acquire asks for a slot for a request of class c.
 	Acquire func(c int) (*adaptive.Token, error)
 	// AcquireFunc, when set, is used instead of Acquire: the asynchronous
-	// form (see [adaptive.Limiter.AcquireFunc]) that lets a request wait in
-	// the limiter's queue, for at most Config.MaxWait.
+	// form (see [adaptive.Gate.AcquireFunc]) that lets a request wait in
+	// the gate's queue, for at most Config.MaxWait.
 	AcquireFunc func(c int, done func(*adaptive.Token, error)) (cancel func() bool)
 	// Limit and InFlight are read at the end of every window.
 	Limit    func() int
 	InFlight func() int
 }
 
-// ForLimiter returns the Target for a plain limiter (classes are ignored).
-func ForLimiter(l *adaptive.Limiter) Target {
+// ForGate returns the Target for a plain [adaptive.Gate] (classes are ignored).
+func ForGate(l *adaptive.Gate) Target {
 	return Target{
 		Acquire:  func(int) (*adaptive.Token, error) { return l.Acquire(bg) },
 		Limit:    l.Limit,
@@ -76,8 +76,8 @@ func ForLimiter(l *adaptive.Limiter) Target {
 type Window struct {
 	// Index is the window's number, from 0.
 	Index int
-	// Offered counts arrivals; Admitted and Shed split them by the limiter's
-	// verdict (given later for a request that waited in the limiter's queue,
+	// Offered counts arrivals; Admitted and Shed split them by the gate's
+	// verdict (given later for a request that waited in the gate's queue,
 	// but counted in the window of its arrival).
 	Offered, Admitted, Shed []int
 	// Succeeded and Dropped count requests that completed or were refused by
@@ -87,7 +87,7 @@ type Window struct {
 	// (0 when none); P99All is over every class.
 	P99    []time.Duration
 	P99All time.Duration
-	// Limit and InFlight are the limiter's figures at the end of the window.
+	// Limit and InFlight are the gate's figures at the end of the window.
 	Limit, InFlight int
 }
 
@@ -159,12 +159,12 @@ type runner struct {
 	busy    int
 	queue   []*job  // the server's queue
 	running jobHeap // jobs in service, by completion time
-	waits   []wait  // requests waiting in the limiter's queue, by deadline
+	waits   []wait  // requests waiting in the gate's queue, by deadline
 	cur     *Window
 	lat     [][]time.Duration
 }
 
-// wait is a request waiting in the limiter's queue.
+// wait is a request waiting in the gate's queue.
 type wait struct {
 	deadline int64
 	from     *Window
@@ -199,7 +199,7 @@ func (r *runner) accept(from *Window, c int, arrival int64, tok *adaptive.Token)
 
 // complete ends the next job in service. The server's state is settled
 // before the token is released, because the release may start another
-// request (a waiter of the limiter's queue) re-entrantly.
+// request (a waiter of the gate's queue) re-entrantly.
 func (r *runner) complete() {
 	j := heap.Pop(&r.running).(*job)
 	r.s.now.Store(j.done)

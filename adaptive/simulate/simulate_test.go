@@ -10,12 +10,12 @@ import (
 	"github.com/floodgate-go/floodgate/adaptive/simulate"
 )
 
-func fixed(sim *simulate.Sim, n int, opts ...adaptive.Option) *adaptive.Limiter {
+func fixed(sim *simulate.Sim, n int, opts ...adaptive.Option) *adaptive.Gate {
 	alg, err := adaptive.NewFixed(n)
 	if err != nil {
 		panic(err)
 	}
-	l, err := adaptive.New(alg, append(opts, adaptive.WithClock(sim.Clock()))...)
+	l, err := adaptive.NewGate(alg, append(opts, adaptive.WithClock(sim.Clock()))...)
 	if err != nil {
 		panic(err)
 	}
@@ -29,7 +29,7 @@ func TestDeterministic(t *testing.T) {
 	}
 	run := func() []simulate.Window {
 		sim := simulate.New(cfg)
-		return sim.Run(simulate.ForLimiter(fixed(sim, 15)))
+		return sim.Run(simulate.ForGate(fixed(sim, 15)))
 	}
 	a, b := run(), run()
 	if !reflect.DeepEqual(a, b) {
@@ -37,7 +37,7 @@ func TestDeterministic(t *testing.T) {
 	}
 	cfg.Seed = 43
 	sim := simulate.New(cfg)
-	if c := sim.Run(simulate.ForLimiter(fixed(sim, 15))); reflect.DeepEqual(a, c) {
+	if c := sim.Run(simulate.ForGate(fixed(sim, 15))); reflect.DeepEqual(a, c) {
 		t.Fatal("a different seed gave the same run")
 	}
 }
@@ -49,13 +49,13 @@ func TestDeterministic(t *testing.T) {
 func TestServerModel(t *testing.T) {
 	srv := simulate.Server{Workers: 10, Queue: 5, Service: 100 * time.Millisecond, Jitter: 0.2}
 	sim := simulate.New(simulate.Config{Server: srv, Rate: func(int, int) float64 { return 3 * srv.Capacity() }, Windows: 10, Seed: 1})
-	ws := sim.Run(simulate.ForLimiter(fixed(sim, 30)))
+	ws := sim.Run(simulate.ForGate(fixed(sim, 30)))
 	for _, w := range ws {
 		if simulate.Total(w.Offered) != simulate.Total(w.Admitted)+simulate.Total(w.Shed) {
 			t.Fatalf("window %d: offered %v != admitted %v + shed %v", w.Index, w.Offered, w.Admitted, w.Shed)
 		}
 		// Refusals are instantaneous and free their slot at once, so the
-		// limit of 30 is never reached: the server drops, the limiter sheds
+		// limit of 30 is never reached: the server drops, the gate sheds
 		// nothing.
 		if w.Index > 0 && (w.Dropped[0] == 0 || w.Shed[0] != 0) {
 			t.Fatalf("window %d: at 3x with limit 30 > 10+5 want drops and no shed, got %+v", w.Index, w)
@@ -79,7 +79,7 @@ func TestWaiting(t *testing.T) {
 	srv := simulate.Server{Workers: 10, Queue: 0, Service: 100 * time.Millisecond}
 	sim := simulate.New(simulate.Config{Server: srv, Rate: func(int, int) float64 { return 2 * srv.Capacity() }, Windows: 5, Seed: 1, MaxWait: 50 * time.Millisecond})
 	l := fixed(sim, 10, adaptive.WithQueue(1000, adaptive.FIFO))
-	tg := simulate.ForLimiter(l)
+	tg := simulate.ForGate(l)
 	tg.AcquireFunc = func(_ int, done func(*adaptive.Token, error)) func() bool {
 		return l.AcquireFunc(adaptive.Request{}, done)
 	}
@@ -94,8 +94,8 @@ func TestWaiting(t *testing.T) {
 	}
 }
 
-// A limiter of 5 in front of a server of 10 workers at twice the server's
-// capacity: the limiter sheds what it cannot run, and the server never
+// A gate of 5 in front of a server of 10 workers at twice the server's
+// capacity: the gate sheds what it cannot run, and the server never
 // queues.
 func Example() {
 	srv := simulate.Server{Workers: 10, Service: 100 * time.Millisecond}
@@ -106,8 +106,8 @@ func Example() {
 		Seed:    1,
 	})
 	alg, _ := adaptive.NewFixed(5)
-	l, _ := adaptive.New(alg, adaptive.WithClock(sim.Clock()))
-	for _, w := range sim.Run(simulate.ForLimiter(l)) {
+	l, _ := adaptive.NewGate(alg, adaptive.WithClock(sim.Clock()))
+	for _, w := range sim.Run(simulate.ForGate(l)) {
 		fmt.Printf("window %d: limit %d, p99 %v, server dropped %d\n", w.Index, w.Limit, w.P99All, w.Dropped[0])
 	}
 	// Output:

@@ -83,27 +83,31 @@ func run(args []string, stdout io.Writer) error {
 	if *queue {
 		opts = append(opts, adaptive.WithQueue(2*sc.server.Workers, adaptive.FIFO))
 	}
-	capacity, err := adaptive.New(alg, opts...)
+	capacity, err := adaptive.NewGate(alg, opts...)
 	if err != nil {
 		return err
 	}
-	p, err := priority.New(capacity)
+	p, err := priority.NewShedder(capacity)
 	if err != nil {
 		return err
 	}
+	// The simulation, the chart and the summary list the classes from the
+	// most important down; priority counts them from the least important.
+	classes := p.Classes()
+	class := func(c int) priority.Class { return priority.Class(len(classes) - 1 - c) }
 	tg := simulate.Target{Limit: p.Limit, InFlight: p.InFlight}
 	if *queue {
 		tg.AcquireFunc = func(c int, done func(*adaptive.Token, error)) func() bool {
-			return p.AcquireFunc(priority.Class(c), done)
+			return p.AcquireFunc(class(c), done)
 		}
 	} else {
-		tg.Acquire = func(c int) (*adaptive.Token, error) { return p.Acquire(bg, priority.Class(c)) }
+		tg.Acquire = func(c int) (*adaptive.Token, error) { return p.Acquire(bg, class(c)) }
 	}
 	ws := sim.Run(tg)
 
-	names := make([]string, len(p.Classes()))
-	for i, c := range p.Classes() {
-		names[i] = c.Name
+	names := make([]string, len(classes))
+	for c := range names {
+		names[c] = classes[class(c)].Name
 	}
 	title := fmt.Sprintf("%s limit, %d workers x %v, queue=%v: %.1fx load, spike to %.0fx in windows %d-%d",
 		*algName, sc.server.Workers, sc.server.Service, *queue, sc.base, sc.spike, sc.from, sc.to-1)

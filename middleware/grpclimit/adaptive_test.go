@@ -16,9 +16,9 @@ import (
 	"github.com/floodgate-go/floodgate/adaptive"
 )
 
-// adaptiveAcquirer is the small adapter that plugs an adaptive.Limiter into
+// adaptiveAcquirer is the small adapter that plugs an adaptive.Gate into
 // NewShedder: a rejection is a shed, a token's end reports success or drop.
-func adaptiveAcquirer(l *adaptive.Limiter) Acquirer {
+func adaptiveAcquirer(l *adaptive.Gate) Acquirer {
 	return AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
 		tok, err := l.Acquire(ctx)
 		switch {
@@ -42,7 +42,7 @@ func adaptiveAcquirer(l *adaptive.Limiter) Acquirer {
 func TestShedderWithAdaptiveLimiter(t *testing.T) {
 	alg, err := adaptive.NewFixed(1)
 	require.NoError(t, err)
-	lim, err := adaptive.New(alg)
+	lim, err := adaptive.NewGate(alg)
 	require.NoError(t, err)
 	obs := &events{}
 	hc, ctx, cancel := shedWithWatch(t, adaptiveAcquirer(lim), WithName("adaptive"), WithObserver(obs))

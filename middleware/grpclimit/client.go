@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,7 @@ type clientConfig struct {
 	retry       RetryPolicy
 	throttleSet bool
 	perMethod   bool
+	classMD     string // outgoing metadata entry holding the call's class; "": none
 }
 
 // WithThrottle throttles outgoing calls with w (for example a keyless
@@ -107,19 +109,44 @@ func WithClientCost(f CostFunc) ClientOption {
 
 // WithPushback turns server pushback on or off (on by default). When on, a
 // call refused with codes.ResourceExhausted or codes.Unavailable that
-// carries a RetryInfo detail or a grpc-retry-pushback-ms trailer holds every
-// later call of this client until the delay has passed (the longer of the
-// two when both are present, capped by [WithMaxPushback]).
+// carries a RetryInfo detail or a grpc-retry-pushback-ms trailer holds the
+// later calls of its scope until the delay has passed (the longer of the
+// two when both are present, capped by [WithMaxPushback]). The scope is
+// what the server refused: the same method ([WithPushbackPerMethod]) and
+// the same priority class ([WithPushbackClass]); calls of other scopes
+// are sent as usual.
 func WithPushback(on bool) ClientOption {
 	return func(c *clientConfig) error { c.pushback = on; return nil }
 }
 
-// WithPushbackPerMethod makes pushback hold only later calls to the method
-// that was refused, instead of every call of the client. Use it when the
-// server limits methods separately (a tight limit on one expensive method
-// should not hold the cheap ones).
+// WithPushbackPerMethod scopes pushback by method (on by default): a
+// refusal holds only later calls to the method that was refused, so a tight
+// limit on one expensive method, or a shed of one method's calls, does not
+// hold the others. Turn it off when the server's limit covers the client as
+// a whole (a rate limit per peer on every method), so that one refusal
+// holds every method's calls instead of letting each be refused once.
 func WithPushbackPerMethod(on bool) ClientOption {
 	return func(c *clientConfig) error { c.perMethod = on; return nil }
+}
+
+// WithPushbackClass scopes pushback by priority class: the class of a call
+// is the first value of its outgoing metadata entry name (for example
+// "x-priority", the entry the server's shedder classifies calls by; names
+// are case-insensitive), and a refusal holds only later calls sent with the
+// same class. A shed best-effort call then holds best-effort calls alone,
+// not the critical ones the server still admits. Calls without the entry
+// share one class of their own. By default calls are not told apart by
+// class. Keep the values few (class names, not request IDs): the client
+// keeps one pushback per method and class while it is in force.
+func WithPushbackClass(name string) ClientOption {
+	return func(c *clientConfig) error {
+		name = strings.ToLower(name)
+		if !validMetadataName(name) {
+			return invalid("bad metadata name %q", name)
+		}
+		c.classMD = name
+		return nil
+	}
 }
 
 // WithMaxPushback caps the delay a server may impose (default one minute),
@@ -167,23 +194,30 @@ func WithRetry(p RetryPolicy) ClientOption {
 	}
 }
 
-// Client holds the state of the client-side interceptors: the throttle and
-// the time until which the server asked this client to hold its calls. Use
-// one Client per connection (or per group of connections to the same
-// service), and register both its interceptors so that unary calls and
-// streams share the pushback. A Client is safe for concurrent use.
+// Client holds the state of the client-side interceptors: the throttle and,
+// per scope (method and class, see [WithPushback]), the time until which
+// the server asked this client to hold its calls. Use one Client per
+// connection (or per group of connections to the same service), and
+// register both its interceptors so that unary calls and streams share the
+// pushback. A Client is safe for concurrent use.
 type Client struct {
 	cfg  clientConfig
 	base time.Time // times below are ns since base, on the monotonic clock
-	// until is the time before which no call is sent; 0: none.
-	until   atomic.Int64
-	methods sync.Map // per-method pushback: full method -> *atomic.Int64
+	// gates maps a pushback scope to the time before which no call of the
+	// scope is sent (an *atomic.Int64; 0: none). A scope gets a gate on
+	// its first refusal; ngates counts them, to prune expired ones.
+	gates  sync.Map
+	ngates atomic.Int64
 }
 
+// maxGates is the number of pushback scopes past which a refusal first
+// drops the scopes whose pushback has expired.
+const maxGates = 1024
+
 // NewClient returns the client-side interceptors configured by opts. With
-// no option it only honours server pushback.
+// no option it only honours server pushback, per method.
 func NewClient(opts ...ClientOption) (*Client, error) {
-	c := &Client{cfg: clientConfig{pushback: true, maxPushback: time.Minute}, base: time.Now()}
+	c := &Client{cfg: clientConfig{pushback: true, perMethod: true, maxPushback: time.Minute}, base: time.Now()}
 	for _, o := range opts {
 		if o == nil {
 			return nil, invalid("nil client option")
@@ -196,10 +230,23 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 }
 
 // PushbackUntil returns the time until which the server asked this client
-// to hold its calls to method (any method unless [WithPushbackPerMethod] is
-// on); the zero Time when no pushback is in force.
+// to hold its calls to method (to any method when pushback is not per
+// method) that carry no class (see [Client.PushbackFor]); the zero Time
+// when no pushback is in force.
 func (c *Client) PushbackUntil(method string) time.Time {
-	u := c.gate(method, false).Load()
+	return c.pushbackUntil(c.scopeOf(method, ""))
+}
+
+// PushbackFor returns the time until which a call to method made with ctx
+// would be held: the pushback of its method and of the class its outgoing
+// metadata carries ([WithPushbackClass]); the zero Time when none is in
+// force.
+func (c *Client) PushbackFor(ctx context.Context, method string) time.Time {
+	return c.pushbackUntil(c.scope(ctx, method))
+}
+
+func (c *Client) pushbackUntil(scope string) time.Time {
+	u := c.gate(scope, false).Load()
 	if u == 0 || u <= c.now() {
 		return time.Time{}
 	}
@@ -225,15 +272,16 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 		if c.cfg.pushback || retry {
 			opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
 		}
+		scope := c.scope(ctx, method)
 		for attempt := 1; ; attempt++ {
-			if err := c.before(ctx, method); err != nil {
+			if err := c.before(ctx, method, scope); err != nil {
 				return err
 			}
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			if err == nil {
 				return nil
 			}
-			pushback := c.record(method, err, trailer)
+			pushback := c.record(scope, err, trailer)
 			if !retry || attempt >= c.cfg.retry.MaxAttempts || !retryable(err) {
 				return err
 			}
@@ -254,41 +302,73 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 // refused stream carries. Streams are not retried.
 func (c *Client) Stream() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		if err := c.before(ctx, method); err != nil {
+		scope := c.scope(ctx, method)
+		if err := c.before(ctx, method, scope); err != nil {
 			return nil, err
 		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {
-			c.record(method, err, nil)
+			c.record(scope, err, nil)
 			return nil, err
 		}
 		if !c.cfg.pushback {
 			return cs, nil
 		}
-		return &watchedStream{ClientStream: cs, c: c, method: method}, nil
+		return &watchedStream{ClientStream: cs, c: c, scope: scope}, nil
 	}
 }
 
 // watchedStream records the pushback of a stream that ends refused.
 type watchedStream struct {
 	grpc.ClientStream
-	c      *Client
-	method string
+	c     *Client
+	scope string
 }
 
 // RecvMsg receives like the wrapped stream and records a refusal's pushback.
 func (s *watchedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err != nil && err != io.EOF {
-		s.c.record(s.method, err, s.ClientStream.Trailer())
+		s.c.record(s.scope, err, s.ClientStream.Trailer())
 	}
 	return err
 }
 
+// scope returns the pushback scope of a call to method made with ctx.
+func (c *Client) scope(ctx context.Context, method string) string {
+	class := ""
+	if c.cfg.classMD != "" {
+		if v := metadataValue(ctx, c.cfg.classMD); len(v) > 0 {
+			class = v[0]
+		}
+	}
+	return c.scopeOf(method, class)
+}
+
+// scopeOf names the scope of a method and a class: the method (or "" when
+// pushback is not per method), then, when there is a class, a NUL (which
+// neither a method nor a metadata value holds) and the class.
+func (c *Client) scopeOf(method, class string) string {
+	if !c.cfg.perMethod {
+		method = ""
+	}
+	if class == "" {
+		return method
+	}
+	return method + "\x00" + class
+}
+
+// metadataValue returns the values of the outgoing metadata entry name
+// (lower case), the call's own and those appended to ctx.
+func metadataValue(ctx context.Context, name string) []string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return md.Get(name)
+}
+
 // before waits for the pushback to pass and for the throttle to admit the
 // call.
-func (c *Client) before(ctx context.Context, method string) error {
-	if err := c.waitPushback(ctx, method); err != nil {
+func (c *Client) before(ctx context.Context, method, scope string) error {
+	if err := c.waitPushback(ctx, scope); err != nil {
 		return err
 	}
 	if !c.cfg.throttleSet {
@@ -319,32 +399,42 @@ func (c *Client) before(ctx context.Context, method string) error {
 // (codes.DeadlineExceeded; test with errors.Is).
 var ErrPushbackDeadline = status.Error(codes.DeadlineExceeded, "grpclimit: server pushback would outlast the call's deadline")
 
-// gate returns the pushback time that applies to method. Without a
-// per-method pushback it is the client's own; with one, the method's, made
-// on first need when create is true (a method never refused has none: a
-// shared zero is returned).
-func (c *Client) gate(method string, create bool) *atomic.Int64 {
-	if !c.cfg.perMethod {
-		return &c.until
-	}
-	if g, ok := c.methods.Load(method); ok {
+// gate returns the pushback time of a scope, made on first need when create
+// is true (a scope never refused has none: a shared zero is returned).
+func (c *Client) gate(scope string, create bool) *atomic.Int64 {
+	if g, ok := c.gates.Load(scope); ok {
 		return g.(*atomic.Int64)
 	}
 	if !create {
 		return &noPushback
 	}
-	g, _ := c.methods.LoadOrStore(method, new(atomic.Int64))
+	g, loaded := c.gates.LoadOrStore(scope, new(atomic.Int64))
+	if !loaded && c.ngates.Add(1) > maxGates {
+		c.prune(scope)
+	}
 	return g.(*atomic.Int64)
 }
 
-// noPushback is the gate of methods never refused; it is only read.
+// prune drops the gates whose pushback has expired, except keep's. A refusal
+// racing with it may record its pushback in a gate just dropped: the next
+// call of that scope is then sent, and its refusal recorded anew.
+func (c *Client) prune(keep string) {
+	now := c.now()
+	c.gates.Range(func(k, g any) bool {
+		if k != keep && g.(*atomic.Int64).Load() <= now && c.gates.CompareAndDelete(k, g) {
+			c.ngates.Add(-1)
+		}
+		return true
+	})
+}
+
+// noPushback is the gate of scopes never refused; it is only read.
 var noPushback atomic.Int64
 
-// waitPushback holds the call until the pushback has passed.
-func (c *Client) waitPushback(ctx context.Context, method string) error {
-	g := c.gate(method, false)
+// waitPushback holds the call until the pushback of its scope has passed.
+func (c *Client) waitPushback(ctx context.Context, scope string) error {
 	for {
-		until := g.Load()
+		until := c.gate(scope, false).Load()
 		if until == 0 {
 			return nil
 		}
@@ -363,9 +453,9 @@ func (c *Client) waitPushback(ctx context.Context, method string) error {
 }
 
 // record reads the pushback a refused call carries and, when pushback is
-// on, holds later calls until it has passed. It returns the delay (0 when
-// there is none).
-func (c *Client) record(method string, err error, trailer metadata.MD) time.Duration {
+// on, holds later calls of its scope until it has passed. It returns the
+// delay (0 when there is none).
+func (c *Client) record(scope string, err error, trailer metadata.MD) time.Duration {
 	if !retryable(err) {
 		return 0
 	}
@@ -385,7 +475,7 @@ func (c *Client) record(method string, err error, trailer metadata.MD) time.Dura
 	}
 	d = min(d, c.cfg.maxPushback)
 	if c.cfg.pushback {
-		g := c.gate(method, true)
+		g := c.gate(scope, true)
 		until := c.now() + int64(d)
 		for {
 			cur := g.Load()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,7 +20,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/priority"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -109,19 +112,97 @@ func TestClientPushbackHoldsLaterCalls(t *testing.T) {
 	}
 }
 
+// TestClientPushbackPerMethod: by default a refusal holds only its method;
+// with WithPushbackPerMethod(false) it holds every method of the client.
 func TestClientPushbackPerMethod(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []ClientOption
+		// how long the other method's call was held
+		other time.Duration
+	}{
+		{"default", nil, 0},
+		{"on", []ClientOption{WithPushbackPerMethod(true)}, 0},
+		{"off", []ClientOption{WithPushbackPerMethod(false)}, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newClient(t, tc.opts...)
+				s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, time.Second, ""), ok}}
+				u := c.Unary()
+				require.Error(t, u(context.Background(), "/x.Y/Expensive", nil, nil, nil, s.invoke))
+				assert.WithinDuration(t, time.Now().Add(time.Second), c.PushbackUntil("/x.Y/Expensive"), 0)
+				assert.Equal(t, tc.other == 0, c.PushbackUntil("/x.Y/Cheap").IsZero())
+				require.NoError(t, u(context.Background(), "/x.Y/Cheap", nil, nil, nil, s.invoke))
+				require.NoError(t, u(context.Background(), "/x.Y/Expensive", nil, nil, nil, s.invoke))
+				require.Len(t, s.at, 3)
+				assert.Equal(t, tc.other, s.at[1].Sub(s.at[0]), "the other method")
+				assert.Equal(t, time.Second, s.at[2].Sub(s.at[0]), "the refused method is held")
+			})
+		})
+	}
+}
+
+// withClass returns ctx with the outgoing metadata entry x-priority: class.
+func withClass(ctx context.Context, class string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "x-priority", class)
+}
+
+// TestClientPushbackPerClass: with WithPushbackClass, a refusal holds only
+// the calls sent with the refused call's class (and method); calls of
+// another class, or of none, go out at once.
+func TestClientPushbackPerClass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newClient(t, WithPushbackPerMethod(true))
-		s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, time.Second, ""), ok}}
+		c := newClient(t, WithPushbackClass("X-Priority"))
+		s := &script{results: []func([]grpc.CallOption) error{refused(codes.Unavailable, time.Second, ""), ok}}
 		u := c.Unary()
-		require.Error(t, u(context.Background(), "/x.Y/Expensive", nil, nil, nil, s.invoke))
-		assert.WithinDuration(t, time.Now().Add(time.Second), c.PushbackUntil("/x.Y/Expensive"), 0)
-		assert.True(t, c.PushbackUntil("/x.Y/Cheap").IsZero())
-		require.NoError(t, u(context.Background(), "/x.Y/Cheap", nil, nil, nil, s.invoke))
-		require.NoError(t, u(context.Background(), "/x.Y/Expensive", nil, nil, nil, s.invoke))
-		require.Len(t, s.at, 3)
-		assert.Zero(t, s.at[1].Sub(s.at[0]), "another method is not held")
-		assert.Equal(t, time.Second, s.at[2].Sub(s.at[0]), "the refused method is")
+		bg := context.Background()
+		be, crit := withClass(bg, "best-effort"), withClass(bg, "critical")
+		require.Error(t, u(be, checkMethod, nil, nil, nil, s.invoke))
+		assert.WithinDuration(t, time.Now().Add(time.Second), c.PushbackFor(be, checkMethod), 0)
+		assert.True(t, c.PushbackFor(crit, checkMethod).IsZero())
+		assert.True(t, c.PushbackFor(bg, checkMethod).IsZero())
+		assert.True(t, c.PushbackUntil(checkMethod).IsZero(), "PushbackUntil is the scope of calls without a class")
+		assert.True(t, c.PushbackFor(be, "/x.Y/Other").IsZero())
+
+		for range 24 {
+			require.NoError(t, u(crit, checkMethod, nil, nil, nil, s.invoke))
+		}
+		require.NoError(t, u(bg, checkMethod, nil, nil, nil, s.invoke))
+		require.NoError(t, u(be, "/x.Y/Other", nil, nil, nil, s.invoke))
+		require.Len(t, s.at, 27)
+		assert.Zero(t, s.at[26].Sub(s.at[0]), "other classes and methods were not held")
+		require.NoError(t, u(be, checkMethod, nil, nil, nil, s.invoke))
+		require.Len(t, s.at, 28)
+		assert.Equal(t, time.Second, s.at[27].Sub(s.at[0]), "the refused class was held")
+
+		for _, name := range []string{"", "grpc-priority", "x priority"} {
+			_, err := NewClient(WithPushbackClass(name))
+			assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "%q", name)
+		}
+	})
+}
+
+// TestClientPushbackScopesPruned: scopes whose pushback has expired are
+// dropped once there are more than maxGates of them, so that many class
+// values cannot grow the client without bound; scopes in force are kept.
+func TestClientPushbackScopesPruned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, WithPushbackClass("x-priority"))
+		u := c.Unary()
+		short := &script{results: []func([]grpc.CallOption) error{refused(codes.Unavailable, time.Millisecond, "")}}
+		long := &script{results: []func([]grpc.CallOption) error{refused(codes.Unavailable, time.Minute, "")}}
+		ctx := withClass(context.Background(), "held")
+		require.Error(t, u(ctx, checkMethod, nil, nil, nil, long.invoke))
+		for i := range maxGates {
+			require.Error(t, u(withClass(context.Background(), strconv.Itoa(i)), checkMethod, nil, nil, nil, short.invoke))
+		}
+		assert.EqualValues(t, maxGates+1, c.ngates.Load())
+		time.Sleep(time.Millisecond)
+		require.Error(t, u(withClass(context.Background(), "new"), checkMethod, nil, nil, nil, short.invoke))
+		assert.EqualValues(t, 2, c.ngates.Load(), "the scope in force and the new one remain")
+		assert.False(t, c.PushbackFor(ctx, checkMethod).IsZero())
+		assert.False(t, c.PushbackFor(withClass(context.Background(), "new"), checkMethod).IsZero())
 	})
 }
 
@@ -333,6 +414,54 @@ func TestClientAgainstRealServer(t *testing.T) {
 		return err
 	})
 	assertWaitedPushback(t, first, retry)
+}
+
+// TestClientPushbackScopedToShedClass: a real server sheds with a priority
+// shedder that classifies calls by their x-priority metadata. Best-effort
+// is full, critical has room. One best-effort call is shed; the client then
+// holds best-effort calls locally, and sends the 24 critical calls that
+// follow, which the server admits. (The client used to hold every call of
+// the connection after the shed.)
+func TestClientPushbackScopedToShedClass(t *testing.T) {
+	classes, err := priority.NewFixed(20, nil)
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	for range 17 { // best-effort's 85% of 20, held for the whole test
+		tok, err := classes.Acquire(ctx, priority.BestEffort)
+		require.NoError(t, err)
+		t.Cleanup(tok.Success)
+	}
+	acq := AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
+		var name string
+		if v := metadata.ValueFromIncomingContext(ctx, "x-priority"); len(v) > 0 {
+			name = v[0]
+		}
+		c, _ := classes.Class(name) // missing or unknown: best-effort
+		return adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
+			return classes.Acquire(ctx, c)
+		})(ctx)
+	})
+	ic, err := NewShedder(acq, WithShedRetryAfter(time.Minute))
+	require.NoError(t, err)
+	cl := newClient(t, WithPushbackClass("x-priority"))
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())},
+		grpc.WithUnaryInterceptor(cl.Unary()))
+	hc := healthpb.NewHealthClient(conn)
+	be, crit := withClass(ctx, "best-effort"), withClass(ctx, "critical")
+
+	_, err = hc.Check(be, &healthpb.HealthCheckRequest{})
+	require.Equal(t, codes.Unavailable, status.Code(err), "best-effort is shed by the server")
+	require.False(t, cl.PushbackFor(be, checkMethod).IsZero())
+	for i := range 24 {
+		_, err := hc.Check(crit, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err, "critical call %d", i)
+	}
+	_, err = hc.Check(be, &healthpb.HealthCheckRequest{})
+	assert.ErrorIs(t, err, ErrPushbackDeadline, "best-effort is held locally")
+
+	st := classes.Stats()
+	assert.Equal(t, priority.ClassStats{Name: "best-effort", Admitted: 17, Shed: 1}, st[priority.BestEffort], "the held call never reached the server")
+	assert.Equal(t, priority.ClassStats{Name: "critical", Admitted: 24}, st[priority.Critical])
 }
 
 // The keyless token bucket is a Waiter: a client throttled at 10 calls per

@@ -17,9 +17,9 @@ import (
 // out slots for in-flight work and sheds what it cannot take. The adaptive
 // and priority limiters of floodgate fit it through their Slot adapters:
 //
-//	httplimit.AcquirerFunc(lim.Slot) // lim an *adaptive.Limiter
+//	httplimit.AcquirerFunc(lim.Slot) // lim an *adaptive.Gate
 //	httplimit.AcquirerFunc(adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
-//		return classes.Acquire(ctx, priority.BestEffort) // classes a *priority.Limiter
+//		return classes.Acquire(ctx, priority.BestEffort) // classes a *priority.Shedder
 //	}))
 //
 // A request that waited for a slot until its context ended should be

@@ -18,7 +18,7 @@ import (
 var ErrLimitExceeded = errors.New("adaptive: concurrency limit exceeded")
 
 // ErrDropped can be wrapped by the error of the function given to
-// [Limiter.Do] to report the request as dropped (the server shed it or timed
+// [Gate.Do] to report the request as dropped (the server shed it or timed
 // out) rather than merely failed.
 var ErrDropped = errors.New("adaptive: request dropped")
 
@@ -37,7 +37,7 @@ type Request struct {
 	Label string
 }
 
-// Stats is a snapshot of a [Limiter]'s counters.
+// Stats is a snapshot of a [Gate]'s counters.
 type Stats struct {
 	// Limit is the current concurrency limit.
 	Limit int
@@ -56,14 +56,15 @@ type Stats struct {
 	Windows uint64
 }
 
-// Limiter is an adaptive concurrency limiter. It counts requests in flight,
+// Gate is an adaptive concurrency limiter. It counts requests in flight,
 // admits a request while the count is below the limit, and hands out a
 // [Token] that the caller ends with Success, Dropped or Ignore. The tokens'
 // outcomes and RTTs are gathered into windows that the [Algorithm] turns into
-// the next limit.
+// the next limit. (A gate, not a [floodgate.Limiter]: it has no key and no
+// Take, and it bounds the work in flight, not a rate.)
 //
-// A Limiter is safe for concurrent use. Create it with [New].
-type Limiter struct {
+// A Gate is safe for concurrent use. Create it with [NewGate].
+type Gate struct {
 	o   options
 	alg Algorithm
 
@@ -99,9 +100,9 @@ type window struct {
 	inflight int
 }
 
-// New returns a Limiter driven by alg, or an error wrapping
+// NewGate returns a Gate driven by alg, or an error wrapping
 // [floodgate.ErrInvalidConfig].
-func New(alg Algorithm, opts ...Option) (*Limiter, error) {
+func NewGate(alg Algorithm, opts ...Option) (*Gate, error) {
 	if alg == nil {
 		return nil, invalid("nil algorithm")
 	}
@@ -114,7 +115,7 @@ func New(alg Algorithm, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	l := &Limiter{o: o, alg: alg, limit: alg.InitialLimit()}
+	l := &Gate{o: o, alg: alg, limit: alg.InitialLimit()}
 	if l.limit < 1 {
 		return nil, invalid("initial limit must be >= 1, got %d", l.limit)
 	}
@@ -126,13 +127,13 @@ func New(alg Algorithm, opts ...Option) (*Limiter, error) {
 // or Ignore, or a rejection wrapping [ErrLimitExceeded]. Without a queue
 // ([WithQueue]) it never blocks; with one it waits until a slot frees or ctx
 // ends, never past ctx's deadline. A ctx already done returns its error.
-func (l *Limiter) Acquire(ctx context.Context) (*Token, error) {
+func (l *Gate) Acquire(ctx context.Context) (*Token, error) {
 	return l.AcquireRequest(ctx, Request{})
 }
 
 // AcquireRequest is Acquire for a request with a share of the limit, a rank
 // and a label (see [Request]).
-func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (*Token, error) {
+func (l *Gate) AcquireRequest(ctx context.Context, r Request) (*Token, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -146,15 +147,15 @@ func (l *Limiter) AcquireRequest(ctx context.Context, r Request) (*Token, error)
 // AcquireFunc is the asynchronous Acquire, for event loops and simulations
 // that must not block. It calls done exactly once with the token or the
 // rejection, unless the request is cancelled first: at once when the request
-// is admitted or rejected on arrival, and otherwise, when the limiter has a
+// is admitted or rejected on arrival, and otherwise, when the gate has a
 // queue, later, from the goroutine that frees the slot (inside its Success,
-// Dropped or Ignore, after the limiter's lock is released) or that evicts the
+// Dropped or Ignore, after the gate's lock is released) or that evicts the
 // request. done must not block.
 //
 // cancel withdraws a waiting request: it reports true when the request was
 // still waiting (it is then counted and observed as shed, and done is never
 // called), false when done has been or is being called.
-func (l *Limiter) AcquireFunc(r Request, done func(*Token, error)) (cancel func() bool) {
+func (l *Gate) AcquireFunc(r Request, done func(*Token, error)) (cancel func() bool) {
 	t, err, w := l.enter(r, done)
 	if w == nil {
 		done(t, err)
@@ -177,7 +178,7 @@ func (l *Limiter) AcquireFunc(r Request, done func(*Token, error)) (cancel func(
 
 // enter admits, rejects or queues a request. When it queues it, it returns
 // the waiter: a callback waiter when done is set, a channel waiter otherwise.
-func (l *Limiter) enter(r Request, done func(*Token, error)) (t *Token, err error, w *waiter) {
+func (l *Gate) enter(r Request, done func(*Token, error)) (t *Token, err error, w *waiter) {
 	share := r.Share
 	if !(share > 0 && share <= 1) {
 		share = 1
@@ -216,7 +217,7 @@ func (l *Limiter) enter(r Request, done func(*Token, error)) (t *Token, err erro
 // enqueueable makes room in the queue for a request of the given rank,
 // evicting the waiter that would be served last when it ranks lower. It
 // reports false when the request must be rejected. Called with l.mu held.
-func (l *Limiter) enqueueable(rank int) bool {
+func (l *Gate) enqueueable(rank int) bool {
 	if l.waiters.len() < l.o.queue {
 		return true
 	}
@@ -233,7 +234,7 @@ func (l *Limiter) enqueueable(rank int) bool {
 // handOff gives a waiter out of the queue its token, or nil when it was
 // evicted. Channel waiters get it at once; callbacks run at the next unlock.
 // Called with l.mu held.
-func (l *Limiter) handOff(w *waiter, t *Token) {
+func (l *Gate) handOff(w *waiter, t *Token) {
 	if w.done == nil {
 		w.ch <- t
 		return
@@ -243,7 +244,7 @@ func (l *Limiter) handOff(w *waiter, t *Token) {
 
 // unlock releases l.mu, then runs the callbacks of the waiters handed off
 // while it was held.
-func (l *Limiter) unlock() {
+func (l *Gate) unlock() {
 	p := l.pending
 	l.pending = nil
 	l.mu.Unlock()
@@ -260,7 +261,7 @@ func (l *Limiter) unlock() {
 }
 
 // wait blocks until w is served, evicted, or ctx ends.
-func (l *Limiter) wait(ctx context.Context, w *waiter) (*Token, error) {
+func (l *Gate) wait(ctx context.Context, w *waiter) (*Token, error) {
 	var t *Token
 	select {
 	case t = <-w.ch:
@@ -294,7 +295,7 @@ func (l *Limiter) wait(ctx context.Context, w *waiter) (*Token, error) {
 // nil, Dropped when its error wraps [ErrDropped] or
 // [context.DeadlineExceeded], Ignore for any other error and when fn panics
 // (the panic continues after the token is released).
-func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error {
+func (l *Gate) Do(ctx context.Context, fn func(context.Context) error) error {
 	t, err := l.Acquire(ctx)
 	if err != nil {
 		return err
@@ -311,14 +312,14 @@ func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error 
 }
 
 // Limit returns the current limit.
-func (l *Limiter) Limit() int {
+func (l *Gate) Limit() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.limit
 }
 
 // InFlight returns the number of tokens in flight.
-func (l *Limiter) InFlight() int {
+func (l *Gate) InFlight() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.inflight
@@ -327,7 +328,7 @@ func (l *Limiter) InFlight() int {
 // Stats returns a snapshot of the counters. It also reclaims tokens older
 // than the maximum age, so calling it periodically finds leaks even when no
 // request comes.
-func (l *Limiter) Stats() Stats {
+func (l *Gate) Stats() Stats {
 	l.mu.Lock()
 	now := l.now()
 	leaks := l.reclaim(now)
@@ -340,7 +341,7 @@ func (l *Limiter) Stats() Stats {
 }
 
 // now reads the clock; time never goes backwards. Called with l.mu held.
-func (l *Limiter) now() int64 {
+func (l *Gate) now() int64 {
 	n := l.o.clock.Now().UnixNano()
 	if n < l.last {
 		return l.last
@@ -349,14 +350,14 @@ func (l *Limiter) now() int64 {
 	return n
 }
 
-func (l *Limiter) elapsed(since int64) time.Duration {
+func (l *Gate) elapsed(since int64) time.Duration {
 	return time.Duration(max(0, l.o.clock.Now().UnixNano()-since))
 }
 
 // fits reports whether a request with this share may take a slot now:
 // in-flight < share*limit, with the product rounded up to whole slots
 // (tolerating float error, so that 0.85*20 is 17 slots, not 18).
-func (l *Limiter) fits(share float64) bool {
+func (l *Gate) fits(share float64) bool {
 	if share >= 1 {
 		return l.inflight < l.limit
 	}
@@ -364,7 +365,7 @@ func (l *Limiter) fits(share float64) bool {
 }
 
 // admit creates a token. Called with l.mu held.
-func (l *Limiter) admit(now int64, label string) *Token {
+func (l *Gate) admit(now int64, label string) *Token {
 	l.inflight++
 	l.st.Admitted++
 	t := &Token{l: l, start: now, inflight: l.inflight, label: label, prev: l.tail}
@@ -378,7 +379,7 @@ func (l *Limiter) admit(now int64, label string) *Token {
 }
 
 // unlink removes t from the list of tokens in flight. Called with l.mu held.
-func (l *Limiter) unlink(t *Token) {
+func (l *Gate) unlink(t *Token) {
 	if t.prev != nil {
 		t.prev.next = t.next
 	} else {
@@ -394,7 +395,7 @@ func (l *Limiter) unlink(t *Token) {
 }
 
 // serve hands free slots to eligible waiters. Called with l.mu held.
-func (l *Limiter) serve(now int64) {
+func (l *Gate) serve(now int64) {
 	for w := l.waiters.peek(); w != nil && l.fits(w.share); w = l.waiters.peek() {
 		l.waiters.pop()
 		l.handOff(w, l.admit(now, w.label))
@@ -403,7 +404,7 @@ func (l *Limiter) serve(now int64) {
 
 // reclaim frees the slots of tokens older than the maximum age. Tokens are
 // listed oldest first, so this looks at the head only. Called with l.mu held.
-func (l *Limiter) reclaim(now int64) []Leak {
+func (l *Gate) reclaim(now int64) []Leak {
 	if l.o.maxAge <= 0 {
 		return nil
 	}
@@ -417,7 +418,7 @@ func (l *Limiter) reclaim(now int64) []Leak {
 	return leaks
 }
 
-func (l *Limiter) leaked(leaks []Leak) {
+func (l *Gate) leaked(leaks []Leak) {
 	if l.o.onLeak == nil {
 		return
 	}
@@ -427,7 +428,7 @@ func (l *Limiter) leaked(leaks []Leak) {
 }
 
 // decision builds the Decision reported to the observer. Called with l.mu held.
-func (l *Limiter) decision(allowed bool) floodgate.Decision {
+func (l *Gate) decision(allowed bool) floodgate.Decision {
 	d := floodgate.Decision{
 		Allowed:   allowed,
 		Limit:     int64(l.limit),
@@ -444,14 +445,14 @@ func (l *Limiter) decision(allowed bool) floodgate.Decision {
 
 // retryAfter is the last window's mean RTT (about when a slot frees), at
 // least 1ms, or 1s before the first measured window.
-func (l *Limiter) retryAfter() time.Duration {
+func (l *Gate) retryAfter() time.Duration {
 	if l.lastRTT <= 0 {
 		return time.Second
 	}
 	return max(l.lastRTT, time.Millisecond)
 }
 
-func (l *Limiter) observe(label string, o floodgate.Outcome, d floodgate.Decision, err error, lat time.Duration) {
+func (l *Gate) observe(label string, o floodgate.Outcome, d floodgate.Decision, err error, lat time.Duration) {
 	l.o.observer.Observe(floodgate.Event{Policy: l.o.name, Route: label, Outcome: o, Decision: d, Err: err, Latency: lat})
 }
 
@@ -464,7 +465,7 @@ const (
 )
 
 // release ends t.
-func (l *Limiter) release(t *Token, k outcome) {
+func (l *Gate) release(t *Token, k outcome) {
 	l.mu.Lock()
 	now := l.now()
 	if t.reclaimed {
@@ -496,7 +497,7 @@ func (l *Limiter) release(t *Token, k outcome) {
 }
 
 // sample adds one request to the current window. Called with l.mu held.
-func (l *Limiter) sample(now int64, inflight int, rtt int64, drop bool) {
+func (l *Gate) sample(now int64, inflight int, rtt int64, drop bool) {
 	w := &l.win
 	if w.count == 0 {
 		*w = window{start: now, min: math.MaxInt64}
@@ -514,7 +515,7 @@ func (l *Limiter) sample(now int64, inflight int, rtt int64, drop bool) {
 
 // closeWindow feeds the window to the algorithm once it is old enough, and
 // reports the limit change, if any. Called with l.mu held.
-func (l *Limiter) closeWindow(now int64) *LimitChange {
+func (l *Gate) closeWindow(now int64) *LimitChange {
 	w := l.win
 	if w.count == 0 || now-w.start < int64(l.o.window) {
 		return nil
@@ -544,10 +545,10 @@ func (l *Limiter) closeWindow(now int64) *LimitChange {
 // panics. All methods are safe for concurrent use and on a nil *Token.
 //
 // A token that is never ended keeps its slot until it is older than the
-// limiter's maximum age ([WithMaxAge]); it is then reclaimed, counted in
+// gate's maximum age ([WithMaxAge]); it is then reclaimed, counted in
 // [Stats].Leaked and reported to the [OnLeak] hook.
 type Token struct {
-	l         *Limiter
+	l         *Gate
 	start     int64
 	inflight  int
 	label     string

@@ -76,11 +76,11 @@ func (s *script) Update(x adaptive.Sample) int {
 
 func TestAcquireRejectsAtLimit(t *testing.T) {
 	rec := &recorder{}
-	l := must(adaptive.New(must(adaptive.NewFixed(2)), adaptive.WithObserver(rec), adaptive.WithName("api")))
+	l := must(adaptive.NewGate(must(adaptive.NewFixed(2)), adaptive.WithObserver(rec), adaptive.WithName("api")))
 	ctx := context.Background()
 	a := must(l.Acquire(ctx))
 	b := must(l.Acquire(ctx))
-	if e := rec.last(); e.Outcome != floodgate.OutcomeAllowed || e.Limiter != "api" || e.Decision.Remaining != 0 || e.Decision.Limit != 2 {
+	if e := rec.last(); e.Outcome != floodgate.OutcomeAllowed || e.Policy != "api" || e.Decision.Remaining != 0 || e.Decision.Limit != 2 {
 		t.Fatalf("admission event = %+v", e)
 	}
 	c, err := l.Acquire(ctx)
@@ -108,7 +108,7 @@ func TestAcquireRejectsAtLimit(t *testing.T) {
 }
 
 func TestTokenIdempotent(t *testing.T) {
-	l := must(adaptive.New(must(adaptive.NewFixed(5))))
+	l := must(adaptive.NewGate(must(adaptive.NewFixed(5))))
 	tok := must(l.Acquire(context.Background()))
 	tok.Success()
 	tok.Success()
@@ -127,7 +127,7 @@ func TestWindowSample(t *testing.T) {
 	clk := newFakeClock()
 	alg := &script{initial: 20, next: []int{30}}
 	var changes []adaptive.LimitChange
-	l := must(adaptive.New(alg, adaptive.WithClock(clk), adaptive.OnLimitChange(func(c adaptive.LimitChange) { changes = append(changes, c) })))
+	l := must(adaptive.NewGate(alg, adaptive.WithClock(clk), adaptive.OnLimitChange(func(c adaptive.LimitChange) { changes = append(changes, c) })))
 	var toks []*adaptive.Token
 	for range 12 {
 		toks = append(toks, must(l.Acquire(context.Background())))
@@ -172,7 +172,7 @@ func TestWindowSample(t *testing.T) {
 func TestLeakedTokenIsReclaimed(t *testing.T) {
 	clk := newFakeClock()
 	var leaks []adaptive.Leak
-	l := must(adaptive.New(must(adaptive.NewFixed(2)), adaptive.WithClock(clk),
+	l := must(adaptive.NewGate(must(adaptive.NewFixed(2)), adaptive.WithClock(clk),
 		adaptive.WithMaxAge(time.Minute), adaptive.OnLeak(func(lk adaptive.Leak) { leaks = append(leaks, lk) })))
 	ctx := context.Background()
 	leaked := must(l.AcquireRequest(ctx, adaptive.Request{Label: "batch"}))
@@ -205,13 +205,13 @@ func TestLeakedTokenIsReclaimed(t *testing.T) {
 
 func TestStatsFindsLeaksWithoutTraffic(t *testing.T) {
 	clk := newFakeClock()
-	l := must(adaptive.New(must(adaptive.NewFixed(2)), adaptive.WithClock(clk), adaptive.WithMaxAge(time.Second)))
+	l := must(adaptive.NewGate(must(adaptive.NewFixed(2)), adaptive.WithClock(clk), adaptive.WithMaxAge(time.Second)))
 	must(l.Acquire(context.Background()))
 	clk.Advance(2 * time.Second)
 	if st := l.Stats(); st.Leaked != 1 || st.InFlight != 0 {
 		t.Fatalf("stats = %+v", st)
 	}
-	noDetect := must(adaptive.New(must(adaptive.NewFixed(2)), adaptive.WithClock(clk), adaptive.WithMaxAge(0)))
+	noDetect := must(adaptive.NewGate(must(adaptive.NewFixed(2)), adaptive.WithClock(clk), adaptive.WithMaxAge(0)))
 	must(noDetect.Acquire(context.Background()))
 	clk.Advance(1000 * time.Hour)
 	if st := noDetect.Stats(); st.Leaked != 0 || st.InFlight != 1 {
@@ -220,7 +220,7 @@ func TestStatsFindsLeaksWithoutTraffic(t *testing.T) {
 }
 
 func TestDo(t *testing.T) {
-	l := must(adaptive.New(must(adaptive.NewFixed(1))))
+	l := must(adaptive.NewGate(must(adaptive.NewFixed(1))))
 	ctx := context.Background()
 	other := errors.New("bad request")
 	for _, err := range []error{nil, adaptive.ErrDropped, context.DeadlineExceeded, other} {
@@ -255,14 +255,14 @@ func TestOptionsValidation(t *testing.T) {
 		adaptive.WithWindow(10, 0), adaptive.WithMinRTT(-1), adaptive.WithMaxAge(-1),
 		adaptive.WithQueue(0, adaptive.FIFO), adaptive.WithQueue(1, adaptive.Order(9)),
 	} {
-		if _, err := adaptive.New(fixed, opt); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		if _, err := adaptive.NewGate(fixed, opt); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("option %d: err = %v", i, err)
 		}
 	}
-	if _, err := adaptive.New(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
+	if _, err := adaptive.NewGate(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("nil algorithm: err = %v", err)
 	}
-	if _, err := adaptive.New(&script{initial: 0}); !errors.Is(err, floodgate.ErrInvalidConfig) {
+	if _, err := adaptive.NewGate(&script{initial: 0}); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("initial limit 0: err = %v", err)
 	}
 }
@@ -271,7 +271,7 @@ func TestOptionsValidation(t *testing.T) {
 // waiting for each to be parked in the queue before starting the next. The
 // returned channel receives each one's name as it gets a token (and then
 // releases it at once).
-func queued(t *testing.T, l *adaptive.Limiter, reqs ...adaptive.Request) <-chan string {
+func queued(t *testing.T, l *adaptive.Gate, reqs ...adaptive.Request) <-chan string {
 	t.Helper()
 	served := make(chan string, len(reqs))
 	for _, r := range reqs {
@@ -306,7 +306,7 @@ func TestQueueOrder(t *testing.T) {
 		{adaptive.LIFO, []string{"c", "b", "a"}},
 	} {
 		synctest.Test(t, func(t *testing.T) {
-			l := must(adaptive.New(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)), adaptive.WithQueue(5, c.order)))
+			l := must(adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)), adaptive.WithQueue(5, c.order)))
 			hold := must(l.Acquire(context.Background()))
 			ch := queued(t, l, adaptive.Request{Label: "a"}, adaptive.Request{Label: "b"}, adaptive.Request{Label: "c"})
 			if q := l.Stats().Queued; q != 3 {
@@ -323,7 +323,7 @@ func TestQueueOrder(t *testing.T) {
 func TestQueueRankAndEviction(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		l := must(adaptive.New(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)),
+		l := must(adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)),
 			adaptive.WithQueue(3, adaptive.FIFO), adaptive.WithObserver(rec)))
 		hold := must(l.Acquire(context.Background()))
 		ch := queued(t, l,
@@ -349,7 +349,7 @@ func TestQueueRankAndEviction(t *testing.T) {
 func TestQueueNeverPastDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		l := must(adaptive.New(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)),
+		l := must(adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)),
 			adaptive.WithQueue(5, adaptive.FIFO), adaptive.WithObserver(rec)))
 		hold := must(l.Acquire(context.Background()))
 		defer hold.Success()
@@ -377,7 +377,7 @@ func TestQueueServedByLimitIncrease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := floodgate.ClockFunc(time.Now)
 		alg := &script{initial: 1, next: []int{3}}
-		l := must(adaptive.New(alg, adaptive.WithClock(clk), adaptive.WithQueue(5, adaptive.FIFO), adaptive.WithWindow(1, time.Millisecond)))
+		l := must(adaptive.NewGate(alg, adaptive.WithClock(clk), adaptive.WithQueue(5, adaptive.FIFO), adaptive.WithWindow(1, time.Millisecond)))
 		first := must(l.Acquire(context.Background()))
 		time.Sleep(10 * time.Millisecond) // simulated time: an RTT to measure
 		first.Success()                   // opens a window
@@ -412,7 +412,7 @@ func equal(a, b []string) bool {
 
 func TestAcquireFunc(t *testing.T) {
 	rec := &recorder{}
-	l := must(adaptive.New(must(adaptive.NewFixed(1)), adaptive.WithQueue(1, adaptive.FIFO), adaptive.WithObserver(rec)))
+	l := must(adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithQueue(1, adaptive.FIFO), adaptive.WithObserver(rec)))
 	type result struct {
 		tok *adaptive.Token
 		err error
@@ -439,7 +439,7 @@ func TestAcquireFunc(t *testing.T) {
 		t.Fatalf("served: %+v", got)
 	}
 	got[2].tok.Success()
-	noQueue := must(adaptive.New(must(adaptive.NewFixed(1))))
+	noQueue := must(adaptive.NewGate(must(adaptive.NewFixed(1))))
 	hold := must(noQueue.Acquire(context.Background()))
 	cancel := noQueue.AcquireFunc(adaptive.Request{}, done)
 	if len(got) != 4 || !errors.Is(got[3].err, adaptive.ErrLimitExceeded) || cancel() {
