@@ -88,7 +88,7 @@ type Event struct {
 	// Route is an optional route class (e.g. "/search"), never a raw URL.
 	Route string
 	// Class is the priority class of the request ("critical", "standard",
-	// "best_effort") where a priority shedder classified it, else "".
+	// "best-effort") where a priority shedder classified it, else "".
 	Class string
 	// Outcome is what happened.
 	Outcome Outcome

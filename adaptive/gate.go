@@ -33,7 +33,7 @@ type Request struct {
 	// A request that outranks a waiter may take its place in a full queue.
 	// Ranks should not have smaller shares than lower ranks.
 	Rank int
-	// Label is reported to the observer as Event.Route (e.g. a class name).
+	// Label is reported to the observer as Event.Class (e.g. a class name).
 	Label string
 }
 
@@ -453,7 +453,7 @@ func (l *Gate) retryAfter() time.Duration {
 }
 
 func (l *Gate) observe(label string, o floodgate.Outcome, d floodgate.Decision, err error, lat time.Duration) {
-	l.o.observer.Observe(floodgate.Event{Policy: l.o.name, Route: label, Outcome: o, Decision: d, Err: err, Latency: lat})
+	l.o.observer.Observe(floodgate.Event{Source: floodgate.SourceRequest, Policy: l.o.name, Class: label, Outcome: o, Decision: d, Err: err, Latency: lat})
 }
 
 type outcome uint8

@@ -431,7 +431,7 @@ func TestAcquireFunc(t *testing.T) {
 	if len(got) != 2 || !errors.Is(got[1].err, adaptive.ErrLimitExceeded) {
 		t.Fatalf("eviction: %+v", got)
 	}
-	if e := rec.last(); e.Outcome != floodgate.OutcomeShed || e.Route != "low" {
+	if e := rec.last(); e.Outcome != floodgate.OutcomeShed || e.Class != "low" {
 		t.Fatalf("eviction event = %+v", e)
 	}
 	got[0].tok.Success() // serves "high"

@@ -88,7 +88,7 @@ func WithClock(c floodgate.Clock) Option {
 // WithObserver sets the observer that receives every admission
 // ([floodgate.OutcomeAllowed]) and every rejection ([floodgate.OutcomeShed]),
 // with the gate's name as Event.Policy and the request's label as
-// Event.Route. Default [floodgate.NopObserver].
+// Event.Class. Default [floodgate.NopObserver].
 func WithObserver(obs floodgate.Observer) Option {
 	return Option{func(o *options) error {
 		if obs == nil {

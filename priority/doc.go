@@ -49,7 +49,7 @@
 // # Observer, zero values, concurrency
 //
 // Every admission and rejection goes to the capacity gate's
-// [floodgate.Observer] with the class name as Event.Route; [Shedder.Stats]
+// [floodgate.Observer] with the class name as Event.Class; [Shedder.Stats]
 // counts them per class. A nil or empty class list means the defaults. A
 // [Shedder] is safe for concurrent use.
 package priority

@@ -30,7 +30,7 @@ const (
 // ClassConfig describes one class.
 type ClassConfig struct {
 	// Name labels the class in statistics and observer events (as
-	// Event.Route). Unique and not empty.
+	// Event.Class). Unique and not empty.
 	Name string
 	// ShedAt in (0, 1] is the utilisation at which the class is shed: a
 	// request of the class is admitted only while

@@ -63,7 +63,7 @@ func TestCustomClasses(t *testing.T) {
 	rec := &struct{ routes []string }{}
 	obs := floodgate.ObserverFunc(func(e floodgate.Event) {
 		if e.Outcome == floodgate.OutcomeShed {
-			rec.routes = append(rec.routes, e.Route)
+			rec.routes = append(rec.routes, e.Class)
 		}
 	})
 	classes := []priority.ClassConfig{{"crawler", 0.1}, {"prefetch", 0.3}, {"search", 0.6}, {"api", 0.9}, {"payments", 1}}
