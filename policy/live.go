@@ -1,0 +1,201 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// Live holds the running Set of a service and swaps it, atomically, when the
+// config changes: a reload applies to every key at once and keeps every
+// key's state (policies are identified by name), so that raising or
+// lowering a limit never hands anyone a fresh burst. It is safe for
+// concurrent use.
+type Live struct {
+	store    store.Store
+	resolver *resolver
+	onChange func(Change)
+
+	mu      sync.Mutex // serialises updates
+	cur     atomic.Pointer[Set]
+	version atomic.Uint64
+}
+
+// Change describes one applied config change, for an audit log.
+type Change struct {
+	// Version counts the configs applied, from 1.
+	Version uint64
+	// Source says where the config came from (a file path, "api").
+	Source string
+	// At is when the change was applied.
+	At time.Time
+	// Added, Removed and Changed list policy names; Changed holds the
+	// policies whose parameters changed (old -> new in Details).
+	Added, Removed, Changed []string
+	// Details describes each changed policy: "pro: token-bucket 100/s
+	// burst 100 -> token-bucket 200/s burst 200".
+	Details []string
+	// Err is set for a config that was refused; the running one stays.
+	Err error
+}
+
+// Option configures [NewLive].
+type Option struct{ apply func(*liveConfig) error }
+
+type liveConfig struct {
+	resolve  ResolveFunc
+	ttl      time.Duration
+	max      int
+	onChange func(Change)
+}
+
+// WithResolver places keys without an override on a plan with f (e.g. from
+// an API key to its plan in a database), caching each answer for ttl
+// (1 s .. 24 h) and at most max keys (>= 1).
+func WithResolver(f ResolveFunc, ttl time.Duration, max int) Option {
+	return Option{func(c *liveConfig) error {
+		if f == nil {
+			return fmt.Errorf("%w: policy: nil resolver", floodgate.ErrInvalidConfig)
+		}
+		if ttl < time.Second || ttl > 24*time.Hour {
+			return fmt.Errorf("%w: policy: resolver cache ttl %v outside 1s..24h", floodgate.ErrInvalidConfig, ttl)
+		}
+		if max < 1 {
+			return fmt.Errorf("%w: policy: resolver cache of %d keys", floodgate.ErrInvalidConfig, max)
+		}
+		c.resolve, c.ttl, c.max = f, ttl, max
+		return nil
+	}}
+}
+
+// WithOnChange calls f after every applied change and every refused one
+// (Change.Err set), synchronously, from the goroutine that applied it.
+func WithOnChange(f func(Change)) Option {
+	return Option{func(c *liveConfig) error {
+		if f == nil {
+			return fmt.Errorf("%w: policy: nil change callback", floodgate.ErrInvalidConfig)
+		}
+		c.onChange = f
+		return nil
+	}}
+}
+
+// NewLive compiles cfg on s and returns it running. Errors wrap
+// [floodgate.ErrInvalidConfig].
+func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
+	if nilcheck.Is(s) {
+		return nil, fmt.Errorf("%w: policy: nil store", floodgate.ErrInvalidConfig)
+	}
+	var c liveConfig
+	for i, o := range opts {
+		if o.apply == nil {
+			return nil, fmt.Errorf("%w: policy: option %d is the zero Option", floodgate.ErrInvalidConfig, i)
+		}
+		if err := o.apply(&c); err != nil {
+			return nil, err
+		}
+	}
+	l := &Live{store: s, onChange: c.onChange}
+	if c.resolve != nil {
+		l.resolver = newResolver(c.resolve, c.ttl, c.max)
+	}
+	if _, err := l.Update(cfg, "initial"); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Set returns the running Set.
+func (l *Live) Set() *Set { return l.cur.Load() }
+
+// Version returns the version of the running config.
+func (l *Live) Version() uint64 { return l.version.Load() }
+
+// Update compiles cfg and, when it is valid, makes it the running Set at
+// once; source labels the change. A config that does not compile leaves the
+// running one in place and is returned as an error (and reported to the
+// change callback). Every key keeps its state across the change: its
+// policy is the same limit under new parameters.
+func (l *Live) Update(cfg Config, source string) (Change, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch := Change{Source: source, At: time.Now()}
+	set, err := compile(cfg, l.store, l.resolver)
+	if err != nil {
+		ch.Err = err
+		ch.Version = l.version.Load()
+		if l.onChange != nil {
+			l.onChange(ch)
+		}
+		return ch, err
+	}
+	if old := l.cur.Load(); old != nil {
+		ch.Added, ch.Removed, ch.Changed, ch.Details = diff(old, set)
+	} else {
+		for _, p := range cfg.Policies {
+			ch.Added = append(ch.Added, p.Name)
+		}
+	}
+	ch.Version = l.version.Add(1)
+	l.cur.Store(set)
+	if l.onChange != nil {
+		l.onChange(ch)
+	}
+	return ch, nil
+}
+
+func diff(old, cur *Set) (added, removed, changed, details []string) {
+	for name, p := range cur.policies {
+		q, ok := old.policies[name]
+		switch {
+		case !ok:
+			added = append(added, name)
+		case q != p:
+			changed = append(changed, name)
+			details = append(details, q.String()+" -> "+p.String()[len(p.Name)+2:])
+		}
+	}
+	for name := range old.policies {
+		if _, ok := cur.policies[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(added)
+	slices.Sort(removed)
+	slices.Sort(changed)
+	slices.Sort(details)
+	return
+}
+
+// Take charges n for the plan of key ([Set.Plan]) on the running Set: the
+// keyed [floodgate.Limiter] of a per-plan limit. A key without a plan (no
+// override, no resolver answer, no default plan) is admitted, with a zero
+// Decision.
+func (l *Live) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
+	lim, err := l.cur.Load().Plan(ctx, key)
+	if err != nil || lim == nil {
+		return floodgate.Decision{Allowed: err == nil}, err
+	}
+	return lim.Take(ctx, key, n)
+}
+
+// Refund implements [floodgate.Refunder] for [Live.Take].
+func (l *Live) Refund(ctx context.Context, key string, n int) error {
+	lim, err := l.cur.Load().Plan(ctx, key)
+	if err != nil || lim == nil {
+		return err
+	}
+	return lim.Refund(ctx, key, n)
+}
+
+// Match is [Set.Match] on the running Set.
+func (l *Live) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) ([]floodgate.Check, error) {
+	return l.cur.Load().Match(ctx, descriptors, n, dst)
+}

@@ -1,0 +1,336 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// Config is a whole rate-limiting setup as data: what a config file holds.
+type Config struct {
+	// Domain names the setup (as envoyproxy/ratelimit's domain); it
+	// prefixes the keys of descriptors, so that two setups sharing a store
+	// and a policy name never share a descriptor's budget.
+	Domain string
+	// Policies are the named limits.
+	Policies []Policy
+	// DefaultPlan is the policy of a key that has no override and that the
+	// resolver does not place: the plan of unknown keys. Optional; without
+	// it an unknown key is not limited by plan rules.
+	DefaultPlan string
+	// Overrides map keys (API keys, service names, ...) to their policy:
+	// a plan ("pro") or a policy negotiated for one key.
+	Overrides map[string]string
+	// Rules map request descriptors to policies (see [Rule]).
+	Rules []Rule
+}
+
+// Rule maps a descriptor entry to a policy, the way envoyproxy/ratelimit's
+// descriptors do: a request descriptor is a list of (key, value) entries
+// ("source_service: purge-orchestrator", then "route: /img"); its entries
+// are matched in order, the first against the top-level rules, the next
+// against the rules nested in the one that matched, and so on. The rule that
+// matches the descriptor's last entry decides: its policy limits the
+// descriptor, keyed by every entry's key and value.
+//
+// A rule with a Value matches that value only; a rule without one matches
+// any value, and each value gets its own budget. A value rule is preferred
+// over a wildcard rule of the same key.
+type Rule struct {
+	// Key is the descriptor entry's key ("remote_address", "api_key",
+	// "route", ...). Required.
+	Key string
+	// Value is the entry's value to match; "" matches any value.
+	Value string
+	// Policy is the name of the policy applied to descriptors ending here;
+	// "" means none (the rule only leads to nested rules).
+	Policy string
+	// Plan, instead of Policy, applies the plan of the entry's value: its
+	// override, else the resolver's answer, else DefaultPlan.
+	Plan bool
+	// Rules are the nested rules, matched against the next entry.
+	Rules []Rule
+}
+
+// Entry is one (key, value) of a request descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Descriptor is what one request says about itself, in order
+// ("service token t, route /img"); a request may carry several.
+type Descriptor []Entry
+
+// ResolveFunc places a key (an API key, a token) on a plan: it returns the
+// name of a policy, or "" when it does not know the key. It is called only
+// for keys without an override, and its answers are cached.
+type ResolveFunc func(ctx context.Context, key string) (policy string, err error)
+
+// Set is one compiled Config on one store: every policy's limiter, the
+// overrides, the rules. A Set is immutable and safe for concurrent use;
+// [Live] swaps Sets when the config changes.
+type Set struct {
+	cfg       Config
+	store     store.Store
+	limiters  map[string]*store.Limiter
+	policies  map[string]Policy
+	overrides map[string]*store.Limiter
+	deflt     *store.Limiter
+	rules     []*node
+	resolver  *resolver
+}
+
+type node struct {
+	key, value string
+	limiter    *store.Limiter
+	plan       bool
+	children   []*node
+}
+
+// Compile checks cfg and builds its limiters on s. Errors wrap
+// [floodgate.ErrInvalidConfig] and name what is wrong: a policy that cannot
+// work, two policies of one name, an override or a rule naming an unknown
+// policy, a rule without a key.
+func Compile(cfg Config, s store.Store) (*Set, error) {
+	return compile(cfg, s, nil)
+}
+
+func compile(cfg Config, s store.Store, res *resolver) (*Set, error) {
+	set := &Set{cfg: cfg, store: s, limiters: map[string]*store.Limiter{}, policies: map[string]Policy{},
+		overrides: map[string]*store.Limiter{}, resolver: res}
+	for _, p := range cfg.Policies {
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := set.limiters[p.Name]; dup {
+			return nil, fmt.Errorf("%w: two policies are named %q", floodgate.ErrInvalidConfig, p.Name)
+		}
+		l, err := p.Limiter(s)
+		if err != nil {
+			return nil, err
+		}
+		set.limiters[p.Name] = l
+		set.policies[p.Name] = p
+	}
+	lookup := func(what, name string) (*store.Limiter, error) {
+		l, ok := set.limiters[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s names the unknown policy %q", floodgate.ErrInvalidConfig, what, name)
+		}
+		return l, nil
+	}
+	if cfg.DefaultPlan != "" {
+		l, err := lookup("default_plan", cfg.DefaultPlan)
+		if err != nil {
+			return nil, err
+		}
+		set.deflt = l
+	}
+	for k, name := range cfg.Overrides {
+		if k == "" {
+			return nil, fmt.Errorf("%w: an override has an empty key", floodgate.ErrInvalidConfig)
+		}
+		l, err := lookup(fmt.Sprintf("the override of %q", k), name)
+		if err != nil {
+			return nil, err
+		}
+		set.overrides[k] = l
+	}
+	var build func(rs []Rule, path string) ([]*node, error)
+	build = func(rs []Rule, path string) ([]*node, error) {
+		var out []*node
+		seen := map[[2]string]bool{}
+		for _, r := range rs {
+			at := path + r.Key
+			if r.Value != "" {
+				at += "=" + r.Value
+			}
+			if r.Key == "" {
+				return nil, fmt.Errorf("%w: rule %s: a rule needs a key", floodgate.ErrInvalidConfig, path+"?")
+			}
+			if seen[[2]string{r.Key, r.Value}] {
+				return nil, fmt.Errorf("%w: rule %s appears twice", floodgate.ErrInvalidConfig, at)
+			}
+			seen[[2]string{r.Key, r.Value}] = true
+			n := &node{key: r.Key, value: r.Value, plan: r.Plan}
+			switch {
+			case r.Plan && r.Policy != "":
+				return nil, fmt.Errorf("%w: rule %s has both a policy and plan", floodgate.ErrInvalidConfig, at)
+			case r.Policy != "":
+				l, err := lookup("rule "+at, r.Policy)
+				if err != nil {
+					return nil, err
+				}
+				n.limiter = l
+			}
+			kids, err := build(r.Rules, at+" > ")
+			if err != nil {
+				return nil, err
+			}
+			n.children = kids
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	var err error
+	if set.rules, err = build(cfg.Rules, ""); err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// Config returns the Config the Set was compiled from.
+func (s *Set) Config() Config { return s.cfg }
+
+// Limiter returns the limiter of the named policy.
+func (s *Set) Limiter(name string) (*store.Limiter, bool) {
+	l, ok := s.limiters[name]
+	return l, ok
+}
+
+// Policy returns the named policy.
+func (s *Set) Policy(name string) (Policy, bool) {
+	p, ok := s.policies[name]
+	return p, ok
+}
+
+// Plan returns the limiter of key's plan: its override, else the
+// resolver's answer (cached), else the default plan. It returns nil when
+// none applies. With only the static table (no resolver, or a cached
+// answer) it allocates nothing.
+func (s *Set) Plan(ctx context.Context, key string) (*store.Limiter, error) {
+	if l, ok := s.overrides[key]; ok {
+		return l, nil
+	}
+	if s.resolver != nil {
+		name, err := s.resolver.resolve(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if name != "" {
+			if l, ok := s.limiters[name]; ok {
+				return l, nil
+			}
+		}
+	}
+	return s.deflt, nil
+}
+
+// Match appends to dst one check per descriptor that a rule limits, each of
+// cost n, and returns it. A descriptor no rule limits adds nothing (it is
+// not limited). The key of a check is the descriptor's entries, joined.
+func (s *Set) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) ([]floodgate.Check, error) {
+	for _, d := range descriptors {
+		if len(d) == 0 {
+			continue
+		}
+		nodes := s.rules
+		var last *node
+		for _, e := range d {
+			last = pick(nodes, e)
+			if last == nil {
+				break
+			}
+			nodes = last.children
+		}
+		if last == nil {
+			continue
+		}
+		l := last.limiter
+		if last.plan {
+			var err error
+			if l, err = s.Plan(ctx, d[len(d)-1].Value); err != nil {
+				return dst, err
+			}
+		}
+		if l == nil {
+			continue
+		}
+		dst = append(dst, floodgate.Check{Limiter: l, Key: s.cfg.Domain + "|" + descriptorKey(d), N: n})
+	}
+	return dst, nil
+}
+
+// pick returns the rule of nodes matching e: the one with e's value, else
+// the wildcard of e's key.
+func pick(nodes []*node, e Entry) *node {
+	var wild *node
+	for _, n := range nodes {
+		if n.key != e.Key {
+			continue
+		}
+		if n.value == e.Value {
+			return n
+		}
+		if n.value == "" {
+			wild = n
+		}
+	}
+	return wild
+}
+
+// descriptorKey joins a descriptor's entries into a store key. Keys and
+// values are length-prefixed so that no value can forge another entry.
+func descriptorKey(d Descriptor) string {
+	var b strings.Builder
+	for i, e := range d {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		fmt.Fprintf(&b, "%d:%s=%d:%s", len(e.Key), e.Key, len(e.Value), e.Value)
+	}
+	return b.String()
+}
+
+// resolver caches a ResolveFunc's answers: positive and negative answers
+// for ttl, at most max keys (the oldest half is dropped when full).
+type resolver struct {
+	f   ResolveFunc
+	ttl time.Duration
+	max int
+
+	mu    sync.RWMutex
+	cache map[string]cached
+}
+
+type cached struct {
+	policy string
+	until  int64 // Nanotime
+}
+
+func newResolver(f ResolveFunc, ttl time.Duration, max int) *resolver {
+	return &resolver{f: f, ttl: ttl, max: max, cache: map[string]cached{}}
+}
+
+func (r *resolver) resolve(ctx context.Context, key string) (string, error) {
+	now := floodgate.Nanotime()
+	r.mu.RLock()
+	c, ok := r.cache[key]
+	r.mu.RUnlock()
+	if ok && now < c.until {
+		return c.policy, nil
+	}
+	name, err := r.f(ctx, key)
+	if err != nil {
+		return "", fmt.Errorf("policy: resolving a key's plan: %w", err)
+	}
+	r.mu.Lock()
+	if len(r.cache) >= r.max {
+		drop := len(r.cache) / 2
+		for k := range r.cache {
+			if drop == 0 {
+				break
+			}
+			delete(r.cache, k)
+			drop--
+		}
+	}
+	r.cache[key] = cached{policy: name, until: now + int64(r.ttl)}
+	r.mu.Unlock()
+	return name, nil
+}

@@ -1,0 +1,212 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/window"
+)
+
+// Algorithm names the algorithm of a policy, as written in config files.
+type Algorithm string
+
+// The algorithms.
+const (
+	TokenBucket    Algorithm = "token-bucket"
+	LeakyBucket    Algorithm = "leaky-bucket"
+	FixedWindow    Algorithm = "fixed-window"
+	SlidingLog     Algorithm = "sliding-log"
+	SlidingCounter Algorithm = "sliding-counter"
+)
+
+// Policy is a limit as data: a name plus an algorithm and its parameters.
+// The name is the policy's identity everywhere (its state in the store, the
+// observer's label, the RateLimit-Policy name): a change of parameters
+// under one name keeps every key's state.
+type Policy struct {
+	// Name identifies the policy. Required; printable ASCII without spaces.
+	Name string
+	// Algorithm is the algorithm; the default is TokenBucket.
+	Algorithm Algorithm
+	// Rate is the rate of a token or leaky bucket.
+	Rate floodgate.Rate
+	// Burst is a token bucket's capacity (default: Rate.N) or a leaky
+	// bucket's burst= (default 0).
+	Burst int64
+	// NoDelay and Delay are a leaky bucket's nodelay and delay=N.
+	NoDelay bool
+	Delay   int64
+	// Limit and Window are a window algorithm's limit per window.
+	Limit  int64
+	Window time.Duration
+	// DryRun runs the policy in shadow mode: decided, charged and reported
+	// as enforcement would, never refusing.
+	DryRun bool
+}
+
+// Limiter returns the policy's keyed limiter on s. Two limiters of one
+// policy name on one store share each key's state.
+func (p Policy) Limiter(s store.Store) (*store.Limiter, error) {
+	if err := p.validateName(); err != nil {
+		return nil, err
+	}
+	switch p.algorithm() {
+	case TokenBucket:
+		return bucket.NewKeyed(s, p.bucket())
+	case LeakyBucket:
+		return leaky.NewKeyed(s, p.leaky())
+	case FixedWindow:
+		return window.NewFixed(s, p.window())
+	case SlidingLog:
+		return window.NewSlidingLog(s, p.window())
+	case SlidingCounter:
+		return window.NewSlidingCounter(s, p.window())
+	}
+	return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-log or sliding-counter)",
+		floodgate.ErrInvalidConfig, p.Name, p.Algorithm)
+}
+
+// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// policy cannot work.
+func (p Policy) Validate() error {
+	if err := p.validateName(); err != nil {
+		return err
+	}
+	var err error
+	switch p.algorithm() {
+	case TokenBucket:
+		err = p.bucket().Validate()
+	case LeakyBucket:
+		err = p.leaky().Validate()
+	case FixedWindow:
+		_, err = p.window().FixedAlgorithm()
+	case SlidingLog:
+		_, err = p.window().SlidingLogAlgorithm()
+	case SlidingCounter:
+		_, err = p.window().SlidingCounterAlgorithm()
+	default:
+		return fmt.Errorf("%w: policy %q: unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-log or sliding-counter)",
+			floodgate.ErrInvalidConfig, p.Name, p.Algorithm)
+	}
+	if err != nil {
+		return fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	isBucket := p.algorithm() == TokenBucket || p.algorithm() == LeakyBucket
+	switch {
+	case isBucket && (p.Limit != 0 || p.Window != 0):
+		return fmt.Errorf("%w: policy %q: limit and window belong to the window algorithms, not %s", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
+	case !isBucket && (p.Rate != floodgate.Rate{} || p.Burst != 0):
+		return fmt.Errorf("%w: policy %q: rate and burst belong to the buckets, not %s", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
+	case p.algorithm() != LeakyBucket && (p.NoDelay || p.Delay != 0):
+		return fmt.Errorf("%w: policy %q: nodelay and delay belong to the leaky bucket", floodgate.ErrInvalidConfig, p.Name)
+	}
+	return nil
+}
+
+func (p Policy) validateName() error {
+	if p.Name == "" {
+		return fmt.Errorf("%w: a policy needs a name", floodgate.ErrInvalidConfig)
+	}
+	for i := 0; i < len(p.Name); i++ {
+		if c := p.Name[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' {
+			return fmt.Errorf("%w: policy name %q: printable ASCII without spaces, quotes or backslashes", floodgate.ErrInvalidConfig, p.Name)
+		}
+	}
+	return nil
+}
+
+func (p Policy) algorithm() Algorithm {
+	if p.Algorithm == "" {
+		return TokenBucket
+	}
+	return p.Algorithm
+}
+
+func (p Policy) bucket() bucket.Config {
+	burst := p.Burst
+	if burst == 0 {
+		burst = p.Rate.N
+	}
+	return bucket.Config{Name: p.Name, Rate: p.Rate, Burst: burst}
+}
+
+func (p Policy) leaky() leaky.Config {
+	return leaky.Config{Name: p.Name, Rate: p.Rate, Burst: p.Burst, NoDelay: p.NoDelay, Delay: p.Delay}
+}
+
+func (p Policy) window() window.Config {
+	return window.Config{Name: p.Name, Limit: p.Limit, Window: p.Window}
+}
+
+// String describes the policy as a config line would: "pro: token-bucket
+// 100/1s burst 100".
+func (p Policy) String() string {
+	var b strings.Builder
+	b.WriteString(p.Name)
+	b.WriteString(": ")
+	b.WriteString(string(p.algorithm()))
+	switch p.algorithm() {
+	case TokenBucket, LeakyBucket:
+		b.WriteString(" " + FormatRate(p.Rate))
+		if burst := p.bucket().Burst; p.algorithm() == TokenBucket {
+			b.WriteString(" burst " + strconv.FormatInt(burst, 10))
+		} else if p.Burst > 0 {
+			b.WriteString(" burst " + strconv.FormatInt(p.Burst, 10))
+		}
+	default:
+		b.WriteString(" " + strconv.FormatInt(p.Limit, 10) + " per " + p.Window.String())
+	}
+	if p.DryRun {
+		b.WriteString(" (dry run)")
+	}
+	return b.String()
+}
+
+// ParseRate parses a rate as config files write it: "100/s", "30/m",
+// "1000/h", "5/30s" (N per a duration), or "10r/s" as nginx writes it.
+func ParseRate(s string) (floodgate.Rate, error) {
+	n, per, ok := strings.Cut(strings.TrimSpace(s), "/")
+	n = strings.TrimSuffix(n, "r")
+	count, err := strconv.ParseInt(n, 10, 64)
+	if !ok || err != nil || count <= 0 {
+		return floodgate.Rate{}, fmt.Errorf("%w: rate %q: want N/unit, e.g. 100/s, 30/m, 5/30s", floodgate.ErrInvalidConfig, s)
+	}
+	var d time.Duration
+	switch per {
+	case "s", "sec", "second":
+		d = time.Second
+	case "m", "min", "minute":
+		d = time.Minute
+	case "h", "hour":
+		d = time.Hour
+	case "d", "day":
+		d = 24 * time.Hour
+	default:
+		d, err = time.ParseDuration(per)
+		if err != nil || d <= 0 {
+			return floodgate.Rate{}, fmt.Errorf("%w: rate %q: unknown unit %q", floodgate.ErrInvalidConfig, s, per)
+		}
+	}
+	return floodgate.Rate{N: count, Per: d}, nil
+}
+
+// FormatRate writes a rate the way ParseRate reads it.
+func FormatRate(r floodgate.Rate) string {
+	switch r.Per {
+	case time.Second:
+		return strconv.FormatInt(r.N, 10) + "/s"
+	case time.Minute:
+		return strconv.FormatInt(r.N, 10) + "/m"
+	case time.Hour:
+		return strconv.FormatInt(r.N, 10) + "/h"
+	case 24 * time.Hour:
+		return strconv.FormatInt(r.N, 10) + "/d"
+	}
+	return strconv.FormatInt(r.N, 10) + "/" + r.Per.String()
+}
