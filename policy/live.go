@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -21,6 +22,7 @@ import (
 type Live struct {
 	store    store.Store
 	resolver *resolver
+	hasher   *credkey.Hasher
 	onChange func(Change)
 
 	mu      sync.Mutex // serialises updates
@@ -50,6 +52,7 @@ type Change struct {
 type Option struct{ apply func(*liveConfig) error }
 
 type liveConfig struct {
+	secret   []byte
 	resolve  ResolveFunc
 	ttl      time.Duration
 	max      int
@@ -71,6 +74,21 @@ func WithResolver(f ResolveFunc, ttl time.Duration, max int) Option {
 			return fmt.Errorf("%w: policy: resolver cache of %d keys", floodgate.ErrInvalidConfig, max)
 		}
 		c.resolve, c.ttl, c.max = f, ttl, max
+		return nil
+	}}
+}
+
+// WithKeySecret sets the secret of the keyed hash (HMAC-SHA256) that turns
+// descriptors holding a credential into store keys (at least 16 bytes).
+// Without it each process draws a random one: every node that shares a
+// store must be given the same secret, or each keeps its own budget per
+// credential.
+func WithKeySecret(secret []byte) Option {
+	return Option{func(c *liveConfig) error {
+		if len(secret) < 16 {
+			return fmt.Errorf("%w: policy: key secret of %d bytes, want at least 16", floodgate.ErrInvalidConfig, len(secret))
+		}
+		c.secret = append([]byte(nil), secret...)
 		return nil
 	}}
 }
@@ -102,7 +120,7 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 			return nil, err
 		}
 	}
-	l := &Live{store: s, onChange: c.onChange}
+	l := &Live{store: s, onChange: c.onChange, hasher: credkey.New(c.secret, "cred#")}
 	if c.resolve != nil {
 		l.resolver = newResolver(c.resolve, c.ttl, c.max)
 	}
@@ -127,7 +145,7 @@ func (l *Live) Update(cfg Config, source string) (Change, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ch := Change{Source: source, At: time.Now()}
-	set, err := compile(cfg, l.store, l.resolver)
+	set, err := compile(cfg, l.store, l.resolver, l.hasher)
 	if err != nil {
 		ch.Err = err
 		ch.Version = l.version.Load()
@@ -177,7 +195,9 @@ func diff(old, cur *Set) (added, removed, changed, details []string) {
 // Take charges n for the plan of key ([Set.Plan]) on the running Set: the
 // keyed [floodgate.Limiter] of a per-plan limit. A key without a plan (no
 // override, no resolver answer, no default plan) is admitted, with a zero
-// Decision.
+// Decision. The key is both looked up and stored as it is: for keys that
+// are credentials, use descriptors with Entry.Credential (the store then
+// sees a keyed hash), not Take.
 func (l *Live) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
 	lim, err := l.cur.Load().Plan(ctx, key)
 	if err != nil || lim == nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -60,6 +61,11 @@ type Rule struct {
 // Entry is one (key, value) of a request descriptor.
 type Entry struct {
 	Key, Value string
+	// Credential marks a value that is a credential (an API key, a service
+	// token): it is matched and resolved in clear, but the store key of a
+	// descriptor holding one is a keyed hash (see [WithKeySecret]), so that
+	// no store and no observer ever sees it.
+	Credential bool
 }
 
 // Descriptor is what one request says about itself, in order
@@ -83,6 +89,7 @@ type Set struct {
 	deflt     *store.Limiter
 	rules     []*node
 	resolver  *resolver
+	hasher    *credkey.Hasher
 }
 
 type node struct {
@@ -97,12 +104,12 @@ type node struct {
 // work, two policies of one name, an override or a rule naming an unknown
 // policy, a rule without a key.
 func Compile(cfg Config, s store.Store) (*Set, error) {
-	return compile(cfg, s, nil)
+	return compile(cfg, s, nil, credkey.New(nil, "cred#"))
 }
 
-func compile(cfg Config, s store.Store, res *resolver) (*Set, error) {
+func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher) (*Set, error) {
 	set := &Set{cfg: cfg, store: s, limiters: map[string]*store.Limiter{}, policies: map[string]Policy{},
-		overrides: map[string]*store.Limiter{}, resolver: res}
+		overrides: map[string]*store.Limiter{}, resolver: res, hasher: h}
 	for _, p := range cfg.Policies {
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -251,7 +258,14 @@ func (s *Set) Match(ctx context.Context, descriptors []Descriptor, n int, dst []
 		if l == nil {
 			continue
 		}
-		dst = append(dst, floodgate.Check{Limiter: l, Key: s.cfg.Domain + "|" + descriptorKey(d), N: n})
+		key := s.cfg.Domain + "|" + descriptorKey(d)
+		for _, e := range d {
+			if e.Credential {
+				key = s.hasher.Key(key)
+				break
+			}
+		}
+		dst = append(dst, floodgate.Check{Limiter: l, Key: key, N: n})
 	}
 	return dst, nil
 }
