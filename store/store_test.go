@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -34,7 +35,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	lim, err := store.NewLimiter(s, alg, 5)
+	lim, err := store.NewLimiter(s, alg)
 	if err != nil {
 		panic(err)
 	}
@@ -47,17 +48,20 @@ func Example() {
 	d, _ = lim.Peek(ctx, "user:42")
 	fmt.Printf("after a refund of 3: remaining=%d\n", d.Remaining)
 	_, err = lim.Take(ctx, "user:42", 6)
-	fmt.Println(err)
+	fmt.Println(errors.Is(err, floodgate.ErrCostExceedsCapacity), err)
 	// Output:
 	// token-bucket: take 3 -> allowed=true remaining=2
 	// take 3 -> allowed=false retry-after=1s
 	// after a refund of 3: remaining=5
-	// floodgate: invalid cost: cost 6 outside 1..5
+	// true floodgate: invalid cost: cost exceeds the policy's capacity: cost 6 exceeds the capacity 5 of token-bucket
 }
 
-type badAlg struct{ words int }
+type badAlg struct {
+	words    int
+	capacity int64
+}
 
-func (a badAlg) Spec() algo.Spec { return algo.Spec{Name: "bad", Words: a.words} }
+func (a badAlg) Spec() algo.Spec { return algo.Spec{Name: "bad", Words: a.words, Capacity: a.capacity} }
 func (a badAlg) Step(s algo.State, _ int64, _ int64) (algo.State, floodgate.Decision) {
 	return s, floodgate.Decision{}
 }
@@ -69,18 +73,21 @@ func TestNewLimiterValidates(t *testing.T) {
 	alg, err := bucket.Config{Rate: floodgate.PerSecond(1), Burst: 1}.Algorithm()
 	require.NoError(t, err)
 
-	_, err = store.NewLimiter(nil, alg, 1)
+	_, err = store.NewLimiter(nil, alg)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	_, err = store.NewLimiter(s, nil, 1)
+	_, err = store.NewLimiter(s, nil)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	_, err = store.NewLimiter(s, alg, 0)
-	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	var typedNil *memstore.Store
+	_, err = store.NewLimiter(typedNil, alg)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "typed-nil store")
+	_, err = store.NewLimiter(s, badAlg{words: 1, capacity: 0})
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "capacity 0")
 	for _, w := range []int{0, algo.MaxWords + 1} {
-		_, err = store.NewLimiter(s, badAlg{words: w}, 1)
+		_, err = store.NewLimiter(s, badAlg{words: w, capacity: 1})
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "words %d", w)
 	}
 
-	lim, err := store.NewLimiter(s, alg, 1)
+	lim, err := store.NewLimiter(s, alg)
 	require.NoError(t, err)
 	assert.Same(t, store.Store(s), lim.Store())
 	ctx := context.Background()

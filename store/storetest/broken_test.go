@@ -38,6 +38,10 @@ func (b *brokenStore) Apply(ctx context.Context, key string, alg algo.Algorithm,
 	return b.ref.Apply(ctx, key, alg, n)
 }
 
+func (b *brokenStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	return b.ref.ApplyAll(ctx, ops, out, commit)
+}
+
 // nsAlg hides an algorithm's namespace.
 type nsAlg struct{ algo.Algorithm }
 

@@ -186,7 +186,14 @@ func short(key string) string {
 // per interval, on st.
 func tokenBucket(t *testing.T, st store.Store, burst int64, interval time.Duration) *store.Limiter {
 	t.Helper()
-	l, err := bucket.NewKeyed(st, bucket.Config{Rate: floodgate.Rate{N: 1, Per: interval}, Burst: burst})
+	return namedBucket(t, st, "", burst, interval)
+}
+
+// namedBucket is tokenBucket with a policy name: limiters of one name share
+// each key's state.
+func namedBucket(t *testing.T, st store.Store, name string, burst int64, interval time.Duration) *store.Limiter {
+	t.Helper()
+	l, err := bucket.NewKeyed(st, bucket.Config{Name: name, Rate: floodgate.Rate{N: 1, Per: interval}, Burst: burst})
 	if err != nil {
 		t.Fatalf("bucket.NewKeyed: %v", err)
 	}
@@ -410,16 +417,20 @@ func (s *suite) peek(t *testing.T) {
 
 func (s *suite) namespacesIsolated(t *testing.T) {
 	st := s.newStore(t)
-	a := tokenBucket(t, st, 5, slow)
-	a2 := tokenBucket(t, st, 5, slow) // same policy: same namespace, shared state
-	b := tokenBucket(t, st, 3, slow)  // other burst
+	a := namedBucket(t, st, "shared", 5, slow)
+	a2 := namedBucket(t, st, "shared", 5, slow) // same name: same namespace, shared state
+	u := tokenBucket(t, st, 5, slow)            // same parameters, unnamed: its own state
+	b := tokenBucket(t, st, 3, slow)            // other burst
 	c := tokenBucket(t, st, 5, slow/2)
 	if a.Algorithm().Spec().Namespace == b.Algorithm().Spec().Namespace || a.Algorithm().Spec().Namespace == c.Algorithm().Spec().Namespace {
 		t.Fatal("distinct token-bucket policies share a namespace")
 	}
 	take(t, a, "k", 5)
 	if d := take(t, a2, "k", 1); d.Allowed {
-		t.Fatalf("two limiters with the same policy do not share state: %+v", d)
+		t.Fatalf("two limiters with the same name do not share state: %+v", d)
+	}
+	if d := peek(t, u, "k"); d.Remaining != 5 {
+		t.Fatalf("an unnamed limiter with the same parameters sees a's takes: %+v", d)
 	}
 	if d := peek(t, b, "k"); d.Remaining != 3 {
 		t.Fatalf("namespace b sees a's takes: %+v", d)

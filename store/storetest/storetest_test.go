@@ -2,6 +2,8 @@ package storetest_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +38,40 @@ func (r *refStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n 
 	st, d := alg.Step(r.m[k], r.clock.Now().UnixMicro(), n)
 	r.m[k] = st
 	return d, nil
+}
+
+// ApplyAll steps every op on a copy of its key's state, in order, and
+// writes the copies back only when commit is set and every op admitted.
+func (r *refStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if len(out) < len(ops) {
+		return false, fmt.Errorf("%w: %d ops, %d decisions", floodgate.ErrInvalidConfig, len(ops), len(out))
+	}
+	for i, op := range ops {
+		if op.N < 1 {
+			return false, fmt.Errorf("%w: op %d has cost %d", floodgate.ErrInvalidCost, i, op.N)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now().UnixMicro()
+	next := map[refKey]algo.State{}
+	all := true
+	for i, op := range ops {
+		k := refKey{op.Alg.Spec().Namespace, op.Key}
+		st, seen := next[k]
+		if !seen {
+			st = r.m[k]
+		}
+		next[k], out[i] = op.Alg.Step(st, now, op.N)
+		all = all && out[i].Allowed
+	}
+	if all && commit {
+		maps.Copy(r.m, next)
+	}
+	return all, nil
 }
 
 func TestRunOnReferenceStore(t *testing.T) {
