@@ -54,6 +54,18 @@ func (r *refStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate
 			return false, fmt.Errorf("%w: op %d has cost %d", floodgate.ErrInvalidCost, i, op.N)
 		}
 	}
+	return r.group(ops, out, commit, flaws{}), nil
+}
+
+// flaws are the bugs brokenStore can give refStore's ApplyAll.
+type flaws struct {
+	commitsPartly     bool // keeps the admitted ops' states of a denied group
+	stopsAtDenial     bool // steps no op after the first denial
+	ignoresEarlierOps bool // steps every op on the stored state
+}
+
+// group is ApplyAll under the lock, with the flaws f.
+func (r *refStore) group(ops []store.Op, out []floodgate.Decision, commit bool, f flaws) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clock.Now().UnixMicro()
@@ -62,16 +74,23 @@ func (r *refStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate
 	for i, op := range ops {
 		k := refKey{op.Alg.Spec().Namespace, op.Key}
 		st, seen := next[k]
-		if !seen {
+		if !seen || f.ignoresEarlierOps {
 			st = r.m[k]
 		}
-		next[k], out[i] = op.Alg.Step(st, now, op.N)
+		st, out[i] = op.Alg.Step(st, now, op.N)
+		if out[i].Allowed || !f.commitsPartly {
+			next[k] = st
+		}
 		all = all && out[i].Allowed
+		if !out[i].Allowed && f.stopsAtDenial {
+			clear(out[i+1 : len(ops)])
+			break
+		}
 	}
-	if all && commit {
+	if commit && (all || f.commitsPartly) {
 		maps.Copy(r.m, next)
 	}
-	return all, nil
+	return all
 }
 
 func TestRunOnReferenceStore(t *testing.T) {
