@@ -198,7 +198,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 			t.setWord0(i, next)
 		default:
 			st := algo.State{W: [algo.MaxWords]int64{next}}
-			sh.insert(t, ti, id, chk, &st, now)
+			sh.insert(t, ti, id, chk, &st, now, nil)
 		}
 		d := &sh.dec
 		return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
@@ -236,16 +236,17 @@ func (sh *shard) step(t *table, ti, i int, id, chk uint64, alg algo.Algorithm, n
 	case i >= 0:
 		t.store(i, st)
 	default:
-		sh.insert(t, ti, id, chk, st, now)
+		sh.insert(t, ti, id, chk, st, now, nil)
 	}
 	st.Log = nil // the scratch keeps no key's log reachable
 }
 
 // insert adds a new key to table t (tables[ti]), evicting one first when the
-// shard is at its limit.
-func (sh *shard) insert(t *table, ti int, id, chk uint64, st *algo.State, now int64) {
+// shard is at its limit; the eviction spares the entries whose id is in
+// keep while there are others.
+func (sh *shard) insert(t *table, ti int, id, chk uint64, st *algo.State, now int64, keep []uint64) {
 	if sh.keys >= sh.limit {
-		sh.evictOne(ti, id, now)
+		sh.evictOne(ti, id, now, keep)
 	}
 	if t.size == 0 {
 		t.init(ti%algo.MaxWords+1, ti >= algo.MaxWords)
@@ -254,16 +255,35 @@ func (sh *shard) insert(t *table, ti int, id, chk uint64, st *algo.State, now in
 	sh.keys++
 }
 
-// evictOne drops one entry of the shard, preferring table ti.
-func (sh *shard) evictOne(ti int, start uint64, now int64) {
-	v := &sh.tables[ti]
-	for k := 0; v.n == 0 && k < len(sh.tables); k++ {
-		v = &sh.tables[k]
+// evictOne drops one entry of the shard, preferring table ti, and entries
+// whose id is not in keep: one in keep goes only when the shard holds
+// nothing else.
+func (sh *shard) evictOne(ti int, start uint64, now int64, keep []uint64) {
+	for k := -1; k < len(sh.tables); k++ {
+		v := &sh.tables[ti]
+		if k >= 0 {
+			if k == ti {
+				continue
+			}
+			v = &sh.tables[k]
+		}
+		if v.n == 0 {
+			continue
+		}
+		if i, full, ok := v.victim(start, now, evictProbes, keep); ok {
+			sh.drop(v, i, full)
+			return
+		}
 	}
-	if v.n == 0 {
-		return // limit 0 cannot happen: New gives every shard >= 1
+	if keep != nil {
+		sh.evictOne(ti, start, now, nil) // all kept: the bound comes first
 	}
-	i, full := v.victim(start, now, evictProbes)
+	// Otherwise the shard is empty: limit 0 cannot happen, New gives every
+	// shard >= 1.
+}
+
+// drop removes slot i of table v to make room, counting it.
+func (sh *shard) drop(v *table, i uint64, full bool) {
 	v.remove(i)
 	sh.keys--
 	if full {
