@@ -68,7 +68,12 @@
 // decides the whole group under them: all or nothing, and a denied or
 // evaluated group changes no state. Neither blocks on anything but those
 // locks, so both honour a context only on entry: a context that is already
-// done gives its error, not a decision. [Store.Close] stops the sweeper
-// goroutine and waits for it; Apply and ApplyAll after Close return
-// [floodgate.ErrClosed].
+// done gives its error, not a decision.
+//
+// The background sweeper is a goroutine started by the first key the store
+// keeps. [Store.Close] stops it and waits for it; Apply and ApplyAll after
+// Close return [floodgate.ErrClosed]. A Store dropped without Close does
+// not keep its goroutine: the goroutine holds the shards, not the Store, and
+// stops once the garbage collector finds the Store unreachable (at a
+// collection after its last use, not at once).
 package memstore
