@@ -2,11 +2,13 @@ package window
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
@@ -40,6 +42,40 @@ func (s *mapStore) Apply(_ context.Context, key string, alg algo.Algorithm, n in
 		s.m[key] = st
 	}
 	return d, nil
+}
+
+// ApplyAll steps every op on a copy of its key's state, in order, and
+// keeps the copies only when commit is set and every op admitted.
+func (s *mapStore) ApplyAll(_ context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	if len(out) < len(ops) {
+		return false, fmt.Errorf("%w: %d ops, %d decisions", floodgate.ErrInvalidConfig, len(ops), len(out))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := map[string]algo.State{}
+	all := true
+	for i, op := range ops {
+		if op.N < 1 {
+			return false, fmt.Errorf("%w: op %d has cost %d", floodgate.ErrInvalidCost, i, op.N)
+		}
+		st, seen := next[op.Key]
+		if !seen {
+			st = s.m[op.Key]
+		}
+		next[op.Key], out[i] = op.Alg.Step(st, s.now, op.N)
+		all = all && out[i].Allowed
+	}
+	if !all || !commit {
+		return all, nil
+	}
+	for k, st := range next {
+		if st.W[0] <= s.now {
+			delete(s.m, k)
+		} else {
+			s.m[k] = st
+		}
+	}
+	return true, nil
 }
 
 func (s *mapStore) set(now int64) {

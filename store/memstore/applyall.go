@@ -16,14 +16,27 @@ type entry struct {
 	sh      *shard
 	ti      int
 	id, chk uint64
+	slot    int // where the load found it (-1: absent)
 	st      algo.State
 }
 
-// ApplyAll implements [store.Store]: every op's shard is locked (in shard
-// order, so that concurrent calls cannot deadlock), the clock is read once,
-// every op is stepped on a copy of its key's state, and the copies are
-// written back only when commit is set and every op admitted. The call is
-// atomic on memory: no other call on any of the keys sees a partial group.
+// groupOnStack is the largest group whose bookkeeping lives on the stack.
+const groupOnStack = 8
+
+// ApplyAll implements [store.Store]. Every op's shard is locked, in shard
+// order (so that concurrent calls cannot deadlock), the clock is read once,
+// and every op is stepped, in order, on a copy of its key's state; the
+// copies are written back only when commit is set and every op admitted.
+// The call is atomic on memory: no other call on any of the keys sees a
+// partial group, and a denied or evaluated group leaves every state bit for
+// bit as it was. When new keys need room in a full shard, the evictions
+// spare the group's own keys (while the shard holds others).
+//
+// It returns [floodgate.ErrClosed] after Close, the context's error when ctx
+// is already done, an error wrapping [floodgate.ErrInvalidCost] for an op
+// of cost below 1, and one wrapping [floodgate.ErrInvalidConfig] when out
+// is shorter than ops or an algorithm is nil or has a Spec a store cannot
+// keep. Up to 8 ops, it allocates nothing.
 func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
 	if len(out) < len(ops) {
 		return false, fmt.Errorf("%w: memstore: ApplyAll with %d ops and %d decisions", floodgate.ErrInvalidConfig, len(ops), len(out))
@@ -31,28 +44,26 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	var entBuf [8]entry
-	var refBuf [8]int
-	ents, refs := entBuf[:0], refBuf[:0]
-	var shBuf [8]int
-	shards := shBuf[:0]
+	var (
+		entBuf  [groupOnStack]entry
+		refBuf  [groupOnStack]int
+		shBuf   [groupOnStack]int
+		keepBuf [groupOnStack]uint64
+	)
+	ents, refs, shards, keep := entBuf[:0], refBuf[:0], shBuf[:0], keepBuf[:0]
 	for i := range ops {
-		op := &ops[i]
-		if op.Alg == nil {
+		o := &ops[i]
+		if o.Alg == nil {
 			return false, fmt.Errorf("%w: memstore: op %d has a nil algorithm", floodgate.ErrInvalidConfig, i)
 		}
-		if op.N < 1 {
-			return false, fmt.Errorf("%w: memstore: op %d has cost %d, want >= 1", floodgate.ErrInvalidCost, i, op.N)
+		if o.N < 1 {
+			return false, fmt.Errorf("%w: memstore: op %d has cost %d, want >= 1", floodgate.ErrInvalidCost, i, o.N)
 		}
-		sp := op.Alg.Spec()
-		if sp.Words < 1 || sp.Words > algo.MaxWords || sp.MaxLog < 0 {
-			return false, fmt.Errorf("%w: memstore: algorithm %q needs %d words and a log of %d", floodgate.ErrInvalidConfig, sp.Name, sp.Words, sp.MaxLog)
+		ns, ti, err := layout(o.Alg)
+		if err != nil {
+			return false, err
 		}
-		ti := sp.Words - 1
-		if sp.MaxLog > 0 {
-			ti += algo.MaxWords
-		}
-		id, chk := s.ids(op.Key, sp.Namespace)
+		id, chk := s.ids(o.Key, ns)
 		k := -1
 		for j := range ents {
 			if e := &ents[j]; e.id == id && e.chk == chk && e.ti == ti {
@@ -62,23 +73,40 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		}
 		if k < 0 {
 			si := int(id & s.mask)
-			ents = append(ents, entry{sh: &s.shards[si].shard, ti: ti, id: id, chk: chk})
+			// In place: a composite literal would be built, then copied.
+			if len(ents) < cap(ents) {
+				ents = ents[:len(ents)+1]
+			} else {
+				ents = append(ents, entry{})
+			}
 			k = len(ents) - 1
+			e := &ents[k]
+			e.sh, e.ti, e.id, e.chk = &s.shards[si].shard, ti, id, chk
+			keep = append(keep, id)
 			if !slices.Contains(shards, si) {
 				shards = append(shards, si)
 			}
 		}
 		refs = append(refs, k)
 	}
+	if len(ents) == 0 {
+		if s.closed.Load() {
+			return false, floodgate.ErrClosed
+		}
+		return true, nil
+	}
 	slices.Sort(shards)
 	for _, si := range shards {
 		s.shards[si].mu.Lock()
 	}
+	// Deferred: the shards stay usable even if a faulty algorithm panics.
 	defer func() {
-		for _, si := range slices.Backward(shards) {
-			s.shards[si].mu.Unlock()
+		for k := len(shards) - 1; k >= 0; k-- {
+			s.shards[shards[k]].mu.Unlock()
 		}
 	}()
+	// Checked under the locks, as in Apply: Close marks the store closed
+	// before it empties each shard under its lock.
 	if s.closed.Load() {
 		return false, floodgate.ErrClosed
 	}
@@ -86,32 +114,95 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 	for j := range ents {
 		e := &ents[j]
 		t := &e.sh.tables[e.ti]
-		t.load(t.find(e.id, e.chk), &e.st)
+		e.slot = t.find(e.id, e.chk)
+		t.load(e.slot, &e.st)
 	}
+	// StepState steps in the first shard's scratch, which its lock owns:
+	// a pointer to the group's own states would move them to the heap.
+	scratch := &s.shards[shards[0]].st
 	all := true
 	for i := range ops {
 		e := &ents[refs[i]]
-		e.st, out[i] = ops[i].Alg.Step(e.st, now, ops[i].N)
+		stepInto(ops[i].Alg, e.ti == 0, &e.st, scratch, now, ops[i].N, &out[i])
 		all = all && out[i].Allowed
 	}
+	scratch.Log = nil
 	if !all || !commit {
+		// The copies are dropped. A log's copy may have appended into the
+		// spare capacity of the log still in the table, never over its
+		// entries (see algo.State): the table's state is unchanged.
+		for j := range ents {
+			ents[j].st.Log = nil
+		}
 		return all, nil
 	}
+	// Slots found by the load stay valid until the first removal or
+	// insertion in the shard (an eviction, a resize or a backward shift
+	// moves entries): from then on, each key is found again.
+	moved := false
 	for j := range ents {
 		e := &ents[j]
 		t := &e.sh.tables[e.ti]
-		i := t.find(e.id, e.chk)
+		i := e.slot
+		if moved {
+			i = t.find(e.id, e.chk)
+		}
 		switch {
 		case e.st.W[0] <= now:
 			if i >= 0 {
 				t.remove(uint64(i))
 				e.sh.keys--
+				moved = true
 			}
 		case i >= 0:
 			t.store(i, &e.st)
 		default:
-			e.sh.insert(t, e.ti, e.id, e.chk, &e.st, now)
+			e.sh.insert(t, e.ti, e.id, e.chk, &e.st, now, keep)
+			moved = true
 		}
+		e.st.Log = nil
 	}
 	return true, nil
+}
+
+// layout returns the namespace of alg and the index of the table that keeps
+// its states, or an error for a Spec a store cannot keep.
+func layout(alg algo.Algorithm) (ns uint64, ti int, err error) {
+	var words, maxLog int
+	if l, ok := alg.(algo.Layout); ok {
+		ns, words, maxLog = l.Layout()
+	} else {
+		sp := alg.Spec()
+		ns, words, maxLog = sp.Namespace, sp.Words, sp.MaxLog
+	}
+	if words < 1 || words > algo.MaxWords || maxLog < 0 {
+		return 0, 0, fmt.Errorf("%w: memstore: algorithm %q needs %d words and a log of %d, want 1..%d words and a log >= 0",
+			floodgate.ErrInvalidConfig, alg.Spec().Name, words, maxLog, algo.MaxWords)
+	}
+	ti = words - 1
+	if maxLog > 0 {
+		ti += algo.MaxWords
+	}
+	return ns, ti, nil
+}
+
+// stepInto steps alg on *st and writes the decision to *d, through the
+// algorithm's fastest step: StepWord when oneWord tells that the state is
+// one word without a log (table 0), StepState on scratch (memory the
+// caller's lock owns, which the algorithm may point to), Step otherwise.
+func stepInto(alg algo.Algorithm, oneWord bool, st, scratch *algo.State, now, n int64, d *floodgate.Decision) {
+	if oneWord {
+		if ws, ok := alg.(algo.WordStepper); ok {
+			*d = floodgate.Decision{}
+			st.W[0] = ws.StepWord(st.W[0], now, n, d)
+			return
+		}
+	}
+	if ss, ok := alg.(algo.StateStepper); ok {
+		*scratch = *st
+		ss.StepState(scratch, now, n, d)
+		*st = *scratch
+		return
+	}
+	*st, *d = alg.Step(*st, now, n)
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
@@ -15,7 +15,10 @@ import (
 )
 
 // Store is the in-memory [store.Store]. Create it with [New]; it is safe for
-// concurrent use. Close it when done to stop the background sweeper.
+// concurrent use. Close it when done: that stops the background sweeper at
+// once and frees the keys. (A Store dropped without Close does not leak the
+// sweeper: the goroutine starts with the first key kept and stops once the
+// garbage collector finds the Store unreachable.)
 //
 // Each Apply hashes (key, namespace) to a shard, locks the shard, reads the
 // clock once, runs the algorithm's step on the key's state and writes the new
@@ -38,9 +41,8 @@ type Store struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
-	stop      chan struct{}
-	done      chan struct{}
-	sweeps    atomic.Uint64
+	sw        *sweeper // never nil
+	cleanup   runtime.Cleanup
 }
 
 type shard struct {
@@ -56,6 +58,7 @@ type shard struct {
 	// st is the state StepState steps in place, under mu (Log nil between
 	// calls). Last: the one-word path's fields keep their cache lines.
 	st algo.State
+	sw *sweeper // armed by every insert (read then, and only then)
 }
 
 // paddedShard keeps two shards off the same pair of cache lines.
@@ -69,8 +72,9 @@ const evictProbes = 16
 
 // New returns a store configured by opts. It returns an error wrapping
 // [floodgate.ErrInvalidConfig] when an option is invalid. Unless
-// WithSweepInterval(0) is given, it starts a background sweeper that
-// [Store.Close] stops.
+// WithSweepInterval(0) is given, the first key the store keeps starts a
+// background sweeper, which [Store.Close] stops (and so does the garbage
+// collector, once the Store is unreachable).
 func New(opts ...Option) (*Store, error) {
 	c := defaultConfig()
 	if err := c.apply(opts); err != nil {
@@ -83,24 +87,30 @@ func New(opts ...Option) (*Store, error) {
 		seedB:  maphash.MakeSeed(),
 		clock:  c.clock,
 	}
+	s.sw = newSweeper(s.shards, c.clock, c.sweep)
 	per, extra := c.maxKeys/c.shards, c.maxKeys%c.shards
 	for i := range s.shards {
 		s.shards[i].limit = per
 		if i < extra {
 			s.shards[i].limit++
 		}
+		s.shards[i].sw = s.sw
 	}
 	if c.sweep > 0 {
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
-		go s.sweepLoop(c.sweep)
+		// The sweeper holds the shards, not the Store: once the Store is
+		// unreachable, this stops it.
+		s.cleanup = runtime.AddCleanup(s, func(w *sweeper) { w.halt() }, s.sw)
 	}
 	return s, nil
 }
 
 // now reads the store's clock in Unix microseconds.
-func (s *Store) now() int64 {
-	if s.clock != nil {
-		return s.clock.Now().UnixMicro()
+func (s *Store) now() int64 { return micronow(s.clock) }
+
+// micronow reads clock (nil: [floodgate.Nanotime]) in Unix microseconds.
+func micronow(clock floodgate.Clock) int64 {
+	if clock != nil {
+		return clock.Now().UnixMicro()
 	}
 	return floodgate.Nanotime() / 1000
 }
@@ -198,7 +208,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 			t.setWord0(i, next)
 		default:
 			st := algo.State{W: [algo.MaxWords]int64{next}}
-			sh.insert(t, ti, id, chk, &st, now)
+			sh.insert(t, ti, id, chk, &st, now, nil)
 		}
 		d := &sh.dec
 		return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
@@ -236,34 +246,55 @@ func (sh *shard) step(t *table, ti, i int, id, chk uint64, alg algo.Algorithm, n
 	case i >= 0:
 		t.store(i, st)
 	default:
-		sh.insert(t, ti, id, chk, st, now)
+		sh.insert(t, ti, id, chk, st, now, nil)
 	}
 	st.Log = nil // the scratch keeps no key's log reachable
 }
 
 // insert adds a new key to table t (tables[ti]), evicting one first when the
-// shard is at its limit.
-func (sh *shard) insert(t *table, ti int, id, chk uint64, st *algo.State, now int64) {
+// shard is at its limit; the eviction spares the entries whose id is in
+// keep while there are others.
+func (sh *shard) insert(t *table, ti int, id, chk uint64, st *algo.State, now int64, keep []uint64) {
 	if sh.keys >= sh.limit {
-		sh.evictOne(ti, id, now)
+		sh.evictOne(ti, id, now, keep)
 	}
 	if t.size == 0 {
 		t.init(ti%algo.MaxWords+1, ti >= algo.MaxWords)
 	}
 	t.insert(id, chk, st)
 	sh.keys++
+	sh.sw.arm()
 }
 
-// evictOne drops one entry of the shard, preferring table ti.
-func (sh *shard) evictOne(ti int, start uint64, now int64) {
-	v := &sh.tables[ti]
-	for k := 0; v.n == 0 && k < len(sh.tables); k++ {
-		v = &sh.tables[k]
+// evictOne drops one entry of the shard, preferring table ti, and entries
+// whose id is not in keep: one in keep goes only when the shard holds
+// nothing else.
+func (sh *shard) evictOne(ti int, start uint64, now int64, keep []uint64) {
+	for k := -1; k < len(sh.tables); k++ {
+		v := &sh.tables[ti]
+		if k >= 0 {
+			if k == ti {
+				continue
+			}
+			v = &sh.tables[k]
+		}
+		if v.n == 0 {
+			continue
+		}
+		if i, full, ok := v.victim(start, now, evictProbes, keep); ok {
+			sh.drop(v, i, full)
+			return
+		}
 	}
-	if v.n == 0 {
-		return // limit 0 cannot happen: New gives every shard >= 1
+	if keep != nil {
+		sh.evictOne(ti, start, now, nil) // all kept: the bound comes first
 	}
-	i, full := v.victim(start, now, evictProbes)
+	// Otherwise the shard is empty: limit 0 cannot happen, New gives every
+	// shard >= 1.
+}
+
+// drop removes slot i of table v to make room, counting it.
+func (sh *shard) drop(v *table, i uint64, full bool) {
 	v.remove(i)
 	sh.keys--
 	if full {
@@ -276,36 +307,7 @@ func (sh *shard) evictOne(ti int, start uint64, now int64) {
 // Sweep drops every key whose state is back to full now. The background
 // sweeper calls it; it may also be called directly. It locks one shard at a
 // time.
-func (s *Store) Sweep() {
-	for i := range s.shards {
-		sh := &s.shards[i].shard
-		sh.mu.Lock()
-		now := s.now()
-		for k := range sh.tables {
-			if t := &sh.tables[k]; t.n > 0 {
-				r := t.sweep(now)
-				sh.keys -= r
-				sh.expired += uint64(r)
-			}
-		}
-		sh.mu.Unlock()
-	}
-	s.sweeps.Add(1)
-}
-
-func (s *Store) sweepLoop(every time.Duration) {
-	defer close(s.done)
-	tk := time.NewTicker(every)
-	defer tk.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tk.C:
-			s.Sweep()
-		}
-	}
-}
+func (s *Store) Sweep() { s.sw.sweep() }
 
 // Close stops the background sweeper, waits for it to return and frees the
 // keys. Apply calls made after Close return [floodgate.ErrClosed]. Close is
@@ -313,9 +315,9 @@ func (s *Store) sweepLoop(every time.Duration) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		if s.stop != nil {
-			close(s.stop)
-			<-s.done
+		s.cleanup.Stop()
+		if done := s.sw.halt(); done != nil {
+			<-done
 		}
 		for i := range s.shards {
 			sh := &s.shards[i].shard
@@ -352,7 +354,7 @@ type Stats struct {
 // Stats returns the store's counters. It locks each shard in turn, so the
 // snapshot is not atomic across shards.
 func (s *Store) Stats() Stats {
-	st := Stats{Shards: len(s.shards), Sweeps: s.sweeps.Load()}
+	st := Stats{Shards: len(s.shards), Sweeps: s.sw.sweeps.Load()}
 	for i := range s.shards {
 		sh := &s.shards[i].shard
 		sh.mu.Lock()

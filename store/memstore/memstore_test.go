@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -355,6 +356,86 @@ func TestSweeper(t *testing.T) {
 			t.Fatalf("Take after Close: %v, want ErrClosed", err)
 		}
 	})
+}
+
+// TestSweeperStartsWithTheFirstKey: a store that keeps no key runs no
+// goroutine; the first key kept starts the sweeper.
+func TestSweeperStartsWithTheFirstKey(t *testing.T) {
+	s := newStore(t, memstore.WithSweepInterval(time.Hour))
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 5})
+	ctx := context.Background()
+	l.Peek(ctx, "k")
+	l.Refund(ctx, "k", 1)
+	if started, _ := memstore.SweeperState(s); started {
+		t.Fatal("the sweeper started before the store kept a key")
+	}
+	l.Take(ctx, "k", 1)
+	if started, _ := memstore.SweeperState(s); !started {
+		t.Fatal("the sweeper did not start with the first key")
+	}
+	s.Close()
+	if _, done := memstore.SweeperState(s); !isClosed(done) {
+		t.Fatal("Close returned before the sweeper did")
+	}
+	// Closed before its first key: the sweeper never starts.
+	s2 := newStore(t, memstore.WithSweepInterval(time.Hour))
+	s2.Close()
+	keyed(t, s2, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 5}).Take(ctx, "k", 1)
+	if started, _ := memstore.SweeperState(s2); started {
+		t.Fatal("a closed store started its sweeper")
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestForgottenCloseStopsTheSweeper: a store used and dropped without Close
+// does not leak its sweeper goroutine: once the store is unreachable, the
+// goroutine returns.
+func TestForgottenCloseStopsTheSweeper(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		done := useAndForget(t, group)
+		deadline := time.Now().Add(10 * time.Second)
+		for !isClosed(done) {
+			if time.Now().After(deadline) {
+				t.Fatalf("(first key by ApplyAll: %v) the sweeper of a dropped store still runs after 10s of collections", group)
+			}
+			runtime.GC()
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// useAndForget makes a store with a sweeper, keeps a key in it (through
+// Apply or ApplyAll) and drops it without Close, returning the channel
+// closed when its sweeper returns.
+func useAndForget(t *testing.T, group bool) <-chan struct{} {
+	s, err := memstore.New(memstore.WithSweepInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 5})
+	ctx := context.Background()
+	if group {
+		out := make([]floodgate.Decision, 2)
+		ops := []store.Op{{Key: "a", Alg: l.Algorithm(), N: 1}, {Key: "b", Alg: l.Algorithm(), N: 1}}
+		if _, err := s.ApplyAll(ctx, ops, out, true); err != nil {
+			t.Fatal(err)
+		}
+	} else if _, err := l.Take(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	started, done := memstore.SweeperState(s)
+	if !started {
+		t.Fatal("the sweeper did not start with the first key")
+	}
+	return done
 }
 
 // TestSweepShrinks checks that a table emptied by the sweeper gives its

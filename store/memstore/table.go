@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -242,20 +243,21 @@ func (t *table) sweep(now int64) int {
 // victim picks the entry to drop when the shard is full: the first entry met
 // that is already full at now (dropping it changes no decision), otherwise
 // the sampled entry closest to full. It scans at most probes occupied slots,
-// from a starting slot given by the caller (a hash: a fair random start).
-// It reports whether the victim was full.
-func (t *table) victim(start uint64, now int64, probes int) (slot uint64, wasFull bool) {
+// from a starting slot given by the caller (a hash: a fair random start),
+// passing over the entries whose id is in keep (the keys of the ApplyAll
+// being written). It reports whether the victim was full, and ok false when
+// every entry of the table is in keep.
+func (t *table) victim(start uint64, now int64, probes int, keep []uint64) (slot uint64, wasFull, ok bool) {
 	i := t.home(start)
 	best, bestAt := uint64(0), int64(0)
-	found := false
 	for seen := uint64(0); probes > 0 && seen < t.size; seen++ {
-		if t.slots[i*t.stride] != 0 {
+		if id := t.slots[i*t.stride]; id != 0 && !slices.Contains(keep, id) {
 			at := t.full0(i)
 			if at <= now {
-				return i, true
+				return i, true, true
 			}
-			if !found || at < bestAt {
-				best, bestAt, found = i, at, true
+			if !ok || at < bestAt {
+				best, bestAt, ok = i, at, true
 			}
 			probes--
 		}
@@ -263,7 +265,7 @@ func (t *table) victim(start uint64, now int64, probes int) (slot uint64, wasFul
 			i = 0
 		}
 	}
-	return best, false
+	return best, false, ok
 }
 
 // reset drops every entry and the table's memory.

@@ -133,12 +133,12 @@ func TestTableVictimPrefersFull(t *testing.T) {
 		tb.insert(uint64(i+1)*0x9e3779b97f4a7c15, 0, &algo.State{W: [algo.MaxWords]int64{int64(100 + i)}})
 	}
 	// At now=102 entries 100..102 are full: the victim must be one of them.
-	i, full := tb.victim(12345, 102, 16)
+	i, full, _ := tb.victim(12345, 102, 16, nil)
 	if !full || tb.full0(i) > 102 {
 		t.Fatalf("victim %d (full at %d, full=%v), want an entry full at <= 102", i, tb.full0(i), full)
 	}
 	// At now=0 none is full: the victim is the one closest to full.
-	i, full = tb.victim(12345, 0, 16)
+	i, full, _ = tb.victim(12345, 0, 16, nil)
 	if full || tb.full0(i) != 100 {
 		t.Fatalf("victim full at %d (full=%v), want the entry full at 100", tb.full0(i), full)
 	}

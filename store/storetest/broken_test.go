@@ -38,6 +38,33 @@ func (b *brokenStore) Apply(ctx context.Context, key string, alg algo.Algorithm,
 	return b.ref.Apply(ctx, key, alg, n)
 }
 
+func (b *brokenStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	switch b.bug {
+	case "takes-then-refunds":
+		// Each op applied alone, the admitted ones refunded on a denial:
+		// the refund gives back the units but not the rounding.
+		all := true
+		for i, op := range ops {
+			out[i], _ = b.ref.Apply(ctx, op.Key, op.Alg, op.N)
+			all = all && out[i].Allowed
+		}
+		if !all || !commit {
+			for i, op := range ops {
+				if out[i].Allowed {
+					b.ref.Apply(ctx, op.Key, op.Alg, -op.N)
+				}
+			}
+		}
+		return all, nil
+	case "commits-evaluations":
+		commit = true
+	case "commits-partly", "stops-at-denial", "ignores-earlier-ops":
+		f := flaws{commitsPartly: b.bug == "commits-partly", stopsAtDenial: b.bug == "stops-at-denial", ignoresEarlierOps: b.bug == "ignores-earlier-ops"}
+		return b.ref.group(ops, out, commit, f), nil
+	}
+	return b.ref.ApplyAll(ctx, ops, out, commit)
+}
+
 // nsAlg hides an algorithm's namespace.
 type nsAlg struct{ algo.Algorithm }
 
@@ -71,6 +98,12 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		"truncates-keys":    "KeysIsolated",
 		"forgets-state":     "FreshKeyAdmitsBurst",
 		"ignores-namespace": "NamespacesIsolated",
+		// ApplyAll
+		"takes-then-refunds":  "ApplyAll/AllOrNothing",
+		"commits-evaluations": "ApplyAll/EvaluateOnly",
+		"commits-partly":      "ApplyAll/AllOrNothing",
+		"stops-at-denial":     "ApplyAll/DecisionsAndRetryAfter",
+		"ignores-earlier-ops": "ApplyAll/SameKeyTwice",
 	} {
 		t.Run(bug, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStoreHelper$", "-test.count=1")

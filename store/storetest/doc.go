@@ -39,14 +39,35 @@
 // context gives an error, never a decision, and never hangs; with a manual
 // clock, jumps of -1s, -1h and +10y credit nothing and break nothing.
 //
+// # ApplyAll
+//
+// [store.Store.ApplyAll] is checked with twins: keys with one history, of
+// which one goes through the calls under test and the other does not. A
+// group with one denying op, and any group evaluated with commit false,
+// must leave its keys deciding exactly as their twins do, now and on every
+// later request; a leaky bucket of 30 requests a minute, stepped on odd
+// milliseconds, tells a store that takes and then refunds (the refund gives
+// the units back but not the rounding) from one that changes nothing. Each
+// op's decision must be what it alone gets, a denied op's RetryAfter exact,
+// and a group retried after its largest RetryAfter admitted; ops on one key
+// step in order; a cost above the capacity denies (through
+// [floodgate.TakeAll]: [floodgate.ErrCostExceedsCapacity]); fewer decisions
+// than ops, or a cost below 1, is an error; 16 goroutines applying
+// overlapping groups neither deadlock nor leave a key's state different
+// from what the admitted groups took; and a store with a Close method
+// ([io.Closer]) returns [floodgate.ErrClosed] from then on, also to calls
+// racing Close.
+//
 // # Other algorithms
 //
 // [RunAlgorithm] runs the algorithm-independent part on any
 // [algo.Algorithm]: a fresh key is full, exactly Limit units pass at one
 // instant, a retry at RetryAfter passes, refunds, namespace isolation, 1,000
-// concurrent takes, a done context, and (with a manual clock) decision by
-// decision equality with the algorithm's own Step over a random sequence of
-// times, keys and costs. Algorithm packages call it on their algorithms;
+// concurrent takes, a done context, denied groups and evaluations that
+// change nothing, and (with a manual clock) decision by decision equality
+// with the algorithm's own Step over a random sequence of times, keys and
+// costs, for single Applies and for random ApplyAll groups of the
+// algorithm and a token bucket. Algorithm packages call it on their algorithms;
 // store packages can add them to [Run] with [WithAlgorithms]:
 //
 //	storetest.Run(t, newStore, storetest.WithClock(clk),

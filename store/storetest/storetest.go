@@ -129,18 +129,27 @@ func (s *suite) remaining(t *testing.T, d floodgate.Decision, want int64, interv
 // checkDecision asserts the invariants every decision keeps.
 func checkDecision(t *testing.T, d floodgate.Decision) {
 	t.Helper()
+	if msg := decisionProblem(d); msg != "" {
+		t.Fatal(msg)
+	}
+}
+
+// decisionProblem says which invariant d breaks, or "" when it keeps them
+// all (for goroutines, which may not call t.Fatal).
+func decisionProblem(d floodgate.Decision) string {
 	switch {
 	case d.Limit < 1:
-		t.Fatalf("Limit = %d < 1: %+v", d.Limit, d)
+		return fmt.Sprintf("Limit = %d < 1: %+v", d.Limit, d)
 	case d.Remaining < 0 || d.Remaining > d.Limit:
-		t.Fatalf("Remaining = %d outside 0..Limit: %+v", d.Remaining, d)
+		return fmt.Sprintf("Remaining = %d outside 0..Limit: %+v", d.Remaining, d)
 	case d.Allowed != (d.RetryAfter == 0):
-		t.Fatalf("Allowed = %v with RetryAfter = %v: %+v", d.Allowed, d.RetryAfter, d)
+		return fmt.Sprintf("Allowed = %v with RetryAfter = %v: %+v", d.Allowed, d.RetryAfter, d)
 	case d.RetryAfter < 0 || d.ResetAfter < 0 || d.Delay < 0:
-		t.Fatalf("negative duration: %+v", d)
+		return fmt.Sprintf("negative duration: %+v", d)
 	case !d.Allowed && d.Delay != 0:
-		t.Fatalf("denial with a Delay: %+v", d)
+		return fmt.Sprintf("denial with a Delay: %+v", d)
 	}
+	return ""
 }
 
 // take runs one Take that must succeed as a call and keep the invariants.
@@ -186,7 +195,14 @@ func short(key string) string {
 // per interval, on st.
 func tokenBucket(t *testing.T, st store.Store, burst int64, interval time.Duration) *store.Limiter {
 	t.Helper()
-	l, err := bucket.NewKeyed(st, bucket.Config{Rate: floodgate.Rate{N: 1, Per: interval}, Burst: burst})
+	return namedBucket(t, st, "", burst, interval)
+}
+
+// namedBucket is tokenBucket with a policy name: limiters of one name share
+// each key's state.
+func namedBucket(t *testing.T, st store.Store, name string, burst int64, interval time.Duration) *store.Limiter {
+	t.Helper()
+	l, err := bucket.NewKeyed(st, bucket.Config{Name: name, Rate: floodgate.Rate{N: 1, Per: interval}, Burst: burst})
 	if err != nil {
 		t.Fatalf("bucket.NewKeyed: %v", err)
 	}
@@ -222,6 +238,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) 
 	if s.exact() {
 		t.Run("ClockJumps", s.clockJumps)
 	}
+	t.Run("ApplyAll", s.runApplyAll)
 	tb, err := bucket.Config{Rate: floodgate.PerHour(5), Burst: 5}.Algorithm()
 	if err != nil {
 		t.Fatal(err)
@@ -410,16 +427,20 @@ func (s *suite) peek(t *testing.T) {
 
 func (s *suite) namespacesIsolated(t *testing.T) {
 	st := s.newStore(t)
-	a := tokenBucket(t, st, 5, slow)
-	a2 := tokenBucket(t, st, 5, slow) // same policy: same namespace, shared state
-	b := tokenBucket(t, st, 3, slow)  // other burst
+	a := namedBucket(t, st, "shared", 5, slow)
+	a2 := namedBucket(t, st, "shared", 5, slow) // same name: same namespace, shared state
+	u := tokenBucket(t, st, 5, slow)            // same parameters, unnamed: its own state
+	b := tokenBucket(t, st, 3, slow)            // other burst
 	c := tokenBucket(t, st, 5, slow/2)
 	if a.Algorithm().Spec().Namespace == b.Algorithm().Spec().Namespace || a.Algorithm().Spec().Namespace == c.Algorithm().Spec().Namespace {
 		t.Fatal("distinct token-bucket policies share a namespace")
 	}
 	take(t, a, "k", 5)
 	if d := take(t, a2, "k", 1); d.Allowed {
-		t.Fatalf("two limiters with the same policy do not share state: %+v", d)
+		t.Fatalf("two limiters with the same name do not share state: %+v", d)
+	}
+	if d := peek(t, u, "k"); d.Remaining != 5 {
+		t.Fatalf("an unnamed limiter with the same parameters sees a's takes: %+v", d)
 	}
 	if d := peek(t, b, "k"); d.Remaining != 3 {
 		t.Fatalf("namespace b sees a's takes: %+v", d)
@@ -628,7 +649,8 @@ func (s *suite) clockJumps(t *testing.T) {
 // most 10,000. Without [WithClock] the algorithm must not restore a unit
 // within a few seconds (the checks run on real time); with it, the suite also
 // compares every decision of the store, over a random sequence of times,
-// keys and costs, with alg's Step run directly.
+// keys and costs, with alg's Step run directly, for single Applies and for
+// ApplyAll groups of alg and a token bucket.
 func RunAlgorithm(t *testing.T, newStore func(t *testing.T) store.Store, alg algo.Algorithm, opts ...Option) {
 	newSuite(newStore, opts).runAlgorithm(t, alg)
 }
@@ -655,8 +677,10 @@ func (s *suite) runAlgorithm(t *testing.T, alg algo.Algorithm) {
 			t.Fatalf("Apply with a cancelled context = %+v, %v; want an error", d, err)
 		}
 	})
+	t.Run("ApplyAll", func(t *testing.T) { s.algGroup(t, alg) })
 	if s.exact() {
 		t.Run("SameAsStep", func(t *testing.T) { s.algSameAsStep(t, alg) })
+		t.Run("ApplyAllSameAsStep", func(t *testing.T) { s.algGroupSameAsStep(t, alg) })
 	}
 }
 

@@ -2,6 +2,8 @@ package storetest_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +38,59 @@ func (r *refStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n 
 	st, d := alg.Step(r.m[k], r.clock.Now().UnixMicro(), n)
 	r.m[k] = st
 	return d, nil
+}
+
+// ApplyAll steps every op on a copy of its key's state, in order, and
+// writes the copies back only when commit is set and every op admitted.
+func (r *refStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if len(out) < len(ops) {
+		return false, fmt.Errorf("%w: %d ops, %d decisions", floodgate.ErrInvalidConfig, len(ops), len(out))
+	}
+	for i, op := range ops {
+		if op.N < 1 {
+			return false, fmt.Errorf("%w: op %d has cost %d", floodgate.ErrInvalidCost, i, op.N)
+		}
+	}
+	return r.group(ops, out, commit, flaws{}), nil
+}
+
+// flaws are the bugs brokenStore can give refStore's ApplyAll.
+type flaws struct {
+	commitsPartly     bool // keeps the admitted ops' states of a denied group
+	stopsAtDenial     bool // steps no op after the first denial
+	ignoresEarlierOps bool // steps every op on the stored state
+}
+
+// group is ApplyAll under the lock, with the flaws f.
+func (r *refStore) group(ops []store.Op, out []floodgate.Decision, commit bool, f flaws) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now().UnixMicro()
+	next := map[refKey]algo.State{}
+	all := true
+	for i, op := range ops {
+		k := refKey{op.Alg.Spec().Namespace, op.Key}
+		st, seen := next[k]
+		if !seen || f.ignoresEarlierOps {
+			st = r.m[k]
+		}
+		st, out[i] = op.Alg.Step(st, now, op.N)
+		if out[i].Allowed || !f.commitsPartly {
+			next[k] = st
+		}
+		all = all && out[i].Allowed
+		if !out[i].Allowed && f.stopsAtDenial {
+			clear(out[i+1 : len(ops)])
+			break
+		}
+	}
+	if commit && (all || f.commitsPartly) {
+		maps.Copy(r.m, next)
+	}
+	return all
 }
 
 func TestRunOnReferenceStore(t *testing.T) {
