@@ -126,6 +126,18 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		stepInto(ops[i].Alg, e.ti == 0, &e.st, scratch, now, ops[i].N, &out[i])
 		all = all && out[i].Allowed
 	}
+	if !all {
+		// Refused: an op that would have admitted reports its key as it
+		// stands, charged nothing (a peek on the state in the table).
+		for i := range ops {
+			if !out[i].Allowed {
+				continue
+			}
+			e := &ents[refs[i]]
+			e.sh.tables[e.ti].load(e.slot, &e.st)
+			stepInto(ops[i].Alg, e.ti == 0, &e.st, scratch, now, 0, &out[i])
+		}
+	}
 	scratch.Log = nil
 	if !all || !commit {
 		// The copies are dropped. A log's copy may have appended into the

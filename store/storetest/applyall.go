@@ -166,8 +166,9 @@ func (s *suite) groupAllOrNothing(t *testing.T) {
 			t.Fatalf("round %d: ApplyAll(%s) = %v, %+v; want denied by the last op alone", round, describe(ops), ok, out)
 		}
 		if round == 0 {
-			s.same(t, "the token bucket's op", out[0], take(t, tb, "x", 1), mark)
-			s.same(t, "the leaky bucket's op", out[1], take(t, lk, "x", 1), mark)
+			// Refused: the ops that fit report their key as it stands.
+			s.same(t, "the token bucket's op", out[0], peek(t, tb, "x"), mark)
+			s.same(t, "the leaky bucket's op", out[1], peek(t, lk, "x"), mark)
 			s.same(t, "the denying op", out[2], take(t, deny, "d", 1), mark)
 		}
 	}
@@ -250,7 +251,7 @@ func (s *suite) groupRetryAfter(t *testing.T) {
 	s.dur(t, "RetryAfter of the first op", out[0].RetryAfter, ia, mark)
 	s.dur(t, "RetryAfter of the last op", out[2].RetryAfter, ib, mark)
 	s.same(t, "the first op", out[0], take(t, a, "a", 1), mark)
-	s.same(t, "the admitted op", out[1], take(t, free, "f-twin", 1), mark)
+	s.same(t, "the op that fits, as it stands", out[1], peek(t, free, "f-twin"), mark)
 	s.same(t, "the last op", out[2], take(t, b, "b", 1), mark)
 	wait := max(out[0].RetryAfter, out[2].RetryAfter)
 	if s.exact() {
@@ -291,7 +292,7 @@ func (s *suite) groupSameKeyTwice(t *testing.T) {
 		if ok || !out[0].Allowed || out[1].Allowed {
 			t.Fatalf("commit %v: two takes of 1 with 1 left: %v, %+v; want the second denied", commit, ok, out)
 		}
-		s.remaining(t, out[0], 0, slow, mark)
+		s.remaining(t, out[0], 1, slow, mark) // refused: the key as it stands
 		s.dur(t, "RetryAfter of the second take", out[1].RetryAfter, slow, mark)
 		s.remaining(t, peek(t, tb, "k"), 1, slow, mark)
 	}
@@ -601,7 +602,7 @@ func (s *suite) algGroup(t *testing.T, alg algo.Algorithm) {
 			t.Fatalf("round %d: ApplyAll(%s) = %v, %+v; want denied by the token bucket alone", round, describe(ops), ok, out)
 		}
 		if round == 0 {
-			s.same(t, "the algorithm's op", out[0], apply(t, st, "x", alg, 1), mark)
+			s.same(t, "the algorithm's op, as it stands", out[0], apply(t, st, "x", alg, 0), mark)
 		}
 		if ok, out := applyAll(t, st, ops[:1], false); !ok {
 			t.Fatalf("round %d: evaluating a take that fits denied: %+v", round, out)
@@ -614,7 +615,11 @@ func (s *suite) algGroup(t *testing.T, alg algo.Algorithm) {
 	// Twice in one group: two Applies in a row on a twin.
 	s.advance(oddStep)
 	_, out := applyAll(t, st, []store.Op{{Key: "g2", Alg: alg, N: 1}, {Key: "g2", Alg: alg, N: limit}}, true)
-	s.same(t, "first of two ops on one key", out[0], apply(t, st, "c2", alg, 1), mark)
+	// 1 + limit does not fit: the group is refused; the first op (which
+	// fits) reports its key as it stands, the second is denied on the
+	// state the first would have left.
+	s.same(t, "first of two ops on one key, as it stands", out[0], apply(t, st, "c3", alg, 0), mark)
+	apply(t, st, "c2", alg, 1)
 	s.same(t, "second of two ops on one key", out[1], apply(t, st, "c2", alg, limit), mark)
 }
 
@@ -664,18 +669,26 @@ func (s *suite) algGroupSameAsStep(t *testing.T, alg algo.Algorithm) {
 		}
 		next := map[slot]algo.State{}
 		all := true
+		wants := make([]floodgate.Decision, len(ops))
 		for j, o := range ops {
 			sl := picked[j]
 			prev, stepped := next[sl]
 			if !stepped {
 				prev = oracle[sl]
 			}
-			var want floodgate.Decision
-			next[sl], want = o.Alg.Step(prev, now, o.N)
+			next[sl], wants[j] = o.Alg.Step(prev, now, o.N)
+			all = all && wants[j].Allowed
+		}
+		for j, o := range ops {
+			want := wants[j]
+			if !all && want.Allowed {
+				// Refused group: an op that fits reports its key as it
+				// stands (a peek on the committed state).
+				_, want = o.Alg.Step(oracle[picked[j]], now, 0)
+			}
 			if out[j] != want {
 				t.Fatalf("step %d: ApplyAll(%s, commit %v): op %d decided %+v, the Step %+v", i, describe(ops), commit, j, out[j], want)
 			}
-			all = all && want.Allowed
 		}
 		if ok != all {
 			t.Fatalf("step %d: ApplyAll(%s) = %v, the Steps say %v", i, describe(ops), ok, all)

@@ -87,6 +87,14 @@ func (r *refStore) group(ops []store.Op, out []floodgate.Decision, commit bool, 
 			break
 		}
 	}
+	if !all && !f.commitsPartly {
+		// Refused: the ops that fit report their key as it stands.
+		for i, op := range ops {
+			if out[i].Allowed {
+				_, out[i] = op.Alg.Step(r.m[refKey{op.Alg.Spec().Namespace, op.Key}], now, 0)
+			}
+		}
+	}
 	if commit && (all || f.commitsPartly) {
 		maps.Copy(r.m, next)
 	}
