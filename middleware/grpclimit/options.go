@@ -148,7 +148,9 @@ func buildConfig(kind ctor, opts []Option) (config, error) {
 		v4Bits:    32,
 		v6Bits:    64,
 		shedRetry: time.Second,
-		keys:      new(keyCache),
+	}
+	if kind == ctorNew {
+		c.keys = new(keyCache)
 	}
 	for _, o := range opts {
 		if o.apply == nil {
