@@ -139,7 +139,7 @@ func newServer(s *memstore.Store, obs floodgate.Observer) (*grpc.Server, error) 
 	perService, err := limit(s, bucket.Config{Rate: floodgate.PerMinute(3), Burst: 3},
 		grpclimit.WithName("per-service"), grpclimit.WithObserver(obs),
 		grpclimit.WithFilter(grpclimit.Methods(methodReport)),
-		grpclimit.WithMetadataKey("x-service-token"), grpclimit.WithKeyPrefix("report "))
+		grpclimit.WithHeaderKey("x-service-token"), grpclimit.WithKeyPrefix("report "))
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // adaptiveAcquirer is the small adapter that plugs an adaptive.Gate into
-// NewShedder: a rejection is a shed, a token's end reports success or drop.
+// Shed: a rejection is a shed, a token's end reports success or drop.
 func adaptiveAcquirer(l *adaptive.Gate) Acquirer {
 	return AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
 		tok, err := l.Acquire(ctx)

@@ -54,7 +54,10 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 		run(b, peerCtx, mustUnary(b, roomy, WithObserver(floodgate.ObserverFunc(func(floodgate.Event) {}))))
 	})
 	b.Run("metadata-allowed", func(b *testing.B) {
-		run(b, mdCtx, mustUnary(b, roomy, WithMetadataKey("x-service-token")))
+		run(b, mdCtx, mustUnary(b, roomy, WithHeaderKey("x-service-token")))
+	})
+	b.Run("header-and-peer-limits-allowed", func(b *testing.B) {
+		run(b, mdCtx, mustUnary(b, roomy, WithHeaderKey("x-service-token"), WithLimit(roomy, PeerKey)))
 	})
 	b.Run("peer-denied", func(b *testing.B) {
 		run(b, peerCtx, mustUnary(b, dry))

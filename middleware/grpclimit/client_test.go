@@ -441,7 +441,7 @@ func TestClientPushbackScopedToShedClass(t *testing.T) {
 			return classes.Acquire(ctx, c)
 		})(ctx)
 	})
-	ic, err := NewShedder(acq, WithShedRetryAfter(time.Minute))
+	ic, err := Shed(acq, WithShedRetryAfter(time.Minute))
 	require.NoError(t, err)
 	cl := newClient(t, WithPushbackClass("x-priority"))
 	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())},

@@ -7,56 +7,88 @@
 // the embedded memstore) to a policy and hands out the unary and stream
 // server interceptors that enforce it:
 //
-//	lim, _ := bucket.NewKeyed(store, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 5})
-//	ic, err := grpclimit.New(lim, grpclimit.WithName("per-peer"))
+//	lim, _ := bucket.NewKeyed(store, bucket.Config{Name: "per-peer", Rate: floodgate.PerSecond(10), Burst: 5})
+//	ic, err := grpclimit.New(lim)
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(ic.Unary()),
 //		grpc.ChainStreamInterceptor(ic.Stream()))
 //
 // Each call is keyed by its peer's IP address (without port; IPv6 grouped
 // by /64, see [WithIPPrefix]), by a metadata entry such as a service token
-// ([WithMetadataKey]; a call without it falls back to its peer), or by a
-// function of the context and the full method name ([WithKeyFunc]). Each
-// call costs 1 unless [WithCost] says otherwise; a stream is charged once,
-// when it opens. [WithFilter] and [Methods] select the calls a policy
-// covers, so that several policies can be chained: one per peer for every
-// method, a tighter one for an expensive method.
+// ([WithHeaderKey]: gRPC metadata are HTTP/2 headers; a call without it
+// falls back to its peer), or by a function of the context and the full
+// method name ([WithKeyFunc]). Each call costs 1 unless [WithCost] says
+// otherwise; a stream is charged once, when it opens. [WithLimit] adds
+// limits checked with the main one all or nothing (per peer AND per token:
+// a call one refuses is charged to none). [WithFilter] and [Methods] select
+// the calls a policy covers, so that an expensive method can have a policy
+// of its own.
 //
-// [NewShedder] does the same with a concurrency limiter (an [Acquirer]),
-// for load shedding.
+// [Shed] does the same with a concurrency limiter (an [Acquirer]), for
+// load shedding; [WithClassFunc] classifies calls for a priority shedder.
+//
+// Options are [Option] values; each says which of New and Shed it applies
+// to, and one given to the other is refused, never ignored.
+//
+// # Credentials in keys
+//
+// A [WithHeaderKey] value is taken for a credential: it is hashed with
+// HMAC-SHA256 (128 bits kept) before any store, Redis key or observer sees
+// it. The secret is drawn at random once per process unless
+// [WithKeySecret] sets one. Servers that share a store (several nodes on
+// one Redis) must all be given the same secret: with the default, each
+// process hashes a token to a key of its own, so each node grants the
+// token a full budget (N nodes admit N times the limit) and a restart
+// grants a fresh one.
 //
 // # The response contract
 //
-//   - Denied by the rate limit: codes.ResourceExhausted, message
-//     [MsgRateLimited].
-//   - Shed for overload: codes.Unavailable, message [MsgOverloaded].
-//   - Limiter failed and [FailClosed]: codes.Unavailable, message
-//     [MsgLimiterUnavailable], retry in one second. With [FailOpen] (the
-//     default) the call goes through.
+// Every rate-limit decision is made by floodgate's one admission core, the
+// one httplimit uses, so that a call and an HTTP request get the same
+// verdict; the interceptors only translate it:
 //
-// Every refusal carries a google.rpc.RetryInfo status detail (read it with
-// [RetryDelay]) and the grpc-retry-pushback-ms trailer ([PushbackTrailer]),
-// both holding the delay after which a retry can succeed; the trailer is
-// rounded up to whole milliseconds, so a client that honours it is never
-// early. gRPC's own retry policy (retryPolicy in the service config, with
+//   - Admitted: the handler runs (after the decision's shaping delay, if
+//     any: see [DelayMode]).
+//   - Rate limited: codes.ResourceExhausted, message [MsgRateLimited], a
+//     google.rpc.RetryInfo status detail holding the delay after which a
+//     retry can succeed (read it with [RetryDelay]), and the
+//     grpc-retry-pushback-ms trailer ([PushbackTrailer]) holding the same
+//     delay in whole milliseconds, rounded up, so that a client that honours
+//     it is never early. A delay that cannot be honoured (it would pass the
+//     deadline, or [DelayRefuse]) is refused this way, its units given back.
+//   - Never admissible: a cost above the limit's capacity (or below 1), or
+//     a key the store refuses: codes.ResourceExhausted, message
+//     [MsgCostExceedsCapacity] (or [MsgInvalidKey]), no RetryInfo, and the
+//     pushback trailer "-1" ([NoRetryPushback]), which tells gRPC clients
+//     not to retry (gRFC A6). This is whatever the fail mode: failing open
+//     would exempt exactly the most expensive calls.
+//   - Limiter failed (error or panic, of the limiter or of a key or cost
+//     function) and [FailClosed]: codes.Unavailable, message
+//     [MsgLimiterUnavailable], RetryInfo and pushback of one second. With
+//     [FailOpen] (the default) the call goes through.
+//   - Shed for overload ([Shed]): codes.Unavailable, message
+//     [MsgOverloaded], RetryInfo and pushback ([WithShedRetryAfter], one
+//     second by default).
+//
+// gRPC's own retry policy (retryPolicy in the service config, with
 // RESOURCE_EXHAUSTED or UNAVAILABLE among retryableStatusCodes) reads the
-// trailer and waits that long. Refusals are trailers-only responses, which
-// is what gRPC requires to retry a call. Messages are fixed: they never
-// echo the key, the peer or the limiter's error text, which goes to the
-// observer only.
-//
-// A leaky bucket in delay mode admits calls with a Delay: the call is held
-// that long before its handler runs, or refused like a denial (and its units
-// refunded) when the delay would pass its deadline.
+// trailer: it waits that long, or does not retry at all on "-1". Refusals
+// are trailers-only responses, which is what gRPC requires to retry a call.
+// Messages are fixed: they never echo the key, the peer or the limiter's
+// error text, which goes to the observer only. A call whose own context
+// ended while it was decided or held gets its context's status instead.
 //
 // # Observability, dry-run and failures
 //
-// Every decision is reported to a [floodgate.Observer] ([WithObserver]) with
-// the policy's name, tier and route class (the full method name unless
-// [WithRoute] maps it) and the time the decision took. [WithDryRun] decides
-// and reports but never refuses. A limiter (or key or cost function) that
-// returns an error or panics never crashes the server: the call follows the
-// [FailMode] and the outcome says which way it went.
+// Each call decided is reported to a [floodgate.Observer] ([WithObserver])
+// as one event (Source floodgate.SourceRequest) with its outcome (a
+// decision of a store's local fallback is floodgate.OutcomeFallback), the
+// policy's name (the limit that decided, unless [WithName]), the tier, the
+// route class (the full method name unless [WithRouteFunc] maps it), the
+// priority class for a classifying shedder (Event.Class) and the time the
+// decision took. [WithDryRun] decides and reports but never refuses. A
+// limiter, key, cost or class function that errors or panics never crashes
+// the server.
 //
 // # Client side
 //

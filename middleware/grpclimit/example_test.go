@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
@@ -71,7 +72,7 @@ func Example() {
 
 // A shedder admits as many calls at once as its Acquirer has slots; here a
 // channel of one slot, with the interceptor called directly.
-func ExampleNewShedder() {
+func ExampleShed() {
 	slots := make(chan struct{}, 1)
 	acq := grpclimit.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
 		select {
@@ -81,7 +82,7 @@ func ExampleNewShedder() {
 			return nil, false, nil
 		}
 	})
-	ic, err := grpclimit.NewShedder(acq, grpclimit.WithShedRetryAfter(2*time.Second))
+	ic, err := grpclimit.Shed(acq, grpclimit.WithShedRetryAfter(2*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -124,4 +125,45 @@ func ExampleNewClient() {
 	fmt.Println("pushback in force:", !client.PushbackUntil("/grpc.health.v1.Health/Check").IsZero())
 	// Output:
 	// pushback in force: false
+}
+
+// A policy per service token AND per peer, checked all or nothing: a call
+// the token's limit refuses costs the peer nothing. The token is hashed
+// before it becomes a key; the fleet's nodes share the secret.
+func ExampleWithLimit() {
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	perToken, err := bucket.NewKeyed(store, bucket.Config{Name: "per-token", Rate: floodgate.PerMinute(1), Burst: 1})
+	if err != nil {
+		panic(err)
+	}
+	perPeer, err := bucket.NewKeyed(store, bucket.Config{Name: "per-peer", Rate: floodgate.PerMinute(1), Burst: 2})
+	if err != nil {
+		panic(err)
+	}
+	ic, err := grpclimit.New(perToken,
+		grpclimit.WithHeaderKey("x-service-token"),
+		grpclimit.WithKeySecret([]byte("the fleet's secret, 32 bytes long")),
+		grpclimit.WithLimit(perPeer, grpclimit.PeerKey))
+	if err != nil {
+		panic(err)
+	}
+	unary := ic.Unary()
+	info := &grpc.UnaryServerInfo{FullMethod: "/demo.Reports/Get"}
+	handler := func(context.Context, any) (any, error) { return "report", nil }
+	from := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4000}}
+	for _, token := range []string{"svc-a", "svc-a", "svc-b", "svc-c"} {
+		ctx := metadata.NewIncomingContext(peer.NewContext(context.Background(), from),
+			metadata.Pairs("x-service-token", token))
+		_, err := unary(ctx, nil, info, handler)
+		fmt.Printf("%s: %v\n", token, status.Code(err))
+	}
+	// Output:
+	// svc-a: OK
+	// svc-a: ResourceExhausted
+	// svc-b: OK
+	// svc-c: ResourceExhausted
 }

@@ -33,6 +33,23 @@ func newBucket(t testing.TB, r floodgate.Rate, burst int64, opts ...memstore.Opt
 	return l
 }
 
+// newStore returns a fresh memstore without sweeper, closed at the end.
+func newStore(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(memstore.WithSweepInterval(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// namedBucket returns a keyed token bucket named name on s.
+func namedBucket(t testing.TB, s *memstore.Store, name string, r floodgate.Rate, burst int64) *store.Limiter {
+	t.Helper()
+	l, err := bucket.NewKeyed(s, bucket.Config{Name: name, Rate: r, Burst: burst})
+	require.NoError(t, err)
+	return l
+}
+
 // take is one recorded call to a limiter.
 type take struct {
 	at       time.Time

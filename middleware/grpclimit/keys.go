@@ -1,12 +1,17 @@
 package grpclimit
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
+	"hash"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc/metadata"
@@ -17,9 +22,6 @@ import (
 // (a Unix socket, an in-process transport, a context without peer): they
 // share one budget rather than escape limiting.
 const UnknownPeer = "unknown-peer"
-
-// maxPlainKey is the longest metadata value used as a key verbatim.
-const maxPlainKey = 128
 
 // PeerAddr returns the IP address of the call's peer, without port or zone,
 // IPv4-mapped IPv6 addresses unmapped. ok is false when ctx carries no peer
@@ -108,36 +110,23 @@ func (kc *keyCache) get(p netip.Prefix) string {
 	return key
 }
 
-// metadataKey turns a metadata value into a key in its own namespace.
-// Values that are long or not printable ASCII are digested.
-func metadataKey(v string) string {
-	if len(v) <= maxPlainKey && printableNoSpace(v) {
-		return "md:" + v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return "md#" + hex.EncodeToString(sum[:16])
-}
-
-func printableNoSpace(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] <= 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// key returns the call's rate-limit key.
+// key returns the call's main rate-limit key.
 func (c *config) key(ctx context.Context, fullMethod string) string {
 	var key string
 	switch c.keyKind {
-	case keyMetadata:
-		if v := metadata.ValueFromIncomingContext(ctx, c.mdName); len(v) > 0 && v[0] != "" {
-			key = metadataKey(v[0])
+	case keyHeader:
+		if v := metadata.ValueFromIncomingContext(ctx, c.header); len(v) > 0 && v[0] != "" {
+			key = c.hasher.key(v[0])
 		}
 	case keyCustom:
 		key = c.keyFunc(ctx, fullMethod)
 	}
+	return c.finish(ctx, key)
+}
+
+// finish applies the rules every key follows: "" falls back to the peer,
+// and the prefix goes in front.
+func (c *config) finish(ctx context.Context, key string) string {
 	if key == "" {
 		key = c.peerKey(ctx)
 	}
@@ -145,4 +134,64 @@ func (c *config) key(ctx context.Context, fullMethod string) string {
 		key = c.prefix + key
 	}
 	return key
+}
+
+// PeerKey is a [KeyFunc] that keys a call by its peer, the way the
+// interceptors do by default: the IP address for IPv4, its /64 for IPv6,
+// [UnknownPeer] when the peer is not on an IP network. Give it to
+// [WithLimit] for a per-peer limit next to a main key from a header.
+func PeerKey(ctx context.Context, _ string) string {
+	return defaultPeers.peerKey(ctx)
+}
+
+// defaultPeers aggregates peers like a config without WithIPPrefix.
+var defaultPeers = &config{v4Bits: 32, v6Bits: 64, keys: new(keyCache)}
+
+// keyHasher turns credentials into keys with HMAC-SHA256 under one secret.
+// The HMAC states are pooled: a key costs one hash and one allocation (the
+// key string).
+type keyHasher struct {
+	pool sync.Pool // of *hmacState
+}
+
+type hmacState struct {
+	h     hash.Hash
+	sum   [sha256.Size]byte
+	chunk [256]byte // the value is copied through it: no []byte(v) allocation
+}
+
+// keyLen is the length of a hashed key: "md#" and 128 bits in unpadded
+// base64url.
+const keyLen = 3 + 22
+
+func newKeyHasher(secret []byte) *keyHasher {
+	secret = bytes.Clone(secret)
+	kh := &keyHasher{}
+	kh.pool.New = func() any { return &hmacState{h: hmac.New(sha256.New, secret)} }
+	return kh
+}
+
+// processHasher is the hasher of every interceptor without WithKeySecret:
+// one random secret per process.
+var processHasher = sync.OnceValue(func() *keyHasher {
+	var secret [32]byte
+	_, _ = rand.Read(secret[:]) // never fails (crypto/rand aborts the program instead)
+	return newKeyHasher(secret[:])
+})
+
+// key returns the key of credential v: "md#" + base64url(HMAC(v)[:16]).
+func (kh *keyHasher) key(v string) string {
+	st := kh.pool.Get().(*hmacState)
+	st.h.Reset()
+	for len(v) > 0 {
+		n := copy(st.chunk[:], v)
+		st.h.Write(st.chunk[:n])
+		v = v[n:]
+	}
+	sum := st.h.Sum(st.sum[:0])
+	var out [keyLen]byte
+	copy(out[:], "md#")
+	base64.RawURLEncoding.Encode(out[3:], sum[:16])
+	kh.pool.Put(st)
+	return string(out[:])
 }

@@ -7,12 +7,44 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
-// Option configures the server interceptors built by [New] and [NewShedder].
-// Options are applied in order; an option given a value it cannot use makes
-// the constructor return an error wrapping [floodgate.ErrInvalidConfig].
-type Option func(*config) error
+// Option configures the server interceptors built by [New] and [Shed].
+// Build one with a WithX function; the zero Option is refused. Options are
+// applied in order. An option given a value it cannot use, or given to a
+// constructor it does not apply to (WithCost to Shed: a shedder has no
+// cost), makes the constructor return an error wrapping
+// [floodgate.ErrInvalidConfig]; no option is ever silently ignored. Each
+// WithX function says which constructors it applies to.
+type Option struct {
+	name  string
+	to    ctor
+	apply func(*config) error
+}
+
+// ctor is a set of the constructors an Option applies to.
+type ctor uint8
+
+const (
+	ctorNew ctor = 1 << iota
+	ctorShed
+	ctorAll = ctorNew | ctorShed
+)
+
+func (k ctor) String() string {
+	switch k {
+	case ctorNew:
+		return "New"
+	case ctorShed:
+		return "Shed"
+	}
+	return "New and Shed"
+}
+
+func option(name string, to ctor, apply func(*config) error) Option {
+	return Option{name: name, to: to, apply: apply}
+}
 
 // FailMode says what happens to a call when the limiter cannot decide: it
 // returns an error, or panics.
@@ -30,66 +62,109 @@ const (
 	FailClosed
 )
 
+// DelayMode says what happens to a call admitted with a Delay (a shaping
+// limiter such as the leaky bucket in delay mode).
+type DelayMode uint8
+
+const (
+	// DelayHonour holds the call for its Delay before the handler runs
+	// (reported as floodgate.OutcomeDelayed), unless the delay would pass
+	// the call's deadline or the call ends first: then it is refused like a
+	// denial, with the delay as retry time, and its units are given back.
+	// It is the default.
+	DelayHonour DelayMode = iota
+	// DelayRefuse refuses every delayed call at once, like a denial with
+	// the delay as retry time, and gives its units back.
+	DelayRefuse
+)
+
 // KeyFunc derives a rate-limit key from a call. fullMethod is the gRPC
 // method name, "/package.Service/Method". Returning "" means "no key": the
 // interceptor falls back to the peer address, so that a missing credential
-// never disables limiting.
+// never disables limiting. The key reaches the store and its keys as it is:
+// a key derived from a credential should be hashed (as [WithHeaderKey]
+// does).
 type KeyFunc func(ctx context.Context, fullMethod string) string
 
-// CostFunc returns the cost of a call in the limiter's units. A cost below 1
-// or above the limiter's burst makes the limiter fail (see [FailMode]).
+// CostFunc returns the cost of a call in the limiter's units. A cost the
+// limiter refuses (below 1, or above its capacity) can never be admitted:
+// the call is refused whatever the fail mode (see the response contract in
+// the package documentation).
 type CostFunc func(ctx context.Context, fullMethod string) int
+
+// ClassFunc returns the priority class of a call for a shedder (see
+// [WithClassFunc]). Its results should be a small fixed set: they become
+// metric labels.
+type ClassFunc func(ctx context.Context, fullMethod string) string
 
 type keyKind uint8
 
 const (
 	keyPeer keyKind = iota
-	keyMetadata
+	keyHeader
 	keyCustom
 )
+
+// extraLimit is one WithLimit: a limiter and its key (nil: the main key).
+type extraLimit struct {
+	limiter floodgate.Limiter
+	key     KeyFunc
+}
 
 type config struct {
 	name, tier string
 	route      func(fullMethod string) string
-	observer   floodgate.Observer
-	timed      bool // an observer was given: measure decision latency
+	observer   floodgate.Observer // nil: none
 	filter     func(ctx context.Context, fullMethod string) bool
 
-	keyKind  keyKind
-	keySet   bool
-	prefix   string
-	keys     *keyCache
-	mdName   string
-	keyFunc  KeyFunc
-	cost     CostFunc
-	v4Bits   int
-	v6Bits   int
-	failMode FailMode
-	dryRun   bool
+	keyKind   keyKind
+	keySet    bool
+	prefix    string
+	keys      *keyCache
+	header    string
+	hasher    *keyHasher // nil: the process's
+	keyFunc   KeyFunc
+	cost      CostFunc
+	v4Bits    int
+	v6Bits    int
+	limits    []extraLimit
+	failMode  FailMode
+	delayMode DelayMode
+	dryRun    bool
 
 	shedRetry time.Duration
+	class     ClassFunc
 }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: grpclimit: "+format, append([]any{floodgate.ErrInvalidConfig}, args...)...)
 }
 
-func buildConfig(opts []Option) (config, error) {
+// maxRetryAfter bounds the retry delays an option may set.
+const maxRetryAfter = 24 * time.Hour
+
+func buildConfig(kind ctor, opts []Option) (config, error) {
 	c := config{
-		name:      "grpc",
-		observer:  floodgate.NopObserver,
 		v4Bits:    32,
 		v6Bits:    64,
 		shedRetry: time.Second,
-		keys:      new(keyCache),
+	}
+	if kind == ctorNew {
+		c.keys = new(keyCache)
 	}
 	for _, o := range opts {
-		if o == nil {
-			return config{}, invalid("nil option")
+		if o.apply == nil {
+			return config{}, invalid("zero Option (build options with the WithX functions)")
 		}
-		if err := o(&c); err != nil {
+		if o.to&kind == 0 {
+			return config{}, invalid("%s does not apply to %s (it applies to %s)", o.name, kind, o.to)
+		}
+		if err := o.apply(&c); err != nil {
 			return config{}, err
 		}
+	}
+	if c.keyKind == keyHeader && c.hasher == nil {
+		c.hasher = processHasher()
 	}
 	return c, nil
 }
@@ -98,71 +173,77 @@ func buildConfig(opts []Option) (config, error) {
 // options only one could count, and which one would be a guess.
 func (c *config) setKey(k keyKind) error {
 	if c.keySet {
-		return invalid("more than one key option (WithMetadataKey, WithKeyFunc)")
+		return invalid("more than one key option (WithHeaderKey, WithKeyFunc)")
 	}
 	c.keySet, c.keyKind = true, k
 	return nil
 }
 
-// WithName sets the limiter name reported to the observer (Event.Limiter).
-// The default is "grpc".
+// WithName sets the policy name reported to the observer (Event.Policy).
+// The default is the name of the limit that decided (the limiter's
+// [floodgate.Describer] policy name, its Config's Name; "" when it has
+// none) for [New], "" for [Shed]. It applies to New and Shed.
 func WithName(name string) Option {
-	return func(c *config) error {
+	return option("WithName", ctorAll, func(c *config) error {
 		if name == "" {
 			return invalid("empty name")
 		}
 		c.name = name
 		return nil
-	}
+	})
 }
 
 // WithTier sets the tier label reported to the observer (Event.Tier), for
-// example "edge" or "global". The default is empty.
+// example "edge" or "global". The default is empty. It applies to New and
+// Shed.
 func WithTier(tier string) Option {
-	return func(c *config) error { c.tier = tier; return nil }
+	return option("WithTier", ctorAll, func(c *config) error { c.tier = tier; return nil })
 }
 
-// WithRoute sets how a full method name maps to the route class reported to
-// the observer (Event.Route). The default reports the full method name,
-// "/package.Service/Method", whose set is bounded by the services the server
-// registers; map it to fewer classes to keep metric cardinality down. A
-// route function that panics reports the class "unknown".
-func WithRoute(route func(fullMethod string) string) Option {
-	return func(c *config) error {
+// WithRouteFunc sets how a full method name maps to the route class
+// reported to the observer (Event.Route). The default reports the full
+// method name, "/package.Service/Method", whose set is bounded by the
+// services the server registers; map it to fewer classes to keep metric
+// cardinality down. A route function that panics reports the class
+// "unknown". It applies to New and Shed.
+func WithRouteFunc(route func(fullMethod string) string) Option {
+	return option("WithRouteFunc", ctorAll, func(c *config) error {
 		if route == nil {
 			return invalid("nil route func")
 		}
 		c.route = route
 		return nil
-	}
+	})
 }
 
-// WithObserver sends every decision to o. The default discards them. o is
-// called on the call's goroutine and must not block or panic (see
-// [floodgate.Observer]).
+// WithObserver sends the one event of every call decided to o (with
+// Source floodgate.SourceRequest). The default sends none. o is called on
+// the call's goroutine and must not block or panic (see
+// [floodgate.Observer]). It applies to New and Shed.
 func WithObserver(o floodgate.Observer) Option {
-	return func(c *config) error {
-		if o == nil {
+	return option("WithObserver", ctorAll, func(c *config) error {
+		if nilcheck.Is(o) {
 			return invalid("nil observer")
 		}
-		c.observer, c.timed = o, true
+		c.observer = o
 		return nil
-	}
+	})
 }
 
 // WithFilter limits only the calls for which f returns true; the others pass
 // untouched and are not reported. f runs on every call, before anything
 // else: keep it cheap, and it must not panic (a panic there is the server's
 // to handle, like a handler's). Use it to exempt health checks, or with
-// [Methods] to give an expensive method a tighter limit of its own.
+// [Methods] to give an expensive method a tighter limit of its own. It
+// applies to New and Shed.
 func WithFilter(f func(ctx context.Context, fullMethod string) bool) Option {
-	return func(c *config) error {
+	return option("WithFilter", ctorAll, func(c *config) error {
 		if f == nil {
 			return invalid("nil filter")
 		}
 		c.filter = f
 		return nil
-	}
+	})
 }
 
 // Methods returns a filter for [WithFilter] that selects exactly the given
@@ -178,32 +259,69 @@ func Methods(fullMethods ...string) func(ctx context.Context, fullMethod string)
 	}
 }
 
-// WithMetadataKey keys calls by the first value of the incoming metadata
-// entry name (for example "x-service-token"; names are case-insensitive). A
-// call without the entry, or with an empty value, is keyed by its peer
-// address instead. Metadata keys live in their own namespace ("md:" + value):
-// a value can never share a budget with an IP address. Values longer than
-// 128 bytes or holding bytes outside printable ASCII are replaced by a
-// SHA-256 digest, so that hostile values cannot bloat a store.
-func WithMetadataKey(name string) Option {
-	return func(c *config) error {
+// WithHeaderKey keys calls by the first value of the incoming metadata
+// entry name, for example "x-service-token". gRPC metadata are HTTP/2
+// headers: this is the option httplimit spells the same way, and names are
+// case-insensitive. A call without the entry, or with an empty value, is
+// keyed by its peer address instead.
+//
+// The value is taken for a credential: it never reaches the store (nor a
+// Redis key, nor the observer) in clear. The key is "md#" followed by the
+// HMAC-SHA256 of the value, truncated to 128 bits, in unpadded base64url
+// (25 bytes whatever the value), which also keeps the metadata namespace
+// apart from peer addresses. The HMAC secret is a random one drawn once
+// per process unless [WithKeySecret] sets one.
+//
+// Fleets: with the default per-process secret, two processes hash one
+// token to two different keys. Every node that shares a store (a Redis
+// behind several servers) must be given the same secret with
+// WithKeySecret, or each node keeps its own budget per token (the fleet
+// admits a token N times its limit with N nodes) and a restart hands every
+// token a fresh budget.
+//
+// It applies to New.
+func WithHeaderKey(name string) Option {
+	return option("WithHeaderKey", ctorNew, func(c *config) error {
 		name = strings.ToLower(name)
 		if !validMetadataName(name) {
 			return invalid("bad metadata name %q", name)
 		}
-		if err := c.setKey(keyMetadata); err != nil {
+		if err := c.setKey(keyHeader); err != nil {
 			return err
 		}
-		c.mdName = name
+		c.header = name
 		return nil
-	}
+	})
+}
+
+// MinKeySecret is the shortest secret [WithKeySecret] accepts, in bytes.
+const MinKeySecret = 16
+
+// WithKeySecret sets the secret of the keyed hash that turns [WithHeaderKey]
+// values into keys (at least [MinKeySecret] bytes; 32 random bytes is
+// right). Give the same secret to every node that shares a store, so that a
+// token has one budget across the fleet; keep it secret (whoever holds it
+// can test guessed tokens against the store's keys), and expect every
+// token's budget to start afresh when it changes. The default is a random
+// secret per process. secret is copied. It applies to New.
+func WithKeySecret(secret []byte) Option {
+	return option("WithKeySecret", ctorNew, func(c *config) error {
+		if len(secret) < MinKeySecret {
+			return invalid("key secret of %d bytes, want at least %d", len(secret), MinKeySecret)
+		}
+		c.hasher = newKeyHasher(secret)
+		return nil
+	})
 }
 
 // WithKeyFunc keys calls by f. The key f returns is used as it is (keep it
 // apart from peer keys, which are canonical addresses or prefixes such as
-// "192.0.2.1" and "2001:db8::/64"); "" falls back to the peer address.
+// "192.0.2.1" and "2001:db8::/64", and hash what comes from a credential);
+// "" falls back to the peer address. A key function that panics is a
+// limiter that could not decide (the [FailMode] applies). It applies to
+// New.
 func WithKeyFunc(f KeyFunc) Option {
-	return func(c *config) error {
+	return option("WithKeyFunc", ctorNew, func(c *config) error {
 		if f == nil {
 			return invalid("nil key func")
 		}
@@ -212,75 +330,128 @@ func WithKeyFunc(f KeyFunc) Option {
 		}
 		c.keyFunc = f
 		return nil
-	}
+	})
 }
 
-// WithKeyPrefix puts prefix in front of every key (peer, metadata or
-// custom). Policies whose limiters share a store and have the same
-// configuration share their state for equal keys; a prefix per policy (for
-// example "search ") keeps them apart.
+// WithKeyPrefix puts prefix in front of every key the interceptors charge
+// (peer, header or custom, on every limit). Policies whose limiters share a
+// store and have the same configuration share their state for equal keys;
+// a prefix per policy (for example "search ") keeps them apart. It applies
+// to New.
 func WithKeyPrefix(prefix string) Option {
-	return func(c *config) error { c.prefix = prefix; return nil }
+	return option("WithKeyPrefix", ctorNew, func(c *config) error { c.prefix = prefix; return nil })
 }
 
 // WithIPPrefix sets the prefix lengths peer addresses are aggregated to
 // before they become keys: v4 bits for IPv4 (default 32, the address
 // itself) and v6 bits for IPv6 (default 64: one budget per /64, the block a
-// single host usually holds).
+// single host usually holds). It applies to New.
 func WithIPPrefix(v4, v6 int) Option {
-	return func(c *config) error {
+	return option("WithIPPrefix", ctorNew, func(c *config) error {
 		if v4 < 1 || v4 > 32 || v6 < 1 || v6 > 128 {
 			return invalid("IP prefix lengths %d/%d out of range 1..32/1..128", v4, v6)
 		}
 		c.v4Bits, c.v6Bits = v4, v6
 		return nil
-	}
+	})
 }
 
 // WithCost sets the cost of each call; the default is 1. Streams are charged
-// once, when they open.
+// once, when they open. Every limit of the call is charged the same cost. A
+// cost function that panics is a limiter that could not decide (the
+// [FailMode] applies). It applies to New.
 func WithCost(f CostFunc) Option {
-	return func(c *config) error {
+	return option("WithCost", ctorNew, func(c *config) error {
 		if f == nil {
 			return invalid("nil cost func")
 		}
 		c.cost = f
 		return nil
-	}
+	})
+}
+
+// WithLimit adds a limit every call is checked against together with the
+// main one, all or nothing: a call is admitted only when every limit admits
+// it, and a call one limit refuses is charged to none (per peer AND per
+// token: a token's refusal costs the peer nothing). key derives the call's
+// key on l, after the same rules as the main key ("" falls back to the peer
+// address, the [WithKeyPrefix] prefix applies); nil means the main key.
+// [PeerKey] keys l by peer next to a main key from a header. The limits are
+// decided by [floodgate.TakeAll]: atomically when every limiter is a keyed
+// store limiter on one store. A refusal carries the longest retry time of
+// the refusing limits; the observer's event names the limit that decided
+// (unless [WithName] is given). It may be given several times; it applies
+// to New.
+func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
+	return option("WithLimit", ctorNew, func(c *config) error {
+		if nilcheck.Is(l) {
+			return invalid("nil limiter in WithLimit")
+		}
+		c.limits = append(c.limits, extraLimit{limiter: l, key: key})
+		return nil
+	})
 }
 
 // WithFailMode sets what happens when the limiter errors or panics; the
-// default is [FailOpen].
+// default is [FailOpen]. It applies to New and Shed.
 func WithFailMode(m FailMode) Option {
-	return func(c *config) error {
+	return option("WithFailMode", ctorAll, func(c *config) error {
 		if m != FailOpen && m != FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}
 		c.failMode = m
 		return nil
-	}
+	})
+}
+
+// WithDelayMode sets what happens to a call admitted with a Delay; the
+// default is [DelayHonour]. It applies to New.
+func WithDelayMode(m DelayMode) Option {
+	return option("WithDelayMode", ctorNew, func(c *config) error {
+		if m != DelayHonour && m != DelayRefuse {
+			return invalid("unknown delay mode %d", m)
+		}
+		c.delayMode = m
+		return nil
+	})
 }
 
 // WithDryRun turns on shadow mode when on is true: every call is decided and
 // reported, calls that would be refused are reported as
 // floodgate.OutcomeWouldDeny and let through, and a limiter error lets the
 // call through whatever the fail mode (reported as error_open). Delays are
-// reported (floodgate.OutcomeDelayed) but not applied.
+// reported (floodgate.OutcomeDelayed) but not applied. It applies to New and
+// Shed.
 func WithDryRun(on bool) Option {
-	return func(c *config) error { c.dryRun = on; return nil }
+	return option("WithDryRun", ctorAll, func(c *config) error { c.dryRun = on; return nil })
 }
 
 // WithShedRetryAfter sets the retry delay sent with a shed call (RetryInfo
-// and pushback trailer) when the Acquirer does not say; the default is one
-// second. It applies to [NewShedder] only.
+// and pushback trailer), in (0, 24h]; the default is one second. It applies
+// to Shed.
 func WithShedRetryAfter(d time.Duration) Option {
-	return func(c *config) error {
-		if d < time.Millisecond {
-			return invalid("shed retry-after %v < 1ms", d)
+	return option("WithShedRetryAfter", ctorShed, func(c *config) error {
+		if d <= 0 || d > maxRetryAfter {
+			return invalid("shed retry-after %v outside (0, %v]", d, maxRetryAfter)
 		}
 		c.shedRetry = d
 		return nil
-	}
+	})
+}
+
+// WithClassFunc classifies calls for a priority shedder: f's result is
+// reported as the event's Class, and handed to the [Acquirer] in its
+// context (read it with [ClassFromContext]) so that the slot is claimed for
+// that class. [HeaderClass] reads it from a metadata entry. A class
+// function that panics gives the class "unknown". It applies to Shed.
+func WithClassFunc(f ClassFunc) Option {
+	return option("WithClassFunc", ctorShed, func(c *config) error {
+		if f == nil {
+			return invalid("nil class func")
+		}
+		c.class = f
+		return nil
+	})
 }
 
 // validMetadataName reports whether s is a legal gRPC metadata key: lower

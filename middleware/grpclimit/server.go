@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -14,18 +15,33 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
 // PushbackTrailer is the trailer gRPC clients read to delay their next retry
-// (gRFC A6): a non-negative whole number of milliseconds.
+// (gRFC A6): a whole number of milliseconds to wait, or a negative one
+// ([NoRetryPushback]) meaning "do not retry".
 const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// NoRetryPushback is the [PushbackTrailer] value of a call that can never
+// be admitted: gRPC clients do not retry it.
+const NoRetryPushback = "-1"
 
 // The status messages of refused calls. They are fixed: they never carry the
 // key, the peer, or the limiter's own error text. The retry delay travels in
 // the RetryInfo detail and the pushback trailer.
 const (
-	// MsgRateLimited is the message of codes.ResourceExhausted refusals.
+	// MsgRateLimited is the message of codes.ResourceExhausted refusals by
+	// a rate limit: retry after the RetryInfo delay.
 	MsgRateLimited = "rate limit exceeded"
+	// MsgCostExceedsCapacity is the message of codes.ResourceExhausted
+	// refusals of a call whose cost no limit could ever admit (above the
+	// limit's capacity, or below 1): retrying is useless.
+	MsgCostExceedsCapacity = "request cost exceeds the rate limit's capacity"
+	// MsgInvalidKey is the message of codes.ResourceExhausted refusals of a
+	// call whose key the store refuses: retrying is useless.
+	MsgInvalidKey = "rate limit key refused"
 	// MsgOverloaded is the message of codes.Unavailable refusals by a
 	// shedder.
 	MsgOverloaded = "server overloaded"
@@ -34,14 +50,11 @@ const (
 	MsgLimiterUnavailable = "rate limiter unavailable"
 )
 
-// failClosedRetry is the retry delay suggested when the limiter could not
-// decide and the fail mode is closed.
-const failClosedRetry = time.Second
-
-// Acquirer is a concurrency limiter as [NewShedder] sees it: something that
+// Acquirer is a concurrency limiter as [Shed] sees it: something that
 // hands out slots for in-flight work and sheds what it cannot take. The
-// adaptive and priority limiters of floodgate fit it through a small adapter;
-// its method set is the one httplimit.Acquirer has, so one value serves both.
+// adaptive and priority limiters of floodgate fit it through their Slot
+// adapters (adaptive.Gate.Slot, adaptive.SlotFunc); its method set is the
+// one httplimit.Acquirer has, so one value serves both.
 //
 // Implementations must be safe for concurrent use.
 type Acquirer interface {
@@ -50,7 +63,8 @@ type Acquirer interface {
 	// is true, release must be called exactly once when the work ends, with
 	// success false when the work failed in a way that signals overload (a
 	// drop that an adaptive limit learns from). release may be nil when there
-	// is nothing to release.
+	// is nothing to release. ctx carries the call's class when the shedder
+	// classifies calls ([WithClassFunc], [ClassFromContext]).
 	Acquire(ctx context.Context) (release func(success bool), ok bool, err error)
 }
 
@@ -64,65 +78,82 @@ func (f AcquirerFunc) Acquire(ctx context.Context) (func(success bool), bool, er
 
 // Interceptors holds one limiting policy and hands out the unary and stream
 // server interceptors that enforce it. Build it with [New] (rate limiting)
-// or [NewShedder] (load shedding); register its [Interceptors.Unary] and
+// or [Shed] (load shedding); register its [Interceptors.Unary] and
 // [Interceptors.Stream] with grpc.ChainUnaryInterceptor and
 // grpc.ChainStreamInterceptor. An Interceptors is immutable and safe for
 // concurrent use.
 type Interceptors struct {
-	cfg     config
-	limiter floodgate.Limiter
-	acq     Acquirer
+	cfg  config
+	core *admit.Core // New
+	acq  Acquirer    // Shed
 }
 
-// New returns the server interceptors that rate-limit calls with l.
+// New returns the server interceptors that rate-limit calls with l (and
+// the limits of [WithLimit], all or nothing).
 //
 // Each call is keyed (by default by its peer's IP address, see
-// [WithMetadataKey] and [WithKeyFunc]) and charged its cost (default 1;
-// streams once, when they open). A call l denies is refused with
-// codes.ResourceExhausted, the message [MsgRateLimited], a
-// google.rpc.RetryInfo detail holding the decision's RetryAfter, and the
-// [PushbackTrailer] trailer holding the same delay in milliseconds, rounded
-// up. A decision with a Delay (a shaping limiter) holds the call for that
-// long before running the handler, unless the delay would pass the call's
-// deadline: then the call is refused like a denial and the units are given
-// back when l implements [floodgate.Refunder].
+// [WithHeaderKey] and [WithKeyFunc]) and charged its cost (default 1;
+// streams once, when they open). The decision is floodgate's one admission
+// core's, the one httplimit uses, and is answered as the package
+// documentation's response contract says: admitted (after any shaping
+// delay), rate limited (codes.ResourceExhausted with RetryInfo and
+// pushback), never admissible (codes.ResourceExhausted without RetryInfo,
+// pushback "-1") or, when l fails and the fail mode is closed,
+// codes.Unavailable.
 //
-// When l errors or panics, the call follows the [FailMode]. Every decision is
-// reported to the observer with its latency.
+// Each call decided is reported to the observer as one event.
 //
-// New returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil or
-// an option is invalid.
+// New returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
+// (or a typed nil), an option is invalid or does not apply to New.
 func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
-	if l == nil {
+	if nilcheck.Is(l) {
 		return nil, invalid("nil limiter")
 	}
-	cfg, err := buildConfig(opts)
+	cfg, err := buildConfig(ctorNew, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptors{cfg: cfg, limiter: l}, nil
+	limiters := make([]floodgate.Limiter, 0, 1+len(cfg.limits))
+	limiters = append(limiters, l)
+	for _, x := range cfg.limits {
+		limiters = append(limiters, x.limiter)
+	}
+	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun}
+	if cfg.failMode == FailClosed {
+		acfg.FailMode = admit.FailClosed
+	}
+	if cfg.delayMode == DelayRefuse {
+		acfg.DelayMode = admit.DelayRefuse
+	}
+	core, err := admit.New(acfg, limiters...)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	return &Interceptors{cfg: cfg, core: core}, nil
 }
 
-// NewShedder returns the server interceptors that shed load with a
-// concurrency limiter. A call a refuses is answered with codes.Unavailable,
-// the message [MsgOverloaded], a RetryInfo detail and the pushback trailer
-// (one second by default, see [WithShedRetryAfter]); it is reported as
-// floodgate.OutcomeShed. An admitted call's slot is released when its handler
-// returns, with success false when the handler panicked or returned
+// Shed returns the server interceptors that shed load with a concurrency
+// limiter. A call a refuses is answered with codes.Unavailable, the message
+// [MsgOverloaded], a RetryInfo detail and the pushback trailer (one second
+// by default, see [WithShedRetryAfter]); it is reported as
+// floodgate.OutcomeShed. An admitted call's slot is released when its
+// handler returns, with success false when the handler panicked or returned
 // codes.DeadlineExceeded, codes.ResourceExhausted or codes.Unavailable (the
 // errors that signal overload), true otherwise.
 //
-// Keys and costs do not apply (WithMetadataKey, WithKeyFunc, WithIPPrefix and
-// WithCost are accepted and ignored); dry-run, fail mode, filter and the
-// observer labels do.
+// [WithClassFunc] classifies calls for a priority shedder. The options
+// about keys, costs, extra limits and delays do not apply and are refused.
+// When the Acquirer reports to an observer of its own (adaptive's
+// WithObserver), give the observer to only one of the two, or each call is
+// counted twice.
 //
-// NewShedder returns an error wrapping [floodgate.ErrInvalidConfig] when a
-// is nil or an option is invalid.
-func NewShedder(a Acquirer, opts ...Option) (*Interceptors, error) {
-	if a == nil {
+// Shed returns an error wrapping [floodgate.ErrInvalidConfig] when a is nil
+// (or a typed nil), an option is invalid or does not apply to Shed.
+func Shed(a Acquirer, opts ...Option) (*Interceptors, error) {
+	if nilcheck.Is(a) {
 		return nil, invalid("nil acquirer")
 	}
-	cfg, err := buildConfig(opts)
+	cfg, err := buildConfig(ctorShed, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -217,45 +248,30 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 	if i.acq != nil {
 		return i.admitShed(ctx, method, ss)
 	}
-	start := i.now()
-	d, n, key, err := i.take(ctx, method)
-	ev := floodgate.Event{
-		Policy:   i.cfg.name,
-		Tier:     i.cfg.tier,
-		Route:    i.route(method),
-		Decision: d,
-		Err:      err,
-		Latency:  i.since(start),
+	start := i.core.Start()
+	var ev floodgate.Event
+	if i.cfg.observer != nil {
+		ev.Route = i.route(method)
 	}
+	var v admit.Verdict
+	key, n, checks, err := i.request(ctx, method)
 	switch {
 	case err != nil:
-		return nil, i.failed(ctx, ev, ss)
-	case !d.Allowed:
-		if i.cfg.dryRun {
-			ev.Outcome = floodgate.OutcomeWouldDeny
-			i.cfg.observer.Observe(ev)
-			return nil, nil
-		}
-		ev.Outcome = floodgate.OutcomeDenied
-		i.cfg.observer.Observe(ev)
-		return nil, refuse(ctx, ss, codes.ResourceExhausted, MsgRateLimited, d.RetryAfter)
-	case d.Delay > 0 && !i.cfg.dryRun:
-		return nil, i.delay(ctx, ev, ss, key, n)
-	case d.Delay > 0:
-		ev.Outcome = floodgate.OutcomeDelayed
+		v = i.core.Fail(ctx, err, ev, start)
+	case checks == nil:
+		v = i.core.DecideOne(ctx, key, n, ev, start)
 	default:
-		ev.Outcome = floodgate.OutcomeAllowed
+		v = i.core.Decide(ctx, checks, ev, start)
 	}
-	i.cfg.observer.Observe(ev)
-	return nil, nil
+	return nil, answer(ctx, ss, v)
 }
 
-// take computes the key and the cost and asks the limiter, turning a panic
-// anywhere on the way into an error.
-func (i *Interceptors) take(ctx context.Context, method string) (d floodgate.Decision, n int, key string, err error) {
+// request computes the call's key and cost and, with extra limits, its
+// checks, turning a panic of a key or cost function into an error.
+func (i *Interceptors) request(ctx context.Context, method string) (key string, n int, checks []floodgate.Check, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			d, err = floodgate.Decision{}, fmt.Errorf("grpclimit: limiter panicked: %v", r)
+			err = fmt.Errorf("grpclimit: key or cost function panicked: %v", r)
 		}
 	}()
 	key = i.cfg.key(ctx, method)
@@ -263,25 +279,47 @@ func (i *Interceptors) take(ctx context.Context, method string) (d floodgate.Dec
 	if i.cfg.cost != nil {
 		n = i.cfg.cost(ctx, method)
 	}
-	d, err = i.limiter.Take(ctx, key, n)
-	return d, n, key, err
+	if len(i.cfg.limits) == 0 {
+		return key, n, nil, nil
+	}
+	checks = make([]floodgate.Check, 1+len(i.cfg.limits))
+	checks[0].Key, checks[0].N = key, n
+	for j, x := range i.cfg.limits {
+		k := key
+		if x.key != nil {
+			k = i.cfg.finish(ctx, x.key(ctx, method))
+		}
+		checks[j+1].Key, checks[j+1].N = k, n
+	}
+	return key, n, checks, nil
 }
 
-// now and since time a decision for the observer; without one, the clock
-// is not read at all (on some machines a clock read costs more than the rest
-// of the decision).
-func (i *Interceptors) now() int64 {
-	if !i.cfg.timed {
-		return 0
+// answer translates the core's verdict into the call's fate: nil to run
+// the handler, or the status refusing the call (with its trailer set).
+func answer(ctx context.Context, ss grpc.ServerStream, v admit.Verdict) error {
+	switch v.Kind {
+	case admit.Admit:
+		return nil
+	case admit.Deny:
+		if cerr := ctx.Err(); cerr != nil && v.Reason == admit.ReasonDelay {
+			// The call ended while it was held for its delay.
+			return status.FromContextError(cerr).Err()
+		}
+		return refuse(ctx, ss, codes.ResourceExhausted, MsgRateLimited, v.RetryAfter)
+	case admit.NeverFits:
+		msg := MsgCostExceedsCapacity
+		if v.Reason == admit.ReasonKey {
+			msg = MsgInvalidKey
+		}
+		setPushback(ctx, ss, NoRetryPushback)
+		return status.Error(codes.ResourceExhausted, msg)
 	}
-	return floodgate.Nanotime()
-}
-
-func (i *Interceptors) since(start int64) time.Duration {
-	if !i.cfg.timed {
-		return 0
+	// Unavailable. A call whose own context has ended gets the context's
+	// status instead of a misleading Unavailable.
+	if cerr := ctx.Err(); cerr != nil {
+		return status.FromContextError(cerr).Err()
 	}
-	return time.Duration(floodgate.Nanotime() - start)
+	return refuse(ctx, ss, codes.Unavailable, MsgLimiterUnavailable, admit.UnavailableRetry)
 }
 
 // route maps a method to its route class. A route function that panics
@@ -298,67 +336,89 @@ func (i *Interceptors) route(method string) (route string) {
 	return i.cfg.route(method)
 }
 
-// failed applies the fail mode to a call the limiter could not decide (in
-// dry-run mode the call always passes, reported as error_open). A call whose
-// own context has ended gets the context's status instead of a misleading
-// Unavailable.
-func (i *Interceptors) failed(ctx context.Context, ev floodgate.Event, ss grpc.ServerStream) error {
-	ev.Decision = floodgate.Decision{}
-	if i.cfg.failMode == FailOpen || i.cfg.dryRun {
-		ev.Outcome = floodgate.OutcomeErrorOpen
-		i.cfg.observer.Observe(ev)
-		return nil
-	}
-	ev.Outcome = floodgate.OutcomeErrorClosed
-	i.cfg.observer.Observe(ev)
-	if cerr := ctx.Err(); cerr != nil {
-		return status.FromContextError(cerr).Err()
-	}
-	return refuse(ctx, ss, codes.Unavailable, MsgLimiterUnavailable, failClosedRetry)
+// classKey is the context key of the call's class.
+type classKey struct{}
+
+// ClassFromContext returns the class [WithClassFunc] gave the call, in the
+// context a shedder's [Acquirer] receives; "" when there is none.
+func ClassFromContext(ctx context.Context) string {
+	c, _ := ctx.Value(classKey{}).(string)
+	return c
 }
 
-// delay holds an admitted call for its Delay, or refuses it when the delay
-// would pass its deadline.
-func (i *Interceptors) delay(ctx context.Context, ev floodgate.Event, ss grpc.ServerStream, key string, n int) error {
-	wait := ev.Decision.Delay
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-		if r, ok := i.limiter.(floodgate.Refunder); ok {
-			_ = r.Refund(context.WithoutCancel(ctx), key, n)
-		}
-		ev.Outcome = floodgate.OutcomeDenied
-		i.cfg.observer.Observe(ev)
-		return refuse(ctx, ss, codes.ResourceExhausted, MsgRateLimited, wait)
+// HeaderClass returns a [ClassFunc] that reads a call's class from the
+// first value of the incoming metadata entry name (for example
+// "x-priority"): the value when it is one of classes, fallback otherwise
+// (missing, empty or unknown), so that a client cannot invent labels. The
+// client chooses among classes: give a class only trusted callers may claim
+// through a function of your own.
+func HeaderClass(name, fallback string, classes ...string) ClassFunc {
+	name = strings.ToLower(name)
+	set := make(map[string]struct{}, len(classes))
+	for _, c := range classes {
+		set[c] = struct{}{}
 	}
-	ev.Outcome = floodgate.OutcomeDelayed
-	i.cfg.observer.Observe(ev)
-	return sleep(ctx, wait)
+	return func(ctx context.Context, _ string) string {
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
+			if _, ok := set[v[0]]; ok {
+				return v[0]
+			}
+		}
+		return fallback
+	}
+}
+
+// classify runs the class function; a panic gives "unknown".
+func (i *Interceptors) classify(ctx context.Context, method string) (class string) {
+	defer func() {
+		if r := recover(); r != nil {
+			class = "unknown"
+		}
+	}()
+	return i.cfg.class(ctx, method)
 }
 
 // admitShed is admit for a shedder.
 func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.ServerStream) (func(bool), error) {
-	start := i.now()
-	release, ok, err := i.acquire(ctx)
-	ev := floodgate.Event{
-		Policy:  i.cfg.name,
-		Tier:    i.cfg.tier,
-		Route:   i.route(method),
-		Err:     err,
-		Latency: i.since(start),
+	obs := i.cfg.observer
+	var start int64
+	if obs != nil {
+		start = floodgate.Nanotime()
 	}
+	ev := floodgate.Event{Source: floodgate.SourceRequest, Policy: i.cfg.name, Tier: i.cfg.tier}
+	actx := ctx
+	if i.cfg.class != nil {
+		ev.Class = i.classify(ctx, method)
+		actx = context.WithValue(ctx, classKey{}, ev.Class)
+	}
+	release, ok, err := i.acquire(actx)
+	var refusal error
 	switch {
+	case err != nil && (i.cfg.failMode == FailOpen || i.cfg.dryRun):
+		ev.Outcome = floodgate.OutcomeErrorOpen
 	case err != nil:
-		return nil, i.failed(ctx, ev, ss)
+		ev.Outcome = floodgate.OutcomeErrorClosed
+		if cerr := ctx.Err(); cerr != nil {
+			refusal = status.FromContextError(cerr).Err()
+		} else {
+			refusal = refuse(ctx, ss, codes.Unavailable, MsgLimiterUnavailable, admit.UnavailableRetry)
+		}
 	case !ok && i.cfg.dryRun:
 		ev.Outcome = floodgate.OutcomeWouldDeny
-		i.cfg.observer.Observe(ev)
-		return nil, nil
 	case !ok:
 		ev.Outcome = floodgate.OutcomeShed
-		i.cfg.observer.Observe(ev)
-		return nil, refuse(ctx, ss, codes.Unavailable, MsgOverloaded, i.cfg.shedRetry)
+		refusal = refuse(ctx, ss, codes.Unavailable, MsgOverloaded, i.cfg.shedRetry)
+	default:
+		ev.Outcome = floodgate.OutcomeAllowed
 	}
-	ev.Outcome = floodgate.OutcomeAllowed
-	i.cfg.observer.Observe(ev)
+	if obs != nil {
+		ev.Route, ev.Err = i.route(method), err
+		ev.Latency = time.Duration(floodgate.Nanotime() - start)
+		obs.Observe(ev)
+	}
+	if refusal != nil || !ok {
+		return nil, refusal
+	}
 	return release, nil
 }
 
@@ -386,15 +446,20 @@ func refuse(ctx context.Context, ss grpc.ServerStream, code codes.Code, msg stri
 	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
 		st = withInfo
 	}
-	md := metadata.MD{PushbackTrailer: []string{strconv.FormatInt(pushbackMillis(retry), 10)}}
+	setPushback(ctx, ss, strconv.FormatInt(pushbackMillis(retry), 10))
+	return st.Err()
+}
+
+// setPushback sets the pushback trailer of a refused call.
+func setPushback(ctx context.Context, ss grpc.ServerStream, pushback string) {
+	md := metadata.MD{PushbackTrailer: []string{pushback}}
 	if ss != nil {
 		ss.SetTrailer(md)
-	} else {
-		// Fails only when ctx is not a server call's context (a test calling
-		// the interceptor directly); the status still carries RetryInfo.
-		_ = grpc.SetTrailer(ctx, md)
+		return
 	}
-	return st.Err()
+	// Fails only when ctx is not a server call's context (a test calling
+	// the interceptor directly); the status still says what it says.
+	_ = grpc.SetTrailer(ctx, md)
 }
 
 // pushbackMillis rounds d up to whole milliseconds, at least 1: a client

@@ -2,6 +2,9 @@ package grpclimit
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"net/netip"
 	"strconv"
@@ -20,6 +23,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/adaptive"
+	"github.com/floodgate-go/floodgate/priority"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 const checkMethod = "/grpc.health.v1.Health/Check"
@@ -80,7 +86,7 @@ func TestUnaryResourceExhaustedAfterBurst(t *testing.T) {
 			want = floodgate.OutcomeDenied
 		}
 		assert.Equal(t, want, ev.Outcome, "event %d", i)
-		assert.Equal(t, "per-peer", ev.Limiter)
+		assert.Equal(t, "per-peer", ev.Policy)
 		assert.Equal(t, "edge", ev.Tier)
 		assert.Equal(t, checkMethod, ev.Route)
 		assert.Positive(t, ev.Latency)
@@ -212,9 +218,10 @@ func fmtAny(v any) string {
 	return ""
 }
 
-func TestMetadataKeys(t *testing.T) {
+func TestHeaderKeys(t *testing.T) {
 	rec := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 2)}
-	ic, err := New(rec, WithMetadataKey("X-Service-Token"))
+	secret := []byte("0123456789abcdef-test-secret")
+	ic, err := New(rec, WithHeaderKey("X-Service-Token"), WithKeySecret(secret))
 	require.NoError(t, err)
 	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
 	hc := healthpb.NewHealthClient(conn)
@@ -245,22 +252,24 @@ func TestMetadataKeys(t *testing.T) {
 	keys := map[string]int{}
 	for _, tk := range rec.all() {
 		keys[tk.key]++
+		assert.NotContains(t, tk.key, "token", "the limiter never sees a credential")
 	}
+	h := newKeyHasher(secret)
 	assert.Equal(t, map[string]int{
-		"md:token-a": 3, "md:token-b": 1, "127.0.0.1": 3, "md:127.0.0.1": 1,
+		h.key("token-a"): 3, h.key("token-b"): 1, "127.0.0.1": 3, h.key("127.0.0.1"): 1,
 	}, keys)
 }
 
 func TestKeysHostileAndIPv6(t *testing.T) {
-	c, err := buildConfig([]Option{WithMetadataKey("x-token")})
+	c, err := buildConfig(ctorNew, []Option{WithHeaderKey("x-token")})
 	require.NoError(t, err)
-	hostile := []string{strings.Repeat("A", 64<<10), "a\x00b", "a\r\nb", "sp ace", "é"}
+	hostile := []string{strings.Repeat("A", 64<<10), "a\x00b", "a\r\nb", "sp ace", "é", "plain"}
 	seen := map[string]bool{}
 	for _, v := range hostile {
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-token", v))
 		k := c.key(ctx, checkMethod)
-		assert.True(t, strings.HasPrefix(k, "md#"), "hostile value %q is digested", v[:min(len(v), 8)])
-		assert.LessOrEqual(t, len(k), 40)
+		assert.True(t, strings.HasPrefix(k, "md#"), "value %q is digested", v[:min(len(v), 8)])
+		assert.Len(t, k, keyLen)
 		assert.False(t, seen[k], "digests stay distinct")
 		seen[k] = true
 	}
@@ -271,35 +280,35 @@ func TestKeysHostileAndIPv6(t *testing.T) {
 	assert.Equal(t, "192.0.2.7", c.key(mapped, checkMethod), "IPv4-mapped addresses are unmapped")
 	assert.Equal(t, UnknownPeer, c.key(context.Background(), checkMethod))
 
-	c2, err := buildConfig([]Option{WithIPPrefix(24, 48)})
+	c2, err := buildConfig(ctorNew, []Option{WithIPPrefix(24, 48)})
 	require.NoError(t, err)
 	assert.Equal(t, "192.0.2.0/24", c2.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
 	assert.Equal(t, "2001:db8:1::/48", c2.key(v6, checkMethod))
 
-	c3, err := buildConfig([]Option{WithKeyPrefix("search "), WithMetadataKey("x-token")})
+	c3, err := buildConfig(ctorNew, []Option{WithKeyPrefix("search "), WithHeaderKey("x-token")})
 	require.NoError(t, err)
 	assert.Equal(t, "search 192.0.2.99", c3.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
 	md := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-token", "t1"))
-	assert.Equal(t, "search md:t1", c3.key(md, checkMethod))
+	assert.Equal(t, "search "+processHasher().key("t1"), c3.key(md, checkMethod))
 }
 
 func TestOptionsValidation(t *testing.T) {
 	l := newBucket(t, floodgate.PerSecond(1), 1)
 	bad := map[string][]Option{
-		"two key sources": {WithMetadataKey("a"), WithKeyFunc(func(context.Context, string) string { return "" })},
-		"reserved md":     {WithMetadataKey("grpc-timeout")},
-		"bad md name":     {WithMetadataKey("a b")},
-		"empty md name":   {WithMetadataKey("")},
+		"two key sources": {WithHeaderKey("a"), WithKeyFunc(func(context.Context, string) string { return "" })},
+		"reserved md":     {WithHeaderKey("grpc-timeout")},
+		"bad md name":     {WithHeaderKey("a b")},
+		"empty md name":   {WithHeaderKey("")},
 		"nil observer":    {WithObserver(nil)},
 		"nil key func":    {WithKeyFunc(nil)},
 		"nil cost":        {WithCost(nil)},
-		"nil route":       {WithRoute(nil)},
+		"nil route":       {WithRouteFunc(nil)},
 		"nil filter":      {WithFilter(nil)},
 		"fail mode":       {WithFailMode(7)},
 		"prefix":          {WithIPPrefix(0, 64)},
 		"shed retry":      {WithShedRetryAfter(0)},
 		"empty name":      {WithName("")},
-		"nil option":      {nil},
+		"zero option":     {{}},
 	}
 	for name, opts := range bad {
 		_, err := New(l, opts...)
@@ -311,7 +320,7 @@ func TestOptionsValidation(t *testing.T) {
 	}
 	_, err := New(nil)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	_, err = NewShedder(nil)
+	_, err = Shed(nil)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 }
 
@@ -387,7 +396,7 @@ func TestShedder(t *testing.T) {
 // Watch that holds one slot until cancel is called.
 func shedWithWatch(t *testing.T, a Acquirer, opts ...Option) (hc healthpb.HealthClient, ctx context.Context, cancel context.CancelFunc) {
 	t.Helper()
-	ic, err := NewShedder(a, opts...)
+	ic, err := Shed(a, opts...)
 	require.NoError(t, err)
 	conn, _ := serve(t, []grpc.ServerOption{
 		grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()),
@@ -407,7 +416,7 @@ func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
 	acq := AcquirerFunc(func(context.Context) (func(bool), bool, error) {
 		return func(ok bool) { got = append(got, ok) }, true, nil
 	})
-	ic, err := NewShedder(acq)
+	ic, err := Shed(acq)
 	require.NoError(t, err)
 	unary := ic.Unary()
 	info := &grpc.UnaryServerInfo{FullMethod: checkMethod}
@@ -429,7 +438,7 @@ func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
 	// A panicking acquirer follows the fail mode.
 	boom := AcquirerFunc(func(context.Context) (func(bool), bool, error) { panic("acquirer bug") })
 	for _, mode := range []FailMode{FailOpen, FailClosed} {
-		ic, err := NewShedder(boom, WithFailMode(mode))
+		ic, err := Shed(boom, WithFailMode(mode))
 		require.NoError(t, err)
 		_, err = ic.Unary()(ctx, nil, info, func(context.Context, any) (any, error) { return "ok", nil })
 		if mode == FailOpen {
@@ -447,7 +456,7 @@ func TestFilterCostAndRoute(t *testing.T) {
 	ic, err := New(rec,
 		WithFilter(Methods(checkMethod)),
 		WithCost(func(context.Context, string) int { return 4 }),
-		WithRoute(func(m string) string { return "health" }),
+		WithRouteFunc(func(m string) string { return "health" }),
 		WithKeyFunc(func(ctx context.Context, _ string) string { return "tenant-1" }),
 		WithObserver(obs))
 	require.NoError(t, err)
@@ -556,7 +565,7 @@ func TestPanickingKeyAndCostFuncs(t *testing.T) {
 	}
 
 	obs := &events{}
-	ic, err := New(l, WithRoute(func(string) string { panic("route bug") }), WithObserver(obs))
+	ic, err := New(l, WithRouteFunc(func(string) string { panic("route bug") }), WithObserver(obs))
 	require.NoError(t, err)
 	resp, err := ic.Unary()(peerCtx(t, "192.0.2.2:1"), nil, info, handler)
 	require.NoError(t, err)
@@ -566,13 +575,15 @@ func TestPanickingKeyAndCostFuncs(t *testing.T) {
 	assert.Equal(t, floodgate.OutcomeAllowed, obs.all()[0].Outcome)
 }
 
-// FuzzMetadataKey: whatever a client puts in the metadata entry, the key is
-// bounded, in the metadata namespace, and the same value gives the same key.
-func FuzzMetadataKey(f *testing.F) {
-	for _, s := range []string{"svc-a", "", "127.0.0.1", "a\x00b", "a\r\nb", strings.Repeat("x", 200), "é"} {
+// FuzzHeaderKey: whatever a client puts in the metadata entry, the key is
+// the HMAC oracle's, of fixed length, in the metadata namespace, and never
+// holds the value.
+func FuzzHeaderKey(f *testing.F) {
+	for _, s := range []string{"svc-a", "", "127.0.0.1", "a\x00b", "a\r\nb", strings.Repeat("x", 300), "é"} {
 		f.Add(s)
 	}
-	c, err := buildConfig([]Option{WithMetadataKey("x-token")})
+	secret := []byte("fuzz-secret-0123456789")
+	c, err := buildConfig(ctorNew, []Option{WithHeaderKey("x-token"), WithKeySecret(secret)})
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, v string) {
 		ctx := metadata.NewIncomingContext(peerCtx(t, "192.0.2.1:1"), metadata.Pairs("x-token", v))
@@ -581,13 +592,46 @@ func FuzzMetadataKey(f *testing.F) {
 			require.Equal(t, "192.0.2.1", k, "an empty value falls back to the peer")
 			return
 		}
-		require.True(t, strings.HasPrefix(k, "md:") || strings.HasPrefix(k, "md#"), "key %q", k)
-		require.LessOrEqual(t, len(k), 3+maxPlainKey)
-		require.Equal(t, k, c.key(ctx, checkMethod))
-		if strings.HasPrefix(k, "md:") {
-			require.Equal(t, "md:"+v, k, "plain values are kept as they are")
+		require.Equal(t, oracleKey(secret, v), k)
+		require.Len(t, k, keyLen)
+		if len(v) >= 8 {
+			require.NotContains(t, k, v)
 		}
 	})
+}
+
+// oracleKey is the header key of v computed the plain way: a fresh HMAC.
+func oracleKey(secret []byte, v string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(v))
+	return "md#" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
+}
+
+// TestHeaderKeyPoolConcurrent: the pooled HMAC states give every goroutine
+// the oracle's key, however the states are shared.
+func TestHeaderKeyPoolConcurrent(t *testing.T) {
+	secret := []byte("concurrent-secret-0123")
+	h := newKeyHasher(secret)
+	values := make([]string, 64)
+	want := make([]string, len(values))
+	for i := range values {
+		values[i] = strings.Repeat(strconv.Itoa(i), i*13+1) // up to 800 bytes: several chunks
+		want[i] = oracleKey(secret, values[i])
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for round := range 50 {
+				j := (g*7 + round) % len(values)
+				if got := h.key(values[j]); got != want[j] {
+					t.Errorf("key of value %d: got %q, want %q", j, got, want[j])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.NotEqual(t, h.key("v"), newKeyHasher([]byte("another-secret-0123456")).key("v"), "the secret matters")
 }
 
 // TestKeyCacheNeverMixesPeers: far more peers than cache slots, looked up
@@ -618,4 +662,326 @@ func TestKeyCacheNeverMixesPeers(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, "10.0.0.1", kc.get(prefixes[2]))
 	assert.Equal(t, "2001:db8:1::/64", kc.get(prefixes[3]))
+}
+
+// TestCostAboveCapacityNeverFits: a cost above the burst can never be
+// admitted. It is refused whatever the fail mode (it used to go to the fail
+// mode: FailOpen admitted 8 of 8 on a burst of 5), like httplimit does,
+// with a fixed message, no RetryInfo and the pushback "-1" (do not retry).
+func TestCostAboveCapacityNeverFits(t *testing.T) {
+	for _, mode := range []FailMode{FailOpen, FailClosed} {
+		obs := &events{}
+		lim := newBucket(t, floodgate.PerMinute(1), 5)
+		ic, err := New(lim, WithCost(func(context.Context, string) int { return 8 }),
+			WithFailMode(mode), WithObserver(obs))
+		require.NoError(t, err)
+		conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream())})
+		hc := healthpb.NewHealthClient(conn)
+		ctx := testCtx(t)
+		admitted := 0
+		for range 8 {
+			var trailer metadata.MD
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+			if err == nil {
+				admitted++
+				continue
+			}
+			st := status.Convert(err)
+			require.Equal(t, codes.ResourceExhausted, st.Code())
+			assert.Equal(t, MsgCostExceedsCapacity, st.Message())
+			_, hasRetry := RetryDelay(err)
+			assert.False(t, hasRetry, "no RetryInfo: retrying is useless")
+			assert.Equal(t, []string{NoRetryPushback}, trailer.Get(PushbackTrailer))
+		}
+		assert.Zero(t, admitted, "fail mode %d", mode)
+		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		_, err = w.Recv()
+		require.Equal(t, codes.ResourceExhausted, status.Code(err))
+		assert.Equal(t, []string{NoRetryPushback}, w.Trailer().Get(PushbackTrailer))
+
+		assert.Equal(t, 9, obs.count(floodgate.OutcomeDenied))
+		for _, ev := range obs.all() {
+			assert.ErrorIs(t, ev.Err, floodgate.ErrCostExceedsCapacity)
+		}
+		d, err := lim.Peek(context.Background(), "127.0.0.1")
+		require.NoError(t, err)
+		assert.Equal(t, int64(5), d.Remaining, "nothing charged")
+	}
+}
+
+// TestNeverFitsNotRetriedByGRPC: gRPC's own retry policy, asked to retry
+// RESOURCE_EXHAUSTED, sends a never-admissible call once (pushback "-1"),
+// and a rate-limited one again.
+func TestNeverFitsNotRetriedByGRPC(t *testing.T) {
+	const svcConfig = `{"methodConfig":[{"name":[{"service":"grpc.health.v1.Health"}],
+	  "retryPolicy":{"maxAttempts":3,"initialBackoff":"0.001s","maxBackoff":"0.001s",
+	  "backoffMultiplier":1,"retryableStatusCodes":["RESOURCE_EXHAUSTED"]}}]}`
+	rec := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 5)}
+	ic, err := New(rec, WithCost(func(context.Context, string) int { return 8 }))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())}, grpc.WithDefaultServiceConfig(svcConfig))
+	hc := healthpb.NewHealthClient(conn)
+	_, err = hc.Check(testCtx(t), &healthpb.HealthCheckRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Len(t, rec.all(), 1, "one attempt: the client was told not to retry")
+}
+
+// TestInvalidKeyNeverFits: a key the store refuses is never admitted,
+// whatever the fail mode, and not retried.
+func TestInvalidKeyNeverFits(t *testing.T) {
+	l := floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
+		return floodgate.Decision{}, floodgate.ErrInvalidKey
+	})
+	ic, err := New(l)
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	var trailer metadata.MD
+	_, err = healthpb.NewHealthClient(conn).Check(testCtx(t), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	st := status.Convert(err)
+	require.Equal(t, codes.ResourceExhausted, st.Code())
+	assert.Equal(t, MsgInvalidKey, st.Message())
+	assert.Empty(t, st.Details())
+	assert.Equal(t, []string{NoRetryPushback}, trailer.Get(PushbackTrailer))
+}
+
+// TestEventPolicyTierRouteClass: one event per call, from the request
+// layer, named after the limit that decided (the limiter's Config Name when
+// WithName is not given), with the tier and the route class.
+func TestEventPolicyTierRouteClass(t *testing.T) {
+	s := newStore(t)
+	lim := namedBucket(t, s, "api-per-peer", floodgate.PerMinute(1), 2)
+	obs := &events{}
+	ic, err := New(lim, WithTier("edge"), WithObserver(obs),
+		WithRouteFunc(func(m string) string { return strings.Split(m, "/")[1] }))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream())})
+	hc := healthpb.NewHealthClient(conn)
+	for range 3 {
+		_, _ = hc.Check(testCtx(t), &healthpb.HealthCheckRequest{})
+	}
+	evs := obs.all()
+	require.Len(t, evs, 3, "one event per call")
+	for i, ev := range evs {
+		assert.Equal(t, floodgate.SourceRequest, ev.Source)
+		assert.Equal(t, "api-per-peer", ev.Policy)
+		assert.Equal(t, "edge", ev.Tier)
+		assert.Equal(t, "grpc.health.v1.Health", ev.Route)
+		assert.Empty(t, ev.Class, "a rate limit does not classify")
+		assert.Equal(t, []floodgate.Outcome{floodgate.OutcomeAllowed, floodgate.OutcomeAllowed, floodgate.OutcomeDenied}[i], ev.Outcome)
+	}
+}
+
+// TestFallbackReachesObserver: a decision the store's local fallback made
+// (Decision.Fallback) is reported as OutcomeFallback, admitted or refused
+// as it says.
+func TestFallbackReachesObserver(t *testing.T) {
+	var allow atomic.Bool
+	l := floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
+		if allow.Load() {
+			return floodgate.Decision{Allowed: true, Fallback: true, Limit: 5, Remaining: 4}, nil
+		}
+		return floodgate.Decision{Fallback: true, Limit: 5, RetryAfter: 2 * time.Second}, nil
+	})
+	obs := &events{}
+	ic, err := New(l, WithObserver(obs))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	hc := healthpb.NewHealthClient(conn)
+	allow.Store(true)
+	_, err = hc.Check(testCtx(t), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	allow.Store(false)
+	_, err = hc.Check(testCtx(t), &healthpb.HealthCheckRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	ra, ok := RetryDelay(err)
+	require.True(t, ok)
+	assert.Equal(t, 2*time.Second, ra)
+	evs := obs.all()
+	require.Len(t, evs, 2)
+	for _, ev := range evs {
+		assert.Equal(t, floodgate.OutcomeFallback, ev.Outcome)
+		assert.True(t, ev.Decision.Fallback)
+	}
+	assert.True(t, evs[0].Decision.Allowed)
+	assert.False(t, evs[1].Decision.Allowed)
+}
+
+// TestShedderEventsCarryClass: a priority shedder classifies calls from
+// their metadata; the event carries the class as Class and the method as
+// Route (the shedder used to report the method alone, where the class
+// belongs), and the Acquirer claims the slot for that class.
+func TestShedderEventsCarryClass(t *testing.T) {
+	p, err := priority.NewFixed(1, nil)
+	require.NoError(t, err)
+	var asked []string
+	var mu sync.Mutex
+	acq := AcquirerFunc(adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
+		name := ClassFromContext(ctx)
+		mu.Lock()
+		asked = append(asked, name)
+		mu.Unlock()
+		c, ok := p.Class(name)
+		if !ok {
+			return nil, errors.New("unknown class " + name)
+		}
+		return p.Acquire(ctx, c)
+	}))
+	obs := &events{}
+	hc, ctx, cancel := shedWithWatch(t, acq, WithName("shed"), WithTier("edge"), WithObserver(obs),
+		WithClassFunc(HeaderClass("X-Priority", "standard", "critical", "standard", "best-effort")))
+	defer cancel()
+
+	// The watch (no x-priority: standard) holds the only slot: every
+	// class is shed now.
+	for _, class := range []string{"critical", "best-effort", "bogus", ""} {
+		c := ctx
+		if class != "" {
+			c = metadata.AppendToOutgoingContext(ctx, "x-priority", class)
+		}
+		_, err := hc.Check(c, &healthpb.HealthCheckRequest{})
+		require.Equal(t, codes.Unavailable, status.Code(err))
+	}
+	evs := obs.all()
+	require.Len(t, evs, 5, "one event per call")
+	wantClass := []string{"standard", "critical", "best-effort", "standard", "standard"}
+	wantRoute := []string{"/grpc.health.v1.Health/Watch", checkMethod, checkMethod, checkMethod, checkMethod}
+	for i, ev := range evs {
+		assert.Equal(t, floodgate.SourceRequest, ev.Source)
+		assert.Equal(t, "shed", ev.Policy)
+		assert.Equal(t, "edge", ev.Tier)
+		assert.Equal(t, wantClass[i], ev.Class, "event %d", i)
+		assert.Equal(t, wantRoute[i], ev.Route, "event %d", i)
+		want := floodgate.OutcomeShed
+		if i == 0 {
+			want = floodgate.OutcomeAllowed
+		}
+		assert.Equal(t, want, ev.Outcome, "event %d", i)
+	}
+	mu.Lock()
+	assert.Equal(t, wantClass, asked, "the Acquirer got the same class")
+	mu.Unlock()
+	st := p.Stats()
+	assert.Equal(t, uint64(1), st[0].Shed+st[0].Admitted, "critical")
+	assert.Equal(t, uint64(1), st[2].Shed, "best-effort")
+}
+
+// TestPerPeerAndPerToken: one interceptor, two limits checked all or
+// nothing: a token's refusal charges nothing to the peer, a peer's refusal
+// nothing to the token. The event names the limit that refused.
+func TestPerPeerAndPerToken(t *testing.T) {
+	s := newStore(t)
+	perToken := namedBucket(t, s, "per-token", floodgate.PerMinute(1), 2)
+	perPeer := namedBucket(t, s, "per-peer", floodgate.PerMinute(1), 3)
+	secret := []byte("per-peer-and-token-secret")
+	obs := &events{}
+	ic, err := New(perToken, WithHeaderKey("x-token"), WithKeySecret(secret),
+		WithLimit(perPeer, PeerKey), WithObserver(obs))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	hc := healthpb.NewHealthClient(conn)
+	call := func(token string) error {
+		ctx := metadata.AppendToOutgoingContext(testCtx(t), "x-token", token)
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	remaining := func(l *store.Limiter, key string) int64 {
+		d, err := l.Peek(context.Background(), key)
+		require.NoError(t, err)
+		return d.Remaining
+	}
+	h := newKeyHasher(secret)
+
+	require.NoError(t, call("a"))
+	require.NoError(t, call("a"))
+	err = call("a")
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "token a is spent")
+	ra, ok := RetryDelay(err)
+	require.True(t, ok)
+	assert.Greater(t, ra, 50*time.Second)
+	assert.Equal(t, int64(1), remaining(perPeer, "127.0.0.1"), "the token's refusal cost the peer nothing")
+
+	require.NoError(t, call("b"))
+	assert.Zero(t, remaining(perPeer, "127.0.0.1"))
+	require.Equal(t, codes.ResourceExhausted, status.Code(call("b")), "the peer is spent")
+	assert.Equal(t, int64(1), remaining(perToken, h.key("b")), "the peer's refusal cost token b nothing")
+
+	var policies []string
+	for _, ev := range obs.all() {
+		policies = append(policies, ev.Policy)
+	}
+	assert.Equal(t, "per-token", policies[2])
+	assert.Equal(t, "per-peer", policies[4])
+}
+
+// TestWithLimitMainKeyAndPrefix: an extra limit without key function is
+// charged the main key; the key prefix applies to every limit.
+func TestWithLimitMainKeyAndPrefix(t *testing.T) {
+	main := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 5)}
+	extra := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 5)}
+	byTenant := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 5)}
+	ic, err := New(main, WithKeyPrefix("api "), WithLimit(extra, nil),
+		WithLimit(byTenant, func(context.Context, string) string { return "tenant-7" }),
+		WithCost(func(context.Context, string) int { return 2 }))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	_, err = healthpb.NewHealthClient(conn).Check(testCtx(t), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	// The memstore limiters decide the group themselves (TakeGroup): the
+	// wrappers see no Take, so read the keys' state instead.
+	for l, key := range map[*recLimiter]string{main: "api 127.0.0.1", extra: "api 127.0.0.1", byTenant: "api tenant-7"} {
+		d, err := l.l.(*store.Limiter).Peek(context.Background(), key)
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), d.Remaining, key)
+	}
+}
+
+// TestPerTokenConcurrent: many concurrent calls with one token through a
+// real server: exactly the token's burst is admitted, and the peer is
+// charged for exactly those.
+func TestPerTokenConcurrent(t *testing.T) {
+	s := newStore(t)
+	perToken := namedBucket(t, s, "per-token", floodgate.PerHour(1), 5)
+	perPeer := namedBucket(t, s, "per-peer", floodgate.PerHour(1), 100)
+	ic, err := New(perToken, WithHeaderKey("x-token"), WithLimit(perPeer, PeerKey))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	hc := healthpb.NewHealthClient(conn)
+	ctx := metadata.AppendToOutgoingContext(testCtx(t), "x-token", "t")
+	var ok, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			switch status.Code(err) {
+			case codes.OK:
+				ok.Add(1)
+			case codes.ResourceExhausted:
+				refused.Add(1)
+			default:
+				t.Errorf("unexpected %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(5), ok.Load())
+	assert.Equal(t, int64(35), refused.Load())
+	d, err := perPeer.Peek(context.Background(), "127.0.0.1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(95), d.Remaining, "the peer paid for the admitted calls only")
+}
+
+// TestDelayRefuseMode: with DelayRefuse a delayed admission is refused at
+// once, with the delay as retry time, and refunded.
+func TestDelayRefuseMode(t *testing.T) {
+	dl := &delayLimiter{}
+	dl.delay.Store(int64(time.Minute))
+	ic, err := New(dl, WithDelayMode(DelayRefuse))
+	require.NoError(t, err)
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+	var trailer metadata.MD
+	_, err = healthpb.NewHealthClient(conn).Check(testCtx(t), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Equal(t, time.Minute, pushbackOf(t, trailer))
+	assert.Equal(t, int64(1), dl.refunded.Load())
 }

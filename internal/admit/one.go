@@ -1,0 +1,51 @@
+package admit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// DecideOne is [Core.Decide] for a request that charges n units to key on
+// every limit, without the caller's checks slice: on a core of one limit it
+// allocates nothing (a checks slice handed to Decide escapes, because
+// [floodgate.TakeAll] may keep it). On a core of several limits it builds
+// the checks and calls Decide.
+func (c *Core) DecideOne(ctx context.Context, key string, n int, ev floodgate.Event, start int64) Verdict {
+	if len(c.limits) != 1 {
+		checks := make([]floodgate.Check, len(c.limits))
+		for i := range checks {
+			checks[i].Key, checks[i].N = key, n
+		}
+		return c.Decide(ctx, checks, ev, start)
+	}
+	one := [1]floodgate.Check{{Limiter: c.limits[0].Limiter, Key: key, N: n}}
+	d, err := takeOne(ctx, &one[0])
+	v := c.judge(ctx, one[:], d, err)
+	c.observe(ev, start, v, one[:])
+	return v
+}
+
+// takeOne is take for one check, kept apart so that the check does not
+// escape through TakeAll.
+func takeOne(ctx context.Context, ch *floodgate.Check) (d floodgate.Decision, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d, err = floodgate.Decision{}, fmt.Errorf("%w: %v", ErrPanic, p)
+		}
+	}()
+	ch.Decision, err = ch.Limiter.Take(ctx, ch.Key, ch.N)
+	return ch.Decision, err
+}
+
+// Fail decides a request the transport could not put to its limits (its
+// key or cost function failed or panicked) as if the limits had returned
+// err: the fail mode and dry run apply, and the request's event is
+// reported (Policy: the core's Name, else the first limit's).
+func (c *Core) Fail(ctx context.Context, err error, ev floodgate.Event, start int64) Verdict {
+	one := [1]floodgate.Check{{Limiter: c.limits[0].Limiter}}
+	v := c.judge(ctx, one[:], floodgate.Decision{}, err)
+	c.observe(ev, start, v, one[:])
+	return v
+}
