@@ -156,15 +156,6 @@ func (c *Core) Decide(ctx context.Context, checks []floodgate.Check, ev floodgat
 	return v
 }
 
-// Failed reports a request whose checks could not even be built (a key or
-// cost function panicked, or failed): it is judged as an error of the
-// limits, by the fail mode, and observed.
-func (c *Core) Failed(ctx context.Context, err error, ev floodgate.Event, start int64) Verdict {
-	v := c.judge(ctx, nil, floodgate.Decision{}, err)
-	c.observe(ev, start, v, nil)
-	return v
-}
-
 // Start returns the time a decision starts, for the observer's latency; 0
 // without an observer (the clock is then not read).
 func (c *Core) Start() int64 {

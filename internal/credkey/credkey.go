@@ -1,9 +1,10 @@
 // Package credkey turns credentials (service tokens, API keys) into
 // rate-limit keys with a keyed hash, so that no store and no observer ever
-// sees a credential in clear. The transports share it.
+// sees a credential in clear. Every transport uses it.
 package credkey
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -17,14 +18,22 @@ import (
 // once per process.
 var processSecret = sync.OnceValue(func() []byte {
 	b := make([]byte, 32)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	_, _ = rand.Read(b) // never fails (crypto/rand aborts the program instead)
 	return b
 })
 
 // Hasher derives keys from credentials. It is safe for concurrent use.
 type Hasher struct {
 	prefix string
-	pool   sync.Pool // hash.Hash (HMAC-SHA256 under the secret)
+	pool   sync.Pool // of *state
+}
+
+// state is one pooled HMAC with the buffers a key needs, so that a key
+// costs one hash and one allocation (the key string).
+type state struct {
+	h     hash.Hash
+	sum   [sha256.Size]byte
+	chunk [256]byte // the value is copied through it: no []byte(v) allocation
 }
 
 // New returns a Hasher with secret (nil: the per-process random secret)
@@ -33,32 +42,28 @@ func New(secret []byte, prefix string) *Hasher {
 	if secret == nil {
 		secret = processSecret()
 	}
-	secret = append([]byte(nil), secret...)
+	secret = bytes.Clone(secret)
 	h := &Hasher{prefix: prefix}
-	h.pool.New = func() any { return hmac.New(sha256.New, secret) }
+	h.pool.New = func() any { return &state{h: hmac.New(sha256.New, secret)} }
 	return h
 }
 
-// keyLen is the length of a key's hash part: 16 bytes of the MAC, base64url.
+// keyLen is the length of a key's hash part: 128 bits, unpadded base64url.
 const keyLen = 22
 
 // Key returns prefix + base64url(HMAC-SHA256(secret, credential)[:16]).
 func (h *Hasher) Key(credential string) string {
-	m := h.pool.Get().(hash.Hash)
-	m.Reset()
-	var sum [sha256.Size]byte
-	// Written through a stack buffer: a []byte(credential) conversion
-	// would allocate for long values.
-	var buf [64]byte
-	for s := credential; len(s) > 0; {
-		n := copy(buf[:], s)
-		m.Write(buf[:n])
-		s = s[n:]
+	st := h.pool.Get().(*state)
+	st.h.Reset()
+	for v := credential; len(v) > 0; {
+		n := copy(st.chunk[:], v)
+		st.h.Write(st.chunk[:n])
+		v = v[n:]
 	}
-	out := m.Sum(sum[:0])
-	h.pool.Put(m)
-	b := make([]byte, len(h.prefix)+keyLen)
-	copy(b, h.prefix)
-	base64.RawURLEncoding.Encode(b[len(h.prefix):], out[:16])
-	return unsafe.String(&b[0], len(b)) // b is never written again
+	sum := st.h.Sum(st.sum[:0])
+	out := make([]byte, len(h.prefix)+keyLen)
+	copy(out, h.prefix)
+	base64.RawURLEncoding.Encode(out[len(h.prefix):], sum[:16])
+	h.pool.Put(st)
+	return unsafe.String(&out[0], len(out)) // out is never written again
 }

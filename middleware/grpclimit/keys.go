@@ -1,19 +1,14 @@
 package grpclimit
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
-	"hash"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 
+	"github.com/floodgate-go/floodgate/internal/credkey"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
@@ -116,7 +111,7 @@ func (c *config) key(ctx context.Context, fullMethod string) string {
 	switch c.keyKind {
 	case keyHeader:
 		if v := metadata.ValueFromIncomingContext(ctx, c.header); len(v) > 0 && v[0] != "" {
-			key = c.hasher.key(v[0])
+			key = c.hasher.Key(v[0])
 		}
 	case keyCustom:
 		key = c.keyFunc(ctx, fullMethod)
@@ -147,51 +142,14 @@ func PeerKey(ctx context.Context, _ string) string {
 // defaultPeers aggregates peers like a config without WithIPPrefix.
 var defaultPeers = &config{v4Bits: 32, v6Bits: 64, keys: new(keyCache)}
 
-// keyHasher turns credentials into keys with HMAC-SHA256 under one secret.
-// The HMAC states are pooled: a key costs one hash and one allocation (the
-// key string).
-type keyHasher struct {
-	pool sync.Pool // of *hmacState
-}
-
-type hmacState struct {
-	h     hash.Hash
-	sum   [sha256.Size]byte
-	chunk [256]byte // the value is copied through it: no []byte(v) allocation
-}
-
 // keyLen is the length of a hashed key: "md#" and 128 bits in unpadded
 // base64url.
 const keyLen = 3 + 22
 
-func newKeyHasher(secret []byte) *keyHasher {
-	secret = bytes.Clone(secret)
-	kh := &keyHasher{}
-	kh.pool.New = func() any { return &hmacState{h: hmac.New(sha256.New, secret)} }
-	return kh
-}
+// newKeyHasher returns the hasher of credentials under secret: keys are
+// "md#" + base64url(HMAC-SHA256(secret, value)[:16]).
+func newKeyHasher(secret []byte) *credkey.Hasher { return credkey.New(secret, "md#") }
 
 // processHasher is the hasher of every interceptor without WithKeySecret:
 // one random secret per process.
-var processHasher = sync.OnceValue(func() *keyHasher {
-	var secret [32]byte
-	_, _ = rand.Read(secret[:]) // never fails (crypto/rand aborts the program instead)
-	return newKeyHasher(secret[:])
-})
-
-// key returns the key of credential v: "md#" + base64url(HMAC(v)[:16]).
-func (kh *keyHasher) key(v string) string {
-	st := kh.pool.Get().(*hmacState)
-	st.h.Reset()
-	for len(v) > 0 {
-		n := copy(st.chunk[:], v)
-		st.h.Write(st.chunk[:n])
-		v = v[n:]
-	}
-	sum := st.h.Sum(st.sum[:0])
-	var out [keyLen]byte
-	copy(out[:], "md#")
-	base64.RawURLEncoding.Encode(out[3:], sum[:16])
-	kh.pool.Put(st)
-	return string(out[:])
-}
+var processHasher = sync.OnceValue(func() *credkey.Hasher { return credkey.New(nil, "md#") })

@@ -143,7 +143,7 @@ func BenchmarkHeaderKey(b *testing.B) {
 		b.Run(strconv.Itoa(size)+"B", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = h.key(v)
+				_ = h.Key(v)
 			}
 		})
 	}

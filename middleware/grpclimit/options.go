@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
@@ -122,7 +123,7 @@ type config struct {
 	prefix    string
 	keys      *keyCache
 	header    string
-	hasher    *keyHasher // nil: the process's
+	hasher    *credkey.Hasher // nil: the process's
 	keyFunc   KeyFunc
 	cost      CostFunc
 	v4Bits    int

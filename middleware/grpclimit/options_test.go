@@ -149,9 +149,9 @@ func TestKeySecretCopied(t *testing.T) {
 	secret := []byte("0123456789abcdef")
 	c, err := buildConfig(ctorNew, []Option{WithHeaderKey("x-token"), WithKeySecret(secret)})
 	require.NoError(t, err)
-	before := c.hasher.key("token")
+	before := c.hasher.Key("token")
 	secret[0] = 'X'
-	assert.Equal(t, before, c.hasher.key("token"))
+	assert.Equal(t, before, c.hasher.Key("token"))
 	assert.Equal(t, oracleKey([]byte("0123456789abcdef"), "token"), before)
 }
 

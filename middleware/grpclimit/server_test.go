@@ -256,7 +256,7 @@ func TestHeaderKeys(t *testing.T) {
 	}
 	h := newKeyHasher(secret)
 	assert.Equal(t, map[string]int{
-		h.key("token-a"): 3, h.key("token-b"): 1, "127.0.0.1": 3, h.key("127.0.0.1"): 1,
+		h.Key("token-a"): 3, h.Key("token-b"): 1, "127.0.0.1": 3, h.Key("127.0.0.1"): 1,
 	}, keys)
 }
 
@@ -289,7 +289,7 @@ func TestKeysHostileAndIPv6(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "search 192.0.2.99", c3.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
 	md := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-token", "t1"))
-	assert.Equal(t, "search "+processHasher().key("t1"), c3.key(md, checkMethod))
+	assert.Equal(t, "search "+processHasher().Key("t1"), c3.key(md, checkMethod))
 }
 
 func TestOptionsValidation(t *testing.T) {
@@ -623,7 +623,7 @@ func TestHeaderKeyPoolConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for round := range 50 {
 				j := (g*7 + round) % len(values)
-				if got := h.key(values[j]); got != want[j] {
+				if got := h.Key(values[j]); got != want[j] {
 					t.Errorf("key of value %d: got %q, want %q", j, got, want[j])
 					return
 				}
@@ -631,7 +631,7 @@ func TestHeaderKeyPoolConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.NotEqual(t, h.key("v"), newKeyHasher([]byte("another-secret-0123456")).key("v"), "the secret matters")
+	assert.NotEqual(t, h.Key("v"), newKeyHasher([]byte("another-secret-0123456")).Key("v"), "the secret matters")
 }
 
 // TestKeyCacheNeverMixesPeers: far more peers than cache slots, looked up
@@ -904,7 +904,7 @@ func TestPerPeerAndPerToken(t *testing.T) {
 	require.NoError(t, call("b"))
 	assert.Zero(t, remaining(perPeer, "127.0.0.1"))
 	require.Equal(t, codes.ResourceExhausted, status.Code(call("b")), "the peer is spent")
-	assert.Equal(t, int64(1), remaining(perToken, h.key("b")), "the peer's refusal cost token b nothing")
+	assert.Equal(t, int64(1), remaining(perToken, h.Key("b")), "the peer's refusal cost token b nothing")
 
 	var policies []string
 	for _, ev := range obs.all() {

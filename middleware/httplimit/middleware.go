@@ -194,17 +194,27 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &m.cfg
 	start := m.core.Start()
 	ev := floodgate.Event{Route: c.route}
-	cs := m.checks.Get().(*[]floodgate.Check)
-	checks := *cs
-	defer func() {
-		clear(checks)
-		m.checks.Put(cs)
-	}()
+	var one [1]floodgate.Check
+	checks := one[:]
+	if len(m.keys) > 0 {
+		cs := m.checks.Get().(*[]floodgate.Check)
+		checks = *cs
+		defer func() {
+			clear(checks)
+			m.checks.Put(cs)
+		}()
+	}
 	fromIP, err := m.prepare(r, checks)
 	var v admit.Verdict
-	if err != nil {
-		v = m.core.Failed(r.Context(), err, ev, start)
-	} else {
+	switch {
+	case err != nil:
+		v = m.core.Fail(r.Context(), err, ev, start)
+	case len(checks) == 1:
+		// One limit: no checks slice goes through TakeAll (it would move
+		// to the heap); the verdict's Decision is the limit's.
+		v = m.core.DecideOne(r.Context(), checks[0].Key, checks[0].N, ev, start)
+		checks[0].Decision = v.Decision
+	default:
 		v = m.core.Decide(r.Context(), checks, ev, start)
 	}
 	scope := m.scopeKey
