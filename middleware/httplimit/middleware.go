@@ -191,32 +191,45 @@ type limitHandler struct {
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
-	c := &m.cfg
 	start := m.core.Start()
-	ev := floodgate.Event{Route: c.route}
-	var one [1]floodgate.Check
-	checks := one[:]
-	if len(m.keys) > 0 {
-		cs := m.checks.Get().(*[]floodgate.Check)
-		checks = *cs
-		defer func() {
-			clear(checks)
-			m.checks.Put(cs)
-		}()
+	ev := floodgate.Event{Route: m.cfg.route}
+	if len(m.keys) == 0 {
+		// One limit: the check stays on the stack (a checks slice handed
+		// to TakeAll would move to the heap); the verdict's Decision is
+		// the limit's.
+		var one [1]floodgate.Check
+		fromIP, err := m.prepare(r, one[:])
+		var v admit.Verdict
+		if err != nil {
+			v = m.core.Fail(r.Context(), err, ev, start)
+		} else {
+			v = m.core.DecideOne(r.Context(), one[0].Key, one[0].N, ev, start)
+			one[0].Decision = v.Decision
+		}
+		h.respond(w, r, one[:], v, fromIP)
+		return
 	}
+	cs := m.checks.Get().(*[]floodgate.Check)
+	checks := *cs
+	defer func() {
+		clear(checks)
+		m.checks.Put(cs)
+	}()
 	fromIP, err := m.prepare(r, checks)
 	var v admit.Verdict
-	switch {
-	case err != nil:
+	if err != nil {
 		v = m.core.Fail(r.Context(), err, ev, start)
-	case len(checks) == 1:
-		// One limit: no checks slice goes through TakeAll (it would move
-		// to the heap); the verdict's Decision is the limit's.
-		v = m.core.DecideOne(r.Context(), checks[0].Key, checks[0].N, ev, start)
-		checks[0].Decision = v.Decision
-	default:
+	} else {
 		v = m.core.Decide(r.Context(), checks, ev, start)
 	}
+	h.respond(w, r, checks, v, fromIP)
+}
+
+// respond translates verdict v into the response: a refusal, or the
+// headers and the next handler.
+func (h *limitHandler) respond(w http.ResponseWriter, r *http.Request, checks []floodgate.Check, v admit.Verdict, fromIP bool) {
+	m := h.m
+	c := &m.cfg
 	scope := m.scopeKey
 	if fromIP {
 		scope = m.scopeIP
@@ -272,7 +285,7 @@ func (m *limiterMW) prepare(r *http.Request, checks []floodgate.Check) (fromIP b
 // number of fields.
 type headerBlock struct {
 	vals [7]string
-	buf  [160]byte
+	buf  [128]byte
 }
 
 // setHeaders writes the informational header groups of verdict v, whose
