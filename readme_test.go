@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/adaptive"
@@ -36,7 +35,7 @@ func readmeQuickstart(ctx context.Context, w http.ResponseWriter, clientIP strin
 	}
 	defer s.Close()
 
-	perClient, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 3})
+	perClient, err := bucket.NewKeyed(s, bucket.Config{Name: "per-client", Rate: floodgate.PerSecond(10), Burst: 3})
 	if err != nil {
 		return err
 	}
@@ -66,7 +65,7 @@ func readmeRedis(ctx context.Context, local *memstore.Store) error {
 	if err != nil {
 		return err
 	}
-	perClient, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 3})
+	perClient, err := bucket.NewKeyed(s, bucket.Config{Name: "per-client", Rate: floodgate.PerSecond(10), Burst: 3})
 	if err != nil {
 		return err
 	}
@@ -74,21 +73,29 @@ func readmeRedis(ctx context.Context, local *memstore.Store) error {
 	return nil
 }
 
-func readmeMulti(s *redisstore.Store) (floodgate.Limiter, error) {
-	perSecond, err := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 10}.Algorithm()
+func readmeMulti(ctx context.Context, s *redisstore.Store, clientIP, apiKey string) (floodgate.Decision, error) {
+	perSecond, err := bucket.NewKeyed(s, bucket.Config{Name: "api-per-second", Rate: floodgate.PerSecond(10), Burst: 10})
 	if err != nil {
-		return nil, err
+		return floodgate.Decision{}, err
 	}
-	perHour, err := bucket.Config{Rate: floodgate.PerHour(1000), Burst: 1000}.Algorithm()
+	perHour, err := bucket.NewKeyed(s, bucket.Config{Name: "api-per-hour", Rate: floodgate.PerHour(1000), Burst: 1000})
 	if err != nil {
-		return nil, err
+		return floodgate.Decision{}, err
 	}
-	return redisstore.NewMultiLimiter(s, perSecond, perHour) // one script, all-or-nothing
+	both, err := floodgate.All(perSecond, perHour) // one key, both limits
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
+	_, _ = both.Take(ctx, clientIP, 1)
+
+	// Different keys: per client IP AND per API key; checks[i].Decision says which refused.
+	checks := []floodgate.Check{{Limiter: perSecond, Key: clientIP, N: 1}, {Limiter: perHour, Key: apiKey, N: 1}}
+	d, err := floodgate.TakeAll(ctx, checks)
+	return d, err
 }
 
 func readmeMiddleware(perClient floodgate.Limiter, apiHandler http.Handler) error {
-	mw, err := httplimit.Middleware(perClient,
-		httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Window: time.Second}),
+	mw, err := httplimit.Middleware(perClient, // advertises "per-client";q=10;w=1, from the limiter
 		httplimit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")),
 	)
 	if err != nil {
