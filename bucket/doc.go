@@ -14,7 +14,10 @@
 // # Keyed token bucket
 //
 // [Config] (a [floodgate.Rate] and a Burst) gives a [algo.Algorithm] and,
-// with [NewKeyed], a keyed [floodgate.Limiter]. Units: time in Unix
+// with [NewKeyed], a keyed limiter: a [store.Limiter] (Take, Refund, Peek)
+// on any store. Its Name is the limit's identity: limiters with the same
+// Name on one store share each key's state, unnamed ones never do (see
+// [algo.Identity]). Units: time in Unix
 // microseconds, the interval Rate.Per/Rate.N rounded up to a whole
 // microsecond (the effective rate is never above the one written), so that
 // the Redis twin computes with exact integers. The step:

@@ -20,7 +20,7 @@ func ExampleNewKeyed() {
 		panic(err)
 	}
 	defer s.Close()
-	lim, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: 2})
+	lim, err := bucket.NewKeyed(s, bucket.Config{Name: "per-client", Rate: floodgate.PerSecond(1), Burst: 2})
 	if err != nil {
 		panic(err)
 	}
@@ -48,5 +48,5 @@ func ExampleNewKeyed() {
 	// alice allowed=false remaining=0 retry-after=1s reset-after=2s
 	// bob   allowed=true  remaining=1 retry-after=0s reset-after=1s
 	// alice allowed=true  remaining=0 retry-after=0s reset-after=2s
-	// floodgate: invalid cost: cost 3 outside 1..2
+	// floodgate: invalid cost: cost exceeds the policy's capacity: cost 3 exceeds the capacity 2 of "per-client"
 }

@@ -4,19 +4,26 @@
 //
 // # From nginx to Config
 //
-//	nginx                                   leaky
-//	--------------------------------------  ------------------------------------------
-//	limit_req_zone $key zone=z rate=10r/s   Config{Rate: floodgate.PerSecond(10)}, key passed to Take
-//	limit_req_zone ... rate=30r/m           Config{Rate: floodgate.PerMinute(30)} (or ParseRate("30r/m"))
-//	limit_req zone=z                        Burst: 0 (the default): one request per 1/rate, no excess
-//	limit_req zone=z burst=20               Burst: 20: excess requests delayed (Decision.Delay)
-//	limit_req zone=z burst=20 nodelay       Burst: 20, NoDelay: true
-//	limit_req zone=z burst=20 delay=8       Burst: 20, Delay: 8 (two-stage)
-//	limit_req_dry_run on                    DryRun: true
-//	$limit_req_status                       Keyed.TakeResult(...).Status (PASSED, DELAYED, ...)
-//	limit_req_status 429                    the middleware's job: a denial is Allowed == false
-//	several limit_req in one location       floodgate.All(limiters...) (Delay = the largest)
-//	the request waits in nginx              Shape(ctx, limiter, key, 1), or wait Decision.Delay yourself
+//	nginx                                    leaky
+//	---------------------------------------  -----------------------------------------------
+//	limit_req_zone $key zone=z rate=10r/s    Config{Name: "z", Rate: floodgate.PerSecond(10)};
+//	                                         NewKeyed(store, cfg), $key passed to Take
+//	limit_req_zone ... rate=30r/m            Rate: floodgate.PerMinute(30) (or ParseRate("30r/m"))
+//	limit_req zone=z                         Burst: 0 (the default): one request per 1/rate
+//	limit_req zone=z burst=20                Burst: 20: excess requests delayed (Decision.Delay)
+//	limit_req zone=z burst=20 nodelay        Burst: 20, NoDelay: true
+//	limit_req zone=z burst=20 delay=8        Burst: 20, Delay: 8 (two-stage)
+//	limit_req_dry_run on                     the transport's dry run (httplimit.WithDryRun,
+//	                                         grpclimit.WithDryRun); StatusOf(d, true)
+//	$limit_req_status                        StatusOf(decision, dryRun): PASSED, DELAYED, ...
+//	limit_req_status 429                     the middleware's job: a denial is Allowed == false
+//	several limit_req in one location        floodgate.All(limiters...) (Delay = the largest)
+//	the request waits in nginx               Shape(ctx, limiter, key, 1), or wait Decision.Delay
+//
+// Two limiters with the same Name on one store share each key's state, like
+// two limit_req directives on one zone, even when their parameters differ
+// (a changed zone keeps its state); unnamed limiters never share state (see
+// [algo.Identity]).
 //
 // [ParseNginx] reads the two directives as written: ParseNginx("10r/s",
 // "zone=ip burst=20 nodelay").
@@ -81,11 +88,13 @@
 //
 // # Dry run
 //
-// With DryRun, Take always admits and never delays, while the state evolves
-// exactly as if the limit were enforced: requests that would pass or be
-// delayed are charged, those that would be rejected are not.
-// [Keyed.TakeResult] reports the nginx status (PASSED, DELAYED, REJECTED,
-// DELAYED_DRY_RUN, REJECTED_DRY_RUN) and the verdict the limit reached.
+// limit_req_dry_run is the transports' dry-run mode, not the limiter's: the
+// limiter decides exactly as when enforcing (a would-be delay is charged like
+// a delay, a would-be rejection charges nothing, since a denial consumes
+// nothing), and the transport admits the request at once. The state therefore
+// evolves exactly as when enforcing. [StatusOf] with dryRun true gives
+// nginx's statuses (PASSED, DELAYED_DRY_RUN, REJECTED_DRY_RUN) from the
+// limiter's Decision.
 //
 // # Units, state, stores and concurrency
 //
@@ -103,6 +112,6 @@
 // by [Config.Validate] with an error wrapping [floodgate.ErrInvalidConfig].
 //
 // Nothing in this package reads a clock except [Shape], and nothing but
-// [Shape] sleeps. [Algorithm] and [Keyed] are safe for concurrent use; the
-// store serialises the steps of one key.
+// [Shape] sleeps. [Algorithm] and the limiter [NewKeyed] returns are safe for
+// concurrent use; the store serialises the steps of one key.
 package leaky
