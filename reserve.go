@@ -51,8 +51,9 @@ type Reserver interface {
 	// on: they keep their times, and giving back more would let a newcomer
 	// be served before them and exceed the limit. So the last reservation
 	// of a queue is given back in full, one in the middle of a queue mostly
-	// not; the slot it leaves is then served to nobody. A resetIn measured
-	// on a clock other than the store's shifts the result by the
-	// difference: at most the store call's latency with Wait's measure.
+	// not; the slot it leaves is then served to nobody. resetIn is measured
+	// on the caller's clock, not the store's: what comes back errs by at
+	// most the store calls' latency (more by up to this call's, less by up
+	// to Reserve's).
 	CancelReservation(ctx context.Context, key string, n int, resetIn time.Duration) error
 }

@@ -56,6 +56,20 @@ func tenPerSecond(t *testing.T, s store.Store) *store.Limiter {
 	return l
 }
 
+// drainedTenPerSecond is tenPerSecond with key "k" drained, the key's state
+// then (a peek) and the store, its count of calls reset.
+func drainedTenPerSecond(t *testing.T) (*countingStore, *store.Limiter, floodgate.Decision) {
+	t.Helper()
+	s := newCountingStore(t)
+	lim := tenPerSecond(t, s)
+	_, err := lim.Take(t.Context(), "k", 1)
+	require.NoError(t, err)
+	before, err := lim.Peek(t.Context(), "k")
+	require.NoError(t, err)
+	s.calls.Store(0)
+	return s, lim, before
+}
+
 // waitAll starts one Wait per cost, one after the other (each has made its
 // store call before the next arrives), and returns the order in which they
 // returned and when (since start).
@@ -139,14 +153,8 @@ func TestWaitLeakyQueues(t *testing.T) {
 func TestWaitCancelGivesTheReservationBack(t *testing.T) {
 	t.Run("last", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			s := newCountingStore(t)
-			lim := tenPerSecond(t, s)
+			s, lim, before := drainedTenPerSecond(t)
 			ctx := t.Context()
-			_, err := lim.Take(ctx, "k", 1)
-			require.NoError(t, err)
-			before, err := lim.Peek(ctx, "k")
-			require.NoError(t, err)
-			s.calls.Store(0)
 
 			cctx, cancel := context.WithCancel(ctx)
 			time.AfterFunc(40*time.Millisecond, cancel)
@@ -205,14 +213,8 @@ func TestWaitCancelGivesTheReservationBack(t *testing.T) {
 // the wait fits in (exactly, too) is waited for.
 func TestWaitReserveDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newCountingStore(t)
-		lim := tenPerSecond(t, s)
+		s, lim, before := drainedTenPerSecond(t)
 		ctx := t.Context()
-		_, err := lim.Take(ctx, "k", 1)
-		require.NoError(t, err)
-		before, err := lim.Peek(ctx, "k")
-		require.NoError(t, err)
-		s.calls.Store(0)
 
 		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()

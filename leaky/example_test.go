@@ -94,3 +94,34 @@ func ExampleStatusOf() {
 	// PASSED/0s PASSED/0s DELAYED/500ms DELAYED/1s REJECTED/0s
 	// PASSED/0s PASSED/0s DELAYED_DRY_RUN/500ms DELAYED_DRY_RUN/1s REJECTED_DRY_RUN/0s
 }
+
+// A reservation (what floodgate.Wait makes) queues past the burst at the
+// rate instead of being rejected: with "rate=2r/s burst=1 nodelay", two
+// requests pass at once and the next ones are served 500 ms apart, in
+// order, as long as their Delay fits maxWait.
+func ExampleNewKeyed_reserve() {
+	frozen := floodgate.ClockFunc(func() time.Time { return time.Unix(1_767_225_600, 0) })
+	s, err := memstore.New(memstore.WithClock(frozen))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	lim, err := leaky.NewKeyed(s, leaky.Config{Rate: floodgate.PerSecond(2), Burst: 1, NoDelay: true})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for range 5 {
+		d, err := lim.Reserve(ctx, "client", 1, time.Second)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s delay=%v retry-after=%v\n", leaky.StatusOf(d, false), d.Delay, d.RetryAfter)
+	}
+	// Output:
+	// PASSED delay=0s retry-after=0s
+	// PASSED delay=0s retry-after=0s
+	// DELAYED delay=500ms retry-after=0s
+	// DELAYED delay=1s retry-after=0s
+	// REJECTED delay=0s retry-after=1.5s
+}
