@@ -20,9 +20,6 @@ import (
 	"github.com/floodgate-go/floodgate/window"
 )
 
-// Compile-time check: the store package's keyed limiter reserves.
-var _ floodgate.Reserver = (*store.Limiter)(nil)
-
 // countingStore is a memstore on the synctest bubble's clock that counts
 // the store calls, to tell a reservation from polling.
 type countingStore struct {

@@ -6,6 +6,8 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
+var _ algo.Reservable = (*gcra)(nil)
+
 // reserveName is the Spec.Name of the token bucket's reserving twin.
 const reserveName = "token-bucket+reserve"
 

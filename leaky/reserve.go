@@ -5,6 +5,8 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
+var _ algo.Reservable = (*Algorithm)(nil)
+
 // reserveName is the Spec.Name of the leaky bucket's reserving twin.
 const reserveName = "leaky-bucket+reserve"
 

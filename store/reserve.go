@@ -9,6 +9,8 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
+var _ floodgate.Reserver = (*Limiter)(nil)
+
 // Reserve implements [floodgate.Reserver]: one call of the store with the
 // algorithm's reserving twin ([algo.Reservable]), so that a reservation is
 // atomic per key like a Take and runs on Redis as one script. maxWait is
