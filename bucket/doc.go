@@ -14,18 +14,52 @@
 // # Keyed token bucket
 //
 // [Config] (a [floodgate.Rate] and a Burst) gives a [algo.Algorithm] and,
-// with [NewKeyed], a keyed [floodgate.Limiter]. Units: time in Unix
-// microseconds, the interval Rate.Per/Rate.N rounded up to a whole
-// microsecond (the effective rate is never above the one written), so that
-// the Redis twin computes with exact integers. The step:
+// with [NewKeyed], a keyed limiter: a [store.Limiter] (Take, Refund, Peek,
+// Reserve) on any store. Its Name is the limit's identity: limiters with the
+// same Name on one store share each key's state, unnamed ones never do (see
+// [algo.Identity]). Units: time in Unix microseconds, the interval
+// Rate.Per/Rate.N rounded up to a whole microsecond (the effective rate is
+// never above the one written), so that the Redis twin computes with exact
+// integers. The step:
 //   - n > 0 takes n tokens when they are all there, and otherwise denies with
 //     RetryAfter the time until they are (a denial takes nothing);
 //   - n == 0 peeks; n < 0 refunds -n tokens, never beyond the burst;
-//   - a TAT more than the burst ahead of now can only come from a clock that
-//     went backwards: it is re-based to "empty at now", which credits
-//     nothing.
+//   - a TAT more than the burst plus the reservation horizon (below) ahead of
+//     now can only come from a clock that went backwards: it is re-based to
+//     "empty at now", which credits nothing. A clock that goes back by less
+//     leaves the key that much longer in debt: it never credits either.
 //
 // The zero [Config] is invalid; [Config.Validate] says why.
+//
+// # Reservations and floodgate.Wait
+//
+// The keyed bucket reserves ([algo.Reservable], [floodgate.Reserver]): a
+// reservation of n tokens is admitted now and pushes the TAT n intervals
+// later, like a take, even when the tokens are not there yet; the caller acts
+// after Decision.Delay, when the TAT less the burst reaches it. So
+// reservations are served in the order they were made (first in, first
+// out), one interval per token apart once the burst is spent, and a plain
+// Take that arrives behind a queue is denied until the queue has passed:
+// [floodgate.Wait] reserves, with one store call and no polling.
+//
+//   - A reservation is refused, charging nothing, when its wait would pass
+//     maxWait (the caller's deadline); RetryAfter is then that wait.
+//   - The horizon: a queue reaches at most max(15 minutes, 64 times the time
+//     to refill the burst) beyond a full burst's worth; a reservation that
+//     would go beyond is refused with RetryAfter the time until it fits.
+//   - A cancelled reservation (an abandoned Wait) gives back its tokens less
+//     the intervals that later reservations pushed beyond it: those keep
+//     their times, so giving back more would let a newcomer be served before
+//     them, over the limit. The last reservation of a queue comes back in
+//     full; one in the middle gives back only what nobody is scheduled on
+//     (usually nothing), and its slot passes unused. This is x/time/rate's
+//     rule (CancelAt).
+//   - Accuracy: delays are exact to the microsecond on the store's clock;
+//     the caller's timer adds the runtime's latency. A cancellation locates
+//     its reservation with the caller's clock (from before its Reserve call,
+//     as Wait measures): what it gives back errs by at most the store calls'
+//     latency, more by up to the cancel call's, less by up to the Reserve
+//     call's.
 //
 // # Keyless limiter
 //

@@ -76,6 +76,8 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 	}
 	t := c.interval()
 	g := gcra{t: t, tau: t * c.Burst, burst: c.Burst}
+	g.horizon = reserveHorizon(g.tau)
+	g.span = g.tau + g.horizon
 	// A pointer: stores call Spec and Step through the interface on every
 	// request, and a value receiver would copy the whole struct each time.
 	g.spec = algo.Spec{
@@ -87,8 +89,10 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 		Undelayed: c.Burst,
 		Quota:     c.Rate.N,
 		Window:    c.Rate.Per,
-		Lua:       algo.Lua{Source: gcraLua, Params: []int64{t, c.Burst}},
+		Lua:       algo.Lua{Source: gcraLua, Params: []int64{t, c.Burst, g.span}},
 	}
+	g.reserveSpec = g.spec
+	g.reserveSpec.Name = reserveName
 	return &g, nil
 }
 
@@ -108,8 +112,23 @@ func NewKeyed(s store.Store, c Config) (*store.Limiter, error) {
 // ahead of now.
 type gcra struct {
 	t, tau, burst int64
+	// horizon is how far beyond tau reservations may push the TAT, and
+	// span = tau + horizon the farthest ahead of now a TAT may be.
+	horizon, span int64
 	spec          algo.Spec
+	reserveSpec   algo.Spec // the reserving twin's, but for its Params
 }
+
+// reserveHorizon is the reservation horizon of a bucket whose TAT is at most
+// tau ahead when nothing is reserved: max(15 minutes, 64 x tau), at most
+// maxSpanMicros (so that every sum stays below 2^53). It is also what tells
+// a queue of reservations from a clock gone back: a TAT more than
+// tau+horizon ahead of now cannot hold a reservation.
+func reserveHorizon(tau int64) int64 {
+	return min(max(15*60*usPerSecond, 64*tau), maxSpanMicros)
+}
+
+const usPerSecond = int64(time.Second / time.Microsecond)
 
 func (g *gcra) Spec() algo.Spec { return g.spec }
 
@@ -127,18 +146,10 @@ func (g *gcra) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Dec
 // StepWord implements [algo.WordStepper]: the step on the theoretical
 // arrival time alone. It sets every field of *d.
 func (g *gcra) StepWord(tat, now, n int64, d *floodgate.Decision) int64 {
-	if tat < now {
-		tat = now
-	}
-	// A TAT more than tau ahead of now can only come from a clock that went
-	// backwards: re-base it to "empty at now". This credits nothing.
-	if tat-now > g.tau {
-		tat = now + g.tau
-	}
-	if n < 0 {
-		tat += n * g.t // n < 0: refund
-		if tat < now {
-			tat = now
+	tat = g.normalise(tat, now)
+	if n <= 0 {
+		if n < 0 { // refund
+			tat = max(now, tat+n*g.t)
 		}
 		g.decide(d, tat, now, 0)
 		return tat
@@ -150,6 +161,20 @@ func (g *gcra) StepWord(tat, now, n int64, d *floodgate.Decision) int64 {
 	}
 	g.decide(d, newTat, now, 0)
 	return newTat
+}
+
+// normalise bounds a TAT to now..now+span. A TAT in the past is a full
+// bucket. Reservations may hold the TAT up to span ahead of now; a TAT
+// farther ahead can only come from a clock that went backwards, and is
+// re-based to "empty at now", which credits nothing.
+func (g *gcra) normalise(tat, now int64) int64 {
+	if tat < now {
+		return now
+	}
+	if tat-now > g.span {
+		return now + g.tau
+	}
+	return tat
 }
 
 // decide writes the decision for a bucket whose TAT is tat: admitted when
@@ -166,35 +191,52 @@ func (g *gcra) decide(d *floodgate.Decision, tat, now, retryAfter int64) {
 	d.Delay = 0
 }
 
-// gcraLua is the Lua twin of gcra.Step. p = {interval, burst}.
+// gcraLua is the Lua twin of gcra.Step and of its reserving twin (see
+// reserve.go). p = {interval, burst, span} for the bucket; the reserving
+// twin appends {maxWait, resetIn}.
 const gcraLua = `
 return function(s, now, n, p)
-  local t, burst = p[1], p[2]
+  local t, burst, span = p[1], p[2], p[3]
   local tau = t * burst
   local tat = s[1] or 0
   if tat < now then tat = now end
-  if tat - now > tau then tat = now + tau end
+  if tat - now > span then tat = now + tau end
   s[1] = tat
-  local function decide(x, allowed)
+  local function decide(x, retry, delay)
     local rem = math.floor((tau - (x - now)) / t)
     if rem < 0 then rem = 0 end
     if rem > burst then rem = burst end
-    return {allowed, burst, rem, 0, x - now, 0}
+    local allowed = 1
+    if retry > 0 then allowed = 0 end
+    return {allowed, burst, rem, retry, x - now, delay}
   end
-  if n < 0 then
-    tat = tat + n * t
-    if tat < now then tat = now end
-    s[1] = tat
-    return s, decide(tat, 1)
+  if n <= 0 then
+    if n < 0 then
+      local give = -n * t
+      if p[5] then
+        local behind = tat - now - p[5]
+        if behind > 0 then give = give - behind end
+      end
+      if give > 0 then
+        tat = tat - give
+        if tat < now then tat = now end
+      end
+      s[1] = tat
+    end
+    return s, decide(tat, 0, 0)
   end
   local newTat = tat + n * t
-  local allowAt = newTat - tau
-  if allowAt > now then
-    local d = decide(tat, 0)
-    d[4] = allowAt - now
-    return s, d
+  local wait = newTat - tau - now
+  if p[4] then
+    local horizon = span - tau
+    if wait > p[4] then return s, decide(tat, wait, 0) end
+    if wait > horizon then return s, decide(tat, wait - horizon, 0) end
+    if wait < 0 then wait = 0 end
+    s[1] = newTat
+    return s, decide(newTat, 0, wait)
   end
+  if wait > 0 then return s, decide(tat, wait, 0) end
   s[1] = newTat
-  return s, decide(newTat, 1)
+  return s, decide(newTat, 0, 0)
 end
 `

@@ -93,22 +93,25 @@ func TestKeyedIntervalRoundsUp(t *testing.T) {
 	}
 }
 
-// TestKeyedNamespace checks that policies differing in any parameter get
-// different namespaces and equal policies the same one.
+// TestKeyedNamespace checks the identity rule: limiters with the same Name
+// share a namespace whatever their parameters (a change of parameters keeps
+// the state); different names never share; unnamed limiters never share,
+// even with equal parameters.
 func TestKeyedNamespace(t *testing.T) {
 	ns := func(c bucket.Config) uint64 { return mustKeyedAlg(t, c).Spec().Namespace }
-	a := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 5}
-	if ns(a) != ns(bucket.Config{Rate: floodgate.Rate{N: 600, Per: time.Minute}, Burst: 5}) {
-		t.Error("10/s and 600/min (the same interval) have different namespaces")
+	a := bucket.Config{Name: "api", Rate: floodgate.PerSecond(10), Burst: 5}
+	if ns(a) != ns(bucket.Config{Name: "api", Rate: floodgate.PerMinute(7), Burst: 50}) {
+		t.Error("one Name with other parameters has another namespace")
 	}
-	for _, b := range []bucket.Config{
-		{Rate: floodgate.PerSecond(10), Burst: 6},
-		{Rate: floodgate.PerSecond(11), Burst: 5},
-		{Rate: floodgate.PerMinute(10), Burst: 5},
-	} {
-		if ns(a) == ns(b) {
-			t.Errorf("%+v and %+v share a namespace", a, b)
-		}
+	if ns(a) == ns(bucket.Config{Name: "api2", Rate: floodgate.PerSecond(10), Burst: 5}) {
+		t.Error("two names share a namespace")
+	}
+	u := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 5}
+	if ns(u) == ns(u) || ns(u) == ns(a) {
+		t.Error("unnamed limiters share a namespace")
+	}
+	if sp := mustKeyedAlg(t, a).Spec(); sp.Policy != "api" || sp.Capacity != 5 {
+		t.Errorf("Spec = %+v, want Policy api and Capacity 5", sp)
 	}
 }
 

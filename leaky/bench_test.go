@@ -30,9 +30,6 @@ func BenchmarkTakeHotKey(b *testing.B) {
 		{"leaky-delay", func(s *memstore.Store) (floodgate.Limiter, error) {
 			return leaky.NewKeyed(s, leaky.Config{Rate: rate, Burst: burst, Delay: burst / 2})
 		}},
-		{"leaky-dryrun", func(s *memstore.Store) (floodgate.Limiter, error) {
-			return leaky.NewKeyed(s, leaky.Config{Rate: rate, Burst: burst, DryRun: true})
-		}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

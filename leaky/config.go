@@ -141,9 +141,10 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 		delay: c.delayMilli(),
 		limit: c.Capacity(),
 	}
-	// Past msCap elapsed milliseconds any state has leaked back to idle;
-	// capping ms keeps rate*ms small.
-	a.msCap = ceilDiv(milli*(a.burst+milli), r) + 1
+	a.maxExc = maxExcess(r, a.burst)
+	// Past msCap elapsed milliseconds any state (reservations included)
+	// has leaked back to idle; capping ms keeps rate*ms small.
+	a.msCap = ceilDiv(milli*(a.maxExc+milli), r) + 1
 	a.spec.Name = "leaky-bucket"
 	a.spec.Policy = c.Name
 	a.spec.Namespace = algo.Identity("leaky-bucket", c.Name, fmt.Sprintf("%d/%d/%d", a.rate, a.burst, a.delay))
@@ -152,8 +153,20 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 	a.spec.Quota, a.spec.Window = c.Rate.N, c.Rate.Per
 	a.spec.Words = 3
 	a.spec.Lua.Source = stepLua
-	a.spec.Lua.Params = []int64{a.rate, a.burst, a.delay, a.msCap, a.limit}
+	a.spec.Lua.Params = []int64{a.rate, a.burst, a.delay, a.msCap, a.limit, a.maxExc}
+	a.reserveSpec = a.spec
+	a.reserveSpec.Name = reserveName
 	return a, nil
+}
+
+// maxExcess is the most excess (milli-requests) a key may hold, its
+// reservations included: the reservation horizon. It keeps every product of
+// the step exact in Lua's doubles: at most 2^42 milli-requests (about 4.4
+// billion requests) and 2^40 ms (about 35 years) to drain, and never below
+// the burst.
+func maxExcess(rate, burst int64) int64 {
+	const perMsDrain = maxDrainMs / milli // rate*this milli-requests drain in 2^40 ms
+	return max(burst, min(int64(1)<<42, rate*perMsDrain-milli))
 }
 
 // ParseRate parses an nginx rate= value: "10r/s", "30r/m", or a bare number

@@ -4,19 +4,26 @@
 //
 // # From nginx to Config
 //
-//	nginx                                   leaky
-//	--------------------------------------  ------------------------------------------
-//	limit_req_zone $key zone=z rate=10r/s   Config{Rate: floodgate.PerSecond(10)}, key passed to Take
-//	limit_req_zone ... rate=30r/m           Config{Rate: floodgate.PerMinute(30)} (or ParseRate("30r/m"))
-//	limit_req zone=z                        Burst: 0 (the default): one request per 1/rate, no excess
-//	limit_req zone=z burst=20               Burst: 20: excess requests delayed (Decision.Delay)
-//	limit_req zone=z burst=20 nodelay       Burst: 20, NoDelay: true
-//	limit_req zone=z burst=20 delay=8       Burst: 20, Delay: 8 (two-stage)
-//	limit_req_dry_run on                    DryRun: true
-//	$limit_req_status                       Keyed.TakeResult(...).Status (PASSED, DELAYED, ...)
-//	limit_req_status 429                    the middleware's job: a denial is Allowed == false
-//	several limit_req in one location       floodgate.All(limiters...) (Delay = the largest)
-//	the request waits in nginx              Shape(ctx, limiter, key, 1), or wait Decision.Delay yourself
+//	nginx                                    leaky
+//	---------------------------------------  -----------------------------------------------
+//	limit_req_zone $key zone=z rate=10r/s    Config{Name: "z", Rate: floodgate.PerSecond(10)};
+//	                                         NewKeyed(store, cfg), $key passed to Take
+//	limit_req_zone ... rate=30r/m            Rate: floodgate.PerMinute(30) (or ParseRate("30r/m"))
+//	limit_req zone=z                         Burst: 0 (the default): one request per 1/rate
+//	limit_req zone=z burst=20                Burst: 20: excess requests delayed (Decision.Delay)
+//	limit_req zone=z burst=20 nodelay        Burst: 20, NoDelay: true
+//	limit_req zone=z burst=20 delay=8        Burst: 20, Delay: 8 (two-stage)
+//	limit_req_dry_run on                     the transport's dry run (httplimit.WithDryRun,
+//	                                         grpclimit.WithDryRun); StatusOf(d, true)
+//	$limit_req_status                        StatusOf(decision, dryRun): PASSED, DELAYED, ...
+//	limit_req_status 429                     the middleware's job: a denial is Allowed == false
+//	several limit_req in one location        floodgate.All(limiters...) (Delay = the largest)
+//	the request waits in nginx               Shape(ctx, limiter, key, 1), or wait Decision.Delay
+//
+// Two limiters with the same Name on one store share each key's state, like
+// two limit_req directives on one zone, even when their parameters differ
+// (a changed zone keeps its state); unnamed limiters never share state (see
+// [algo.Identity]).
 //
 // [ParseNginx] reads the two directives as written: ParseNginx("10r/s",
 // "zone=ip burst=20 nodelay").
@@ -33,8 +40,8 @@
 //	excess = max(0, excess - rate*ms/1000 + 1000)
 //
 // and is rejected when excess > burst*1000. A rejected request changes
-// nothing (but the re-basing after a clock jump). An admitted one stores excess (and last = now, if ms != 0), and is
-// delayed by (excess - delay*1000) * 1000 / rate milliseconds when excess is
+// nothing (but the re-basing after a clock jump). An admitted one stores
+// excess (and last = now, if ms != 0), and is delayed by (excess - delay*1000) * 1000 / rate milliseconds when excess is
 // above delay*1000 (delay is Burst with NoDelay, Delay otherwise). A fresh key
 // admits its first request with excess 0.
 //
@@ -81,18 +88,50 @@
 //
 // # Dry run
 //
-// With DryRun, Take always admits and never delays, while the state evolves
-// exactly as if the limit were enforced: requests that would pass or be
-// delayed are charged, those that would be rejected are not.
-// [Keyed.TakeResult] reports the nginx status (PASSED, DELAYED, REJECTED,
-// DELAYED_DRY_RUN, REJECTED_DRY_RUN) and the verdict the limit reached.
+// limit_req_dry_run is the transports' dry-run mode, not the limiter's: the
+// limiter decides exactly as when enforcing (a would-be delay is charged like
+// a delay, a would-be rejection charges nothing, since a denial consumes
+// nothing), and the transport admits the request at once. The state therefore
+// evolves exactly as when enforcing. [StatusOf] with dryRun true gives
+// nginx's statuses (PASSED, DELAYED_DRY_RUN, REJECTED_DRY_RUN) from the
+// limiter's Decision.
+//
+// # Reservations and floodgate.Wait
+//
+// The keyed leaky bucket reserves ([algo.Reservable], [floodgate.Reserver]):
+// a reservation is nginx's arithmetic with the burst check replaced by a
+// wait check. It is admitted when its Delay, nginx's (excess -
+// delay*1000) * 1000 / rate ms, is at most maxWait (the caller's deadline);
+// its excess is kept like an admitted request's, past the burst if need be.
+// Within the burst it decides exactly as Take; beyond it, reservations queue
+// at the rate, 1/rate apart (in whole milliseconds), and a plain request is
+// rejected until the queue has leaked back under the burst. [floodgate.Wait]
+// reserves and sleeps the whole Delay, shaping delay included: waiters leave
+// in the order they reserved (first in, first out), one store call each, no
+// polling, none rejected while the queue fits the horizon.
+//
+//   - A reservation whose Delay would pass maxWait is refused, charging
+//     nothing; RetryAfter is then that Delay.
+//   - The horizon: a key holds at most 2^42 milli-requests (about 4.4 billion
+//     requests) of excess, and no more than 2^40 ms (about 35 years) of leak;
+//     a reservation beyond is refused with RetryAfter the time until it fits.
+//   - A cancelled reservation (an abandoned Wait) gives back its requests
+//     less the excess that later reservations added beyond it (rounded up
+//     to whole milliseconds of leak): the last of a queue comes back in
+//     full, exactly as a Refund; one in the middle gives back only what
+//     nobody is scheduled on, usually nothing, and its slot passes unused.
+//   - Accuracy: Delays are in whole milliseconds like nginx's. A cancellation
+//     locates its reservation with the caller's clock (from before its
+//     Reserve call, as Wait measures): what it gives back errs by at most
+//     the store calls' latency, more by up to the cancel call's, less by up
+//     to the Reserve call's.
 //
 // # Units, state, stores and concurrency
 //
 // Steps take time in Unix microseconds and keep three words of state: W[0] is
 // the µs at which the key is idle again (the store may drop it from then on),
-// W[1] last (Unix ms), W[2] excess (milli-requests). The zero State is a
-// fresh key. The same step exists in Lua (Spec().Lua) for the Redis store,
+// W[1] last (Unix ms), W[2] excess (milli-requests, above the burst only
+// for reservations). The zero State is a fresh key. The same step exists in Lua (Spec().Lua) for the Redis store,
 // exact in doubles: every integer stays below 2^53 for times below 2^53 µs
 // (the year 2255), and divisions are exact floors in both languages.
 //
@@ -103,6 +142,6 @@
 // by [Config.Validate] with an error wrapping [floodgate.ErrInvalidConfig].
 //
 // Nothing in this package reads a clock except [Shape], and nothing but
-// [Shape] sleeps. [Algorithm] and [Keyed] are safe for concurrent use; the
-// store serialises the steps of one key.
+// [Shape] sleeps. [Algorithm] and the limiter [NewKeyed] returns are safe for
+// concurrent use; the store serialises the steps of one key.
 package leaky

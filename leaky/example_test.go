@@ -54,9 +54,11 @@ func Example() {
 }
 
 // nginx's default mode ("burst=3", no nodelay) and delay=N mode admit excess
-// requests with a Delay that spaces them at the rate; with dry run the
-// status tells what would have happened.
-func ExampleKeyed_TakeResult() {
+// requests with a Delay that spaces them at the rate. StatusOf gives
+// $limit_req_status; with dryRun true (limit_req_dry_run on, which the
+// transports implement by admitting every request) it gives the dry-run
+// statuses of the same decisions.
+func ExampleStatusOf() {
 	frozen := floodgate.ClockFunc(func() time.Time { return time.Unix(1_767_225_600, 0) })
 	s, err := memstore.New(memstore.WithClock(frozen))
 	if err != nil {
@@ -65,28 +67,61 @@ func ExampleKeyed_TakeResult() {
 	defer s.Close()
 	ctx := context.Background()
 
-	for _, cfg := range []leaky.Config{
-		{Rate: floodgate.PerSecond(2), Burst: 3},                         // burst=3
-		{Rate: floodgate.PerSecond(2), Burst: 3, Delay: 1},               // burst=3 delay=1
-		{Rate: floodgate.PerSecond(2), Burst: 3, Delay: 1, DryRun: true}, // + limit_req_dry_run on
+	for _, mode := range []struct {
+		cfg    leaky.Config
+		dryRun bool
+	}{
+		{leaky.Config{Rate: floodgate.PerSecond(2), Burst: 3}, false},           // burst=3
+		{leaky.Config{Rate: floodgate.PerSecond(2), Burst: 3, Delay: 1}, false}, // burst=3 delay=1
+		{leaky.Config{Rate: floodgate.PerSecond(2), Burst: 3, Delay: 1}, true},  // + limit_req_dry_run on
 	} {
-		lim, err := leaky.NewKeyed(s, cfg)
+		lim, err := leaky.NewKeyed(s, mode.cfg)
 		if err != nil {
 			panic(err)
 		}
-		key := fmt.Sprint("client-", cfg.Delay, cfg.DryRun)
 		var line []string
-		for range cfg.Capacity() + 1 {
-			r, err := lim.TakeResult(ctx, key, 1)
+		for range mode.cfg.Capacity() + 1 {
+			d, err := lim.Take(ctx, "client", 1)
 			if err != nil {
 				panic(err)
 			}
-			line = append(line, fmt.Sprintf("%s/%v", r.Status, r.Delay))
+			line = append(line, fmt.Sprintf("%s/%v", leaky.StatusOf(d, mode.dryRun), d.Delay))
 		}
 		fmt.Println(strings.Join(line, " "))
 	}
 	// Output:
 	// PASSED/0s DELAYED/500ms DELAYED/1s DELAYED/1.5s REJECTED/0s
 	// PASSED/0s PASSED/0s DELAYED/500ms DELAYED/1s REJECTED/0s
-	// PASSED/0s PASSED/0s DELAYED_DRY_RUN/0s DELAYED_DRY_RUN/0s REJECTED_DRY_RUN/0s
+	// PASSED/0s PASSED/0s DELAYED_DRY_RUN/500ms DELAYED_DRY_RUN/1s REJECTED_DRY_RUN/0s
+}
+
+// A reservation (what floodgate.Wait makes) queues past the burst at the
+// rate instead of being rejected: with "rate=2r/s burst=1 nodelay", two
+// requests pass at once and the next ones are served 500 ms apart, in
+// order, as long as their Delay fits maxWait.
+func ExampleNewKeyed_reserve() {
+	frozen := floodgate.ClockFunc(func() time.Time { return time.Unix(1_767_225_600, 0) })
+	s, err := memstore.New(memstore.WithClock(frozen))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	lim, err := leaky.NewKeyed(s, leaky.Config{Rate: floodgate.PerSecond(2), Burst: 1, NoDelay: true})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for range 5 {
+		d, err := lim.Reserve(ctx, "client", 1, time.Second)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s delay=%v retry-after=%v\n", leaky.StatusOf(d, false), d.Delay, d.RetryAfter)
+	}
+	// Output:
+	// PASSED delay=0s retry-after=0s
+	// PASSED delay=0s retry-after=0s
+	// DELAYED delay=500ms retry-after=0s
+	// DELAYED delay=1s retry-after=0s
+	// REJECTED delay=0s retry-after=1.5s
 }

@@ -3,6 +3,7 @@ package leaky_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
@@ -60,11 +62,44 @@ func (s *mapStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n 
 	return d, nil
 }
 
+// ApplyAll steps every op in order on a copy of the states and keeps the
+// copies only when all admit and commit is set.
+func (s *mapStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now
+	if s.clock != nil {
+		now = s.clock.Now().UnixMicro()
+	}
+	next := map[string]algo.State{}
+	ok := true
+	for i, op := range ops {
+		k := fmt.Sprintf("%x/%s", op.Alg.Spec().Namespace, op.Key)
+		st, seen := next[k]
+		if !seen {
+			st = s.m[k]
+			if st.W[0] <= now {
+				st = algo.State{}
+			}
+		}
+		st, out[i] = op.Alg.Step(st, now, op.N)
+		next[k] = st
+		ok = ok && out[i].Allowed
+	}
+	if ok && commit {
+		maps.Copy(s.m, next)
+	}
+	return ok, nil
+}
+
 func mustAlg(t testing.TB, c leaky.Config) *leaky.Algorithm {
 	t.Helper()
 	a, err := c.Algorithm()
 	require.NoError(t, err)
-	return a
+	return a.(*leaky.Algorithm)
 }
 
 // step is one request of a table: at (Unix µs), cost n, expected decision.

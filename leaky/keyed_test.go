@@ -11,10 +11,11 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/storetest"
 )
 
-func newKeyed(t *testing.T, c leaky.Config) (*leaky.Keyed, *storetest.Clock) {
+func newKeyed(t *testing.T, c leaky.Config) (*store.Limiter, *storetest.Clock) {
 	t.Helper()
 	clk := storetest.NewClock(time.UnixMicro(t0))
 	k, err := leaky.NewKeyed(newMemstore(t, clk), c)
@@ -22,50 +23,57 @@ func newKeyed(t *testing.T, c leaky.Config) (*leaky.Keyed, *storetest.Clock) {
 	return k, clk
 }
 
-// Dry run admits everything, delays nothing, reports nginx's status, and
-// keeps exactly the state an enforcing limiter keeps.
-func TestDryRun(t *testing.T) {
+// dryRun is what a transport in dry-run mode (limit_req_dry_run on) does
+// with the limiter's decision: it admits the request at once.
+func dryRun(d floodgate.Decision) floodgate.Decision {
+	d.Allowed, d.RetryAfter, d.Delay = true, 0, 0
+	return d
+}
+
+// Dry run is the transports' job: the limiter decides as when enforcing, a
+// dry run admits everything, StatusOf(decision, true) gives nginx's dry-run
+// statuses, and the key's state goes through exactly the sequence it goes
+// through when enforcing (a would-be rejection charges nothing, a would-be
+// delay charges like a delay).
+func TestDryRunStatuses(t *testing.T) {
 	ctx := context.Background()
 	c := leaky.Config{Rate: floodgate.PerSecond(1), Burst: 1}
 	enforcing, clkE := newKeyed(t, c)
-	c.DryRun = true
-	dry, clkD := newKeyed(t, c)
+	shadow, clkD := newKeyed(t, c)
 
-	type want struct {
-		enforced, dry leaky.Status
-	}
 	script := []struct {
-		advance time.Duration
-		want    want
+		advance       time.Duration
+		enforced, dry leaky.Status
 	}{
-		{0, want{leaky.StatusPassed, leaky.StatusPassed}},
-		{0, want{leaky.StatusDelayed, leaky.StatusDelayedDryRun}},
-		{0, want{leaky.StatusRejected, leaky.StatusRejectedDryRun}},
-		{0, want{leaky.StatusRejected, leaky.StatusRejectedDryRun}},
-		{999 * time.Millisecond, want{leaky.StatusRejected, leaky.StatusRejectedDryRun}},
-		{time.Millisecond, want{leaky.StatusDelayed, leaky.StatusDelayedDryRun}},
-		{3 * time.Second, want{leaky.StatusPassed, leaky.StatusPassed}},
+		{0, leaky.StatusPassed, leaky.StatusPassed},
+		{0, leaky.StatusDelayed, leaky.StatusDelayedDryRun},
+		{0, leaky.StatusRejected, leaky.StatusRejectedDryRun},
+		{0, leaky.StatusRejected, leaky.StatusRejectedDryRun},
+		{999 * time.Millisecond, leaky.StatusRejected, leaky.StatusRejectedDryRun},
+		{time.Millisecond, leaky.StatusDelayed, leaky.StatusDelayedDryRun},
+		{3 * time.Second, leaky.StatusPassed, leaky.StatusPassed},
 	}
 	for i, st := range script {
 		clkE.Advance(st.advance)
 		clkD.Advance(st.advance)
-		e, err := enforcing.TakeResult(ctx, "k", 1)
+		e, err := enforcing.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		d, err := dry.TakeResult(ctx, "k", 1)
+		v, err := shadow.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, st.want.enforced, e.Status, "step %d", i)
-		require.Equal(t, st.want.dry, d.Status, "step %d", i)
-		// Same verdict: the dry-run state is the enforcing one.
-		require.Equal(t, e.Verdict, d.Verdict, "step %d", i)
-		require.Equal(t, e.Decision, e.Verdict, "step %d", i)
+		require.Equal(t, st.enforced, leaky.StatusOf(e, false), "step %d", i)
+		require.Equal(t, st.dry, leaky.StatusOf(v, true), "step %d", i)
+		// The dry-run limiter reached the enforcing verdict...
+		require.Equal(t, e, v, "step %d", i)
+		// ... while the transport admitted the request at once.
+		d := dryRun(v)
 		require.True(t, d.Allowed, "step %d", i)
-		require.Zero(t, d.Delay, "step %d", i)
-		require.Zero(t, d.RetryAfter, "step %d", i)
-		checkInvariants(t, d.Decision)
-		plain, err := dry.Take(ctx, "other", 1)
+		checkInvariants(t, d)
+		// Same state after every step.
+		pe, err := enforcing.Peek(ctx, "k")
 		require.NoError(t, err)
-		require.True(t, plain.Allowed)
-		require.Zero(t, plain.Delay)
+		pd, err := shadow.Peek(ctx, "k")
+		require.NoError(t, err)
+		require.Equal(t, pe, pd, "step %d: the dry-run state left the enforcing one", i)
 	}
 }
 
@@ -193,12 +201,12 @@ func TestParseRate(t *testing.T) {
 }
 
 func TestKeyedErrorsPassThrough(t *testing.T) {
-	k, _ := newKeyed(t, leaky.Config{Rate: floodgate.PerSecond(1), DryRun: true})
+	k, _ := newKeyed(t, leaky.Config{Rate: floodgate.PerSecond(1)})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r, err := k.TakeResult(ctx, "k", 1)
+	d, err := k.Take(ctx, "k", 1)
 	require.True(t, errors.Is(err, context.Canceled))
-	require.Equal(t, leaky.Result{}, r)
+	require.Equal(t, floodgate.Decision{}, d)
 }
 
 func TestParseNginx(t *testing.T) {

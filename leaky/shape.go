@@ -20,8 +20,8 @@ import (
 // returns at once an error wrapping [floodgate.ErrWouldExceedDeadline] and
 // [context.DeadlineExceeded]; when the context ends during the wait, it
 // refunds and returns the context's error. Either way the abandoned request is
-// not charged. limiter must implement [floodgate.Refunder] ([Keyed] and
-// [floodgate.All] of them do); otherwise Shape returns an error wrapping
+// not charged. limiter must implement [floodgate.Refunder] (the limiter
+// [NewKeyed] returns and [floodgate.All] of them do); otherwise Shape returns an error wrapping
 // [floodgate.ErrInvalidConfig] without taking anything.
 //
 // On success the returned Decision is the admitting one, its Delay already

@@ -12,11 +12,12 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // shapeLimiter is a default-mode leaky bucket (every excess request delayed
 // 100 ms more than the previous) on a store reading the bubble's clock.
-func shapeLimiter(t *testing.T) *leaky.Keyed {
+func shapeLimiter(t *testing.T) *store.Limiter {
 	t.Helper()
 	k, err := leaky.NewKeyed(newMemstore(t, floodgate.ClockFunc(time.Now)), leaky.Config{Rate: floodgate.PerSecond(10), Burst: 5})
 	require.NoError(t, err)

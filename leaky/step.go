@@ -18,14 +18,24 @@ import (
 //	      the next request would be the first one of a fresh key)
 //	W[1]  last: Unix ms of the last admitted request (nginx's lr->last)
 //	W[2]  excess in milli-requests (nginx's lr->excess); a refund may take
-//	      it down to -1000, one request of credit, never below
+//	      it down to -1000, one request of credit, never below; reservations
+//	      (see [Algorithm.Reserve]) may take it above the burst
 type Algorithm struct {
-	rate  int64 // milli-requests per second
-	burst int64 // milli-requests
-	delay int64 // milli-requests served undelayed
-	limit int64 // Burst + 1
-	msCap int64 // elapsed ms beyond which every state is idle
-	spec  algo.Spec
+	rate        int64 // milli-requests per second
+	burst       int64 // milli-requests
+	delay       int64 // milli-requests served undelayed
+	limit       int64 // Burst + 1
+	maxExc      int64 // the most excess a key holds, reservations included
+	msCap       int64 // elapsed ms beyond which every state is idle
+	spec        algo.Spec
+	reserveSpec algo.Spec // the reserving twin's, but for its Params
+}
+
+// reservation is the argument of a reserving twin's step: nil for the
+// plain step.
+type reservation struct {
+	maxWait int64 // µs, 0..algo.MaxReserveArg
+	resetIn int64 // µs, ±algo.MaxReserveArg
 }
 
 // Bound on |last| (ms) so that every product stays inside int64 in Go and
@@ -57,8 +67,13 @@ func (a *Algorithm) Step(s algo.State, now int64, n int64) (algo.State, floodgat
 // StepState implements [algo.StateStepper]: Step on *s in place, the
 // decision written to *d (every field set).
 func (a *Algorithm) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
+	a.step(s, now, n, d, nil)
+}
+
+// step is StepState, and with r the reserving twin's step.
+func (a *Algorithm) step(s *algo.State, now, n int64, d *floodgate.Decision, r *reservation) {
 	last := min(max(s.W[1], -maxLastMs), maxLastMs)
-	exc := min(max(s.W[2], -milli), a.burst)
+	exc := min(max(s.W[2], -milli), a.maxExc)
 	n = min(max(n, -(a.limit+1)), a.limit+1)
 
 	nowMs := min(max(floorDiv(now, milli), -maxLastMs), maxLastMs)
@@ -89,16 +104,32 @@ func (a *Algorithm) StepState(s *algo.State, now, n int64, d *floodgate.Decision
 		// n requests arriving together: the first as in nginx, the n-1
 		// others in the same millisecond (+1000 each).
 		e1 = base + (n-1)*milli
-		if e1 > a.burst {
-			a.hold(s, last, exc, base, n, now, d)
+		var retry int64
+		switch {
+		case r != nil:
+			retry = a.reserveRetry(last, exc, n, now, e1, r.maxWait)
+		case e1 > a.burst:
+			retry = a.retryAfter(last, exc, n, now, a.burst)
+		}
+		if retry > 0 {
+			a.hold(s, last, exc, base, now, retry, d)
 			return
 		}
 	case n < 0:
 		// Refund: give back exactly the n*1000 milli-requests a take adds,
-		// never more than one request of credit below empty.
-		e1 = max(-milli, leaked+n*milli)
+		// never more than one request of credit below empty; a cancelled
+		// reservation gives back less what later ones are scheduled on.
+		give := -n * milli
+		if r != nil {
+			give -= a.behind(last, exc, now, -n, r.resetIn)
+			if give <= 0 {
+				a.hold(s, last, exc, base, now, 0, d)
+				return
+			}
+		}
+		e1 = max(-milli, leaked-give)
 	default:
-		a.hold(s, last, exc, base, n, now, d)
+		a.hold(s, last, exc, base, now, 0, d)
 		return
 	}
 	if ms != 0 { // nginx moves last only when time moved
@@ -127,22 +158,19 @@ func (a *Algorithm) StepState(s *algo.State, now, n int64, d *floodgate.Decision
 	d.Delay = micros.Dur(delay)
 }
 
-// hold is a peek (n == 0) or a denial (n > 0): the state changes only by
-// normalisation, which credits nothing.
-func (a *Algorithm) hold(s *algo.State, last, exc, base, n, now int64, d *floodgate.Decision) {
+// hold is a peek (retry == 0) or a denial (retry > 0 µs): the state changes
+// only by normalisation, which credits nothing.
+func (a *Algorithm) hold(s *algo.State, last, exc, base, now, retry int64, d *floodgate.Decision) {
 	idle := a.idleAt(last, exc)
 	s.W[0], s.W[1], s.W[2] = idle, last, exc
-	var rem, reset, retry int64
+	var rem, reset int64
 	if base <= a.burst {
 		rem = (a.burst-base)/milli + 1
 	}
 	if rem < a.limit {
 		reset = satSub(idle, now)
 	}
-	if n > 0 {
-		retry = a.retryAfter(last, exc, n, now)
-	}
-	d.Allowed = n == 0
+	d.Allowed = retry == 0
 	d.Limit = a.limit
 	d.Remaining = rem
 	d.RetryAfter = micros.Dur(retry)
@@ -156,10 +184,10 @@ func (a *Algorithm) idleAt(last, exc int64) int64 {
 	return (last + ceilDiv(milli*(exc+milli), a.rate)) * 1000
 }
 
-// retryAfter is how long (µs) until a request of cost n is admitted, given
-// that it is denied now.
-func (a *Algorithm) retryAfter(last, exc, n, now int64) int64 {
-	allow := a.burst - (n-1)*milli // the largest base that admits n
+// retryAfter is how long (µs) until a request of cost n fits under bound
+// (its excess e1 <= bound), given that it does not now.
+func (a *Algorithm) retryAfter(last, exc, n, now, bound int64) int64 {
+	allow := bound - (n-1)*milli // the largest base that admits n
 	if allow < 0 {
 		// n > Capacity: never admitted; the Limiter refuses such costs.
 		return max(1, satSub(a.idleAt(last, exc), now))
@@ -193,13 +221,15 @@ func satSub(a, b int64) int64 {
 	return d
 }
 
-// stepLua is the Lua twin of Algorithm.Step, for stores that run scripts.
-// p = {rate, burst, delay, msCap, limit} (milli-requests, ms). Every value
+// stepLua is the Lua twin of Algorithm.Step and of its reserving twin, for
+// stores that run scripts. p = {rate, burst, delay, msCap, limit, maxExc}
+// (milli-requests, ms); the reserving twin appends {maxWait, resetIn} (µs). Every value
 // stays an integer below 2^53; fdiv corrects the rounding of a/b so that it
 // is the exact floor, like Go's division on the same (non-negative) values.
 const stepLua = `
 return function(s, now, n, p)
-  local rate, burst, dly, mscap, limit = p[1], p[2], p[3], p[4], p[5]
+  local rate, burst, dly, mscap, limit, maxexc = p[1], p[2], p[3], p[4], p[5], p[6]
+  local maxwait, resetin = p[7], p[8]
   local function fdiv(a, b)
     local q = math.floor(a / b)
     if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
@@ -210,7 +240,7 @@ return function(s, now, n, p)
   local last = s[2] or 0
   if last < -maxlast then last = -maxlast elseif last > maxlast then last = maxlast end
   local exc = s[3] or 0
-  if exc < -1000 then exc = -1000 elseif exc > burst then exc = burst end
+  if exc < -1000 then exc = -1000 elseif exc > maxexc then exc = maxexc end
   if n < -(limit + 1) then n = -(limit + 1) elseif n > limit + 1 then n = limit + 1 end
   local nowms = fdiv(now, 1000)
   if nowms < -maxlast then nowms = -maxlast elseif nowms > maxlast then nowms = maxlast end
@@ -232,27 +262,54 @@ return function(s, now, n, p)
     end
     return {allowed, limit, rem, 0, reset, 0}
   end
-  if n == 0 or (n > 0 and base + (n - 1) * 1000 > burst) then
-    s[1] = idleat(last, exc)
-    s[2] = last
-    s[3] = exc
-    if n == 0 then return s, decide(1, base, last, exc) end
-    local d = decide(0, base, last, exc)
-    local allow = burst - (n - 1) * 1000
+  -- retryafter: how long until a request of cost n fits under bound.
+  local function retryafter(bound)
+    local allow = bound - (n - 1) * 1000
     local at
     if allow < 0 then at = idleat(last, exc)
     else at = (last + cdiv((exc + 1000 - allow) * 1000, rate)) * 1000 end
     local ra = at - now
     if ra < 1 then ra = 1 end
-    d[4] = ra
+    return ra
+  end
+  local function hold(retry)
+    s[1] = idleat(last, exc)
+    s[2] = last
+    s[3] = exc
+    if retry == 0 then return s, decide(1, base, last, exc) end
+    local d = decide(0, base, last, exc)
+    d[4] = retry
     return s, d
   end
   local e1
   if n > 0 then
     e1 = base + (n - 1) * 1000
-  else
-    e1 = leaked + n * 1000
+    local retry = 0
+    if maxwait then
+      local wait = 0
+      if e1 > dly then wait = fdiv((e1 - dly) * 1000, rate) * 1000 end
+      if wait > maxwait then retry = wait
+      elseif e1 > maxexc then retry = retryafter(maxexc) end
+    elseif e1 > burst then
+      retry = retryafter(burst)
+    end
+    if retry > 0 then return hold(retry) end
+  elseif n < 0 then
+    local give = -n * 1000
+    if resetin then
+      local us = idleat(last, exc) - now - resetin
+      if us > 0 then
+        local bms = cdiv(us, 1000)
+        local cap = cdiv(-n * 1000000, rate) + 1
+        if bms > cap then bms = cap end
+        give = give - cdiv(bms * rate, 1000)
+      end
+      if give <= 0 then return hold(0) end
+    end
+    e1 = leaked - give
     if e1 < -1000 then e1 = -1000 end
+  else
+    return hold(0)
   end
   if ms ~= 0 then last = nowms end
   s[1] = idleat(last, e1)

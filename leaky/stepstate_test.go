@@ -28,7 +28,7 @@ func TestStepStateMatchesStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ss algo.StateStepper = alg
+		ss := alg.(algo.StateStepper)
 		limit := c.Burst + 1
 		for i := range 20_000 {
 			now := randNow(rng)

@@ -1,0 +1,92 @@
+package bucket
+
+import (
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/micros"
+	"github.com/floodgate-go/floodgate/store/algo"
+)
+
+var _ algo.Reservable = (*gcra)(nil)
+
+// reserveName is the Spec.Name of the token bucket's reserving twin.
+const reserveName = "token-bucket+reserve"
+
+// Reserve implements [algo.Reservable]: the step that admits a request for
+// a time up to maxWait µs ahead. A reservation pushes the TAT as a take
+// does, so the next one is scheduled after it; the request is to be served
+// after Decision.Delay, when the TAT less tau reaches it. The reservation
+// horizon is max(15 minutes, 64 times the time to refill the whole burst).
+func (g *gcra) Reserve(maxWait int64) algo.Algorithm {
+	return g.twin(min(max(maxWait, 0), algo.MaxReserveArg), algo.MaxReserveArg)
+}
+
+// Cancel implements [algo.Reservable]: the step whose refund gives back a
+// reservation located by resetIn, less the TAT that later reservations
+// pushed beyond it.
+func (g *gcra) Cancel(resetIn int64) algo.Algorithm {
+	return g.twin(0, algo.ClampReserveArg(resetIn))
+}
+
+func (g *gcra) twin(maxWait, resetIn int64) *gcraTwin {
+	r := &gcraTwin{g: g, maxWait: maxWait, resetIn: resetIn}
+	r.spec = g.reserveSpec
+	r.spec.Lua.Params = []int64{g.t, g.burst, g.span, maxWait, resetIn}
+	return r
+}
+
+// gcraTwin is the reserving twin of a gcra: the same state and arithmetic,
+// with reservations for n > 0 and reservation-aware refunds for n < 0.
+type gcraTwin struct {
+	g                *gcra
+	maxWait, resetIn int64
+	spec             algo.Spec
+}
+
+func (r *gcraTwin) Spec() algo.Spec { return r.spec }
+
+// Layout implements [algo.Layout].
+func (r *gcraTwin) Layout() (namespace uint64, words, maxLog int) {
+	return r.spec.Namespace, 1, 0
+}
+
+func (r *gcraTwin) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
+	var d floodgate.Decision
+	s.W[0] = r.StepWord(s.W[0], now, n, &d)
+	return s, d
+}
+
+// StepWord implements [algo.WordStepper].
+func (r *gcraTwin) StepWord(tat, now, n int64, d *floodgate.Decision) int64 {
+	g := r.g
+	tat = g.normalise(tat, now)
+	if n <= 0 {
+		if n < 0 {
+			// The reservation occupies the TAT up to now+resetIn; what
+			// lies beyond is later reservations', which keep their
+			// times: give back only what they do not cover (as
+			// x/time/rate's CancelAt does).
+			give := -n * g.t
+			if behind := tat - now - r.resetIn; behind > 0 {
+				give -= behind
+			}
+			if give > 0 {
+				tat = max(now, tat-give)
+			}
+		}
+		g.decide(d, tat, now, 0)
+		return tat
+	}
+	newTat := tat + n*g.t
+	switch wait := newTat - g.tau - now; {
+	case wait > r.maxWait:
+		g.decide(d, tat, now, wait)
+		return tat
+	case wait > g.horizon:
+		g.decide(d, tat, now, wait-g.horizon)
+		return tat
+	default:
+		g.decide(d, newTat, now, 0)
+		d.Delay = micros.Dur(wait)
+		return newTat
+	}
+}
