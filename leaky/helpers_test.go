@@ -89,6 +89,18 @@ func (s *mapStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate
 		next[k] = st
 		ok = ok && out[i].Allowed
 	}
+	if !ok {
+		// Refused: the ops that fit report their key as it stands.
+		for i, op := range ops {
+			if out[i].Allowed {
+				st := s.m[fmt.Sprintf("%x/%s", op.Alg.Spec().Namespace, op.Key)]
+				if st.W[0] <= now {
+					st = algo.State{}
+				}
+				_, out[i] = op.Alg.Step(st, now, 0)
+			}
+		}
+	}
 	if ok && commit {
 		maps.Copy(s.m, next)
 	}
