@@ -91,11 +91,10 @@ func floodgateMW(tb testing.TB, next http.Handler, opts ...httplimit.Option) (ht
 	if err != nil {
 		tb.Fatal(err)
 	}
-	l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
+	l, err := bucket.NewKeyed(s, bucket.Config{Name: "per-ip", Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	opts = append(opts, httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Window: time.Second}))
 	mw, err := httplimit.Middleware(l, opts...)
 	if err != nil {
 		tb.Fatal(err)
