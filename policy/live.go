@@ -216,6 +216,6 @@ func (l *Live) Refund(ctx context.Context, key string, n int) error {
 }
 
 // Match is [Set.Match] on the running Set.
-func (l *Live) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) ([]floodgate.Check, error) {
+func (l *Live) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) (checks []floodgate.Check, enforcing int, err error) {
 	return l.cur.Load().Match(ctx, descriptors, n, dst)
 }

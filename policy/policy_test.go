@@ -136,7 +136,7 @@ rules:
 	set, err := policy.Compile(cfg, s)
 	require.NoError(t, err)
 	ctx := context.Background()
-	checks, err := set.Match(ctx, []policy.Descriptor{
+	checks, enforcing, err := set.Match(ctx, []policy.Descriptor{
 		{{Key: "destination_cluster", Value: "image-origin.prod"}},
 		{{Key: "destination_cluster", Value: "image-origin.prod"}, {Key: "source_service", Value: "purge-orchestrator"}},
 		{{Key: "destination_cluster", Value: "image-origin.prod"}, {Key: "source_service", Value: "unknown-svc"}},
@@ -145,6 +145,7 @@ rules:
 	}, 1, nil)
 	require.NoError(t, err)
 	require.Len(t, checks, 3, "unmatched descriptors are not limited")
+	assert.Equal(t, 3, enforcing)
 	names := []string{}
 	for _, c := range checks {
 		names = append(names, c.Limiter.(*store.Limiter).Name())

@@ -90,6 +90,7 @@ type Set struct {
 	rules     []*node
 	resolver  *resolver
 	hasher    *credkey.Hasher
+	dry       map[*store.Limiter]bool
 }
 
 type node struct {
@@ -109,7 +110,7 @@ func Compile(cfg Config, s store.Store) (*Set, error) {
 
 func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher) (*Set, error) {
 	set := &Set{cfg: cfg, store: s, limiters: map[string]*store.Limiter{}, policies: map[string]Policy{},
-		overrides: map[string]*store.Limiter{}, resolver: res, hasher: h}
+		overrides: map[string]*store.Limiter{}, resolver: res, hasher: h, dry: map[*store.Limiter]bool{}}
 	for _, p := range cfg.Policies {
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -123,6 +124,9 @@ func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher) (*Set,
 		}
 		set.limiters[p.Name] = l
 		set.policies[p.Name] = p
+		if p.DryRun {
+			set.dry[l] = true
+		}
 	}
 	lookup := func(what, name string) (*store.Limiter, error) {
 		l, ok := set.limiters[name]
@@ -230,8 +234,31 @@ func (s *Set) Plan(ctx context.Context, key string) (*store.Limiter, error) {
 
 // Match appends to dst one check per descriptor that a rule limits, each of
 // cost n, and returns it. A descriptor no rule limits adds nothing (it is
-// not limited). The key of a check is the descriptor's entries, joined.
-func (s *Set) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) ([]floodgate.Check, error) {
+// not limited). The key of a check is the domain and the descriptor's
+// entries, joined (a keyed hash of them when an entry is a credential).
+//
+// The checks of enforcing policies come first; the checks of dry-run
+// policies (Policy.DryRun) follow, from index enforcing on: decide them
+// apart, so that their refusals are only reported.
+func (s *Set) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) (checks []floodgate.Check, enforcing int, err error) {
+	base := len(dst)
+	dst, err = s.match(ctx, descriptors, n, dst)
+	if err != nil {
+		return dst, 0, err
+	}
+	// Stable partition: enforcing checks first.
+	tail := dst[base:]
+	k := 0
+	for i := range tail {
+		if !s.dry[tail[i].Limiter.(*store.Limiter)] {
+			tail[k], tail[i] = tail[i], tail[k]
+			k++
+		}
+	}
+	return dst, base + k, nil
+}
+
+func (s *Set) match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) ([]floodgate.Check, error) {
 	for _, d := range descriptors {
 		if len(d) == 0 {
 			continue

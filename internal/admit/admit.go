@@ -150,6 +150,32 @@ func (c *Core) Decide(ctx context.Context, checks []floodgate.Check, ev floodgat
 	for i := range checks {
 		checks[i].Limiter = c.limits[i].Limiter
 	}
+	return c.decide(ctx, checks, ev, start)
+}
+
+// NewDynamic returns a core whose requests bring their own limits (a policy
+// set's rules match each request to its checks): see [Core.DecideChecks].
+func NewDynamic(cfg Config) *Core {
+	c := &Core{cfg: cfg}
+	if nilcheck.Is(cfg.Observer) {
+		c.cfg.Observer = nil
+	}
+	return c
+}
+
+// DecideChecks decides a request whose checks carry their limiters (a
+// dynamic core's). A request without checks is admitted, without headers:
+// no limit applies to it.
+func (c *Core) DecideChecks(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
+	if len(checks) == 0 {
+		v := Verdict{Kind: Admit, Outcome: floodgate.OutcomeAllowed}
+		c.observe(ev, start, v, nil)
+		return v
+	}
+	return c.decide(ctx, checks, ev, start)
+}
+
+func (c *Core) decide(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
 	d, err := c.take(ctx, checks)
 	v := c.judge(ctx, checks, d, err)
 	c.observe(ev, start, v, checks)
@@ -245,7 +271,7 @@ func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.
 // transport can really still send.
 func (c *Core) undelayed(checks []floodgate.Check) floodgate.Decision {
 	for i := range checks {
-		p := c.limits[i].Policy
+		p := c.policy(checks, i)
 		if p.Capacity > p.Undelayed && p.Undelayed > 0 {
 			dd := &checks[i].Decision
 			dd.Remaining = max(0, dd.Remaining-(p.Capacity-p.Undelayed))
@@ -256,6 +282,18 @@ func (c *Core) undelayed(checks []floodgate.Check) floodgate.Decision {
 		return checks[0].Decision
 	}
 	return floodgate.Combine(checks)
+}
+
+// policy is what check i's limiter says of itself: the core's fixed
+// limit's, or (on a dynamic core) the check's limiter's.
+func (c *Core) policy(checks []floodgate.Check, i int) floodgate.Policy {
+	if len(c.limits) > 0 {
+		return c.limits[i].Policy // a fixed core: checks[i] is limit i
+	}
+	if d, ok := checks[i].Limiter.(floodgate.Describer); ok {
+		return d.Policy()
+	}
+	return floodgate.Policy{}
 }
 
 // refund gives back the units of an admitted request that is refused after
@@ -310,6 +348,9 @@ func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floo
 // RetryAfter, else the one with the fewest units remaining.
 func (c *Core) deciding(checks []floodgate.Check) string {
 	if len(checks) == 0 {
+		if len(c.limits) == 0 {
+			return ""
+		}
 		return c.limits[0].Policy.Name
 	}
 	best := 0
@@ -322,5 +363,5 @@ func (c *Core) deciding(checks []floodgate.Check) string {
 			best = i
 		}
 	}
-	return c.limits[best].Policy.Name
+	return c.policy(checks, best).Name
 }

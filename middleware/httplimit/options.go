@@ -30,11 +30,13 @@ const (
 	forMiddleware scope = 1 << iota
 	forShed
 	forTransport
+	forPolicies
 
-	forServers = forMiddleware | forShed
+	forLimits  = forMiddleware | forPolicies
+	forServers = forMiddleware | forShed | forPolicies
 )
 
-var scopeNames = map[scope]string{forMiddleware: "Middleware", forShed: "Shed", forTransport: "NewTransport"}
+var scopeNames = map[scope]string{forMiddleware: "Middleware", forShed: "Shed", forTransport: "NewTransport", forPolicies: "Policies"}
 
 func option(name string, sc scope, f func(*config) error) Option {
 	return Option{name: name, scope: sc, apply: f}
@@ -136,27 +138,28 @@ type config struct {
 	name, tier, route string
 	observer          floodgate.Observer
 
-	keyKind   keyKind
-	header    string // canonical header name for keyHeader
-	keyFunc   KeyFunc
-	keyPrefix string // prefix + " " when non-empty
-	secret    []byte // WithKeySecret, or nil: a random one
-	hasher    *credkey.Hasher
-	extra     []extraLimit
-	cost      CostFunc
-	trusted   []netip.Prefix
-	fwdHeader string // "X-Forwarded-For" or "Forwarded"
-	v4Bits    int
-	v6Bits    int
-	headers   HeaderSet
-	policy    Policy
-	problem   bool
-	jitter    time.Duration
-	failMode  FailMode
-	delayMode DelayMode
-	dryRun    bool
-	shedRetry time.Duration
-	transport Transport // NewTransport's settings
+	keyKind     keyKind
+	header      string // canonical header name for keyHeader
+	keyFunc     KeyFunc
+	keyPrefix   string // prefix + " " when non-empty
+	secret      []byte // WithKeySecret, or nil: a random one
+	hasher      *credkey.Hasher
+	extra       []extraLimit
+	descriptors [][]Source // Policies' descriptors
+	cost        CostFunc
+	trusted     []netip.Prefix
+	fwdHeader   string // "X-Forwarded-For" or "Forwarded"
+	v4Bits      int
+	v6Bits      int
+	headers     HeaderSet
+	policy      Policy
+	problem     bool
+	jitter      time.Duration
+	failMode    FailMode
+	delayMode   DelayMode
+	dryRun      bool
+	shedRetry   time.Duration
+	transport   Transport // NewTransport's settings
 }
 
 func defaultConfig() config {
@@ -306,7 +309,7 @@ func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
 
 // WithCost sets the cost of each request. The default is 1.
 func WithCost(f CostFunc) Option {
-	return option("WithCost", forMiddleware, func(c *config) error {
+	return option("WithCost", forLimits, func(c *config) error {
 		if f == nil {
 			return invalid("nil cost func")
 		}
@@ -322,7 +325,7 @@ func WithCost(f CostFunc) Option {
 // proxy. With no trusted proxies (the default) the
 // headers are ignored and the client IP is the peer's address.
 func WithTrustedProxies(prefixes ...netip.Prefix) Option {
-	return option("WithTrustedProxies", forMiddleware, func(c *config) error {
+	return option("WithTrustedProxies", forLimits, func(c *config) error {
 		for _, p := range prefixes {
 			if !p.IsValid() {
 				return invalid("invalid trusted proxy prefix %v", p)
@@ -339,7 +342,7 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 // Forwarded header through untouched, so reading both would let clients
 // pick their key.
 func WithForwardedHeader(name string) Option {
-	return option("WithForwardedHeader", forMiddleware, func(c *config) error {
+	return option("WithForwardedHeader", forLimits, func(c *config) error {
 		switch {
 		case strings.EqualFold(name, hXFF):
 			c.fwdHeader = hXFF
@@ -357,7 +360,7 @@ func WithForwardedHeader(name string) Option {
 // addresses to v6Bits (1..128, default 64: one key per /64, the smallest
 // block a single subscriber usually holds).
 func WithIPPrefix(v4Bits, v6Bits int) Option {
-	return option("WithIPPrefix", forMiddleware, func(c *config) error {
+	return option("WithIPPrefix", forLimits, func(c *config) error {
 		if v4Bits < 1 || v4Bits > 32 || v6Bits < 1 || v6Bits > 128 {
 			return invalid("IP prefix lengths %d/%d outside 1..32/1..128", v4Bits, v6Bits)
 		}
@@ -433,7 +436,7 @@ func WithFailMode(m FailMode) Option {
 // WithDelayMode sets what happens to requests a shaping limiter admits with
 // a delay. The default is DelayHonour.
 func WithDelayMode(m DelayMode) Option {
-	return option("WithDelayMode", forMiddleware, func(c *config) error {
+	return option("WithDelayMode", forLimits, func(c *config) error {
 		if m > DelayRefuse {
 			return invalid("unknown delay mode %d", m)
 		}

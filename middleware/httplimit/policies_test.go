@@ -1,0 +1,198 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
+	"github.com/floodgate-go/floodgate/store/redisstore"
+)
+
+const servicesYAML = `domain: images
+default_plan: free
+policies:
+  - {name: free, rate: 2/m}
+  - {name: pro, rate: 5/m}
+  - {name: purge, rate: 3/m}
+  - {name: per-route, rate: 100/m}
+  - {name: shadow, rate: 1/m, dry_run: true}
+overrides:
+  key-pro-1: pro
+rules:
+  - key: api_key
+    plan: true
+  - key: service
+    value: purge-orchestrator
+    policy: purge
+    rules:
+      - key: route
+        policy: per-route
+  - key: method
+    value: DELETE
+    policy: shadow
+`
+
+func newPolicies(t *testing.T, s store.Store, yaml string, opts ...Option) (*policy.Live, http.Handler, *okHandler) {
+	t.Helper()
+	cfg, err := policy.Parse("services.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := policy.NewLive(cfg, s, policy.WithKeySecret([]byte("0123456789abcdef0123456789abcdef")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	service := ValueEntry("service", false, func(r *http.Request) string { return r.Header.Get("X-Service") })
+	opts = append([]Option{
+		WithDescriptor(HeaderEntry("X-API-Key", "api_key")),
+		WithDescriptor(service),
+		WithDescriptor(service, RouteEntry("route")),
+		WithDescriptor(MethodEntry("method")),
+	}, opts...)
+	mw, err := Policies(live, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &okHandler{}
+	return live, mw(h), h
+}
+
+func TestPoliciesPlansAndRules(t *testing.T) {
+	s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(frozen())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	obs := &counter{}
+	_, h, ok := newPolicies(t, s, servicesYAML, WithObserver(obs))
+	srv := serve(t, h)
+	c := clientFrom(t, "127.0.0.1")
+	count := func(n int, hdr map[string]string, method string) (admitted int, last result) {
+		for range n {
+			last = do(t, c, method, srv.URL+"/img/a.png", hdr)
+			if last.status == 200 {
+				admitted++
+			}
+		}
+		return admitted, last
+	}
+	if got, last := count(4, map[string]string{"X-API-Key": "key-free-1"}, "GET"); got != 2 || last.status != 429 {
+		t.Fatalf("free key admitted %d (want its plan's 2), last %d", got, last.status)
+	} else if pol := parseRL(t, last.header, "RateLimit-Policy"); len(pol) != 1 || pol[0].name != "free" || pol[0].q != 2 || pol[0].w != 60 {
+		t.Fatalf("policy header %+v", pol)
+	}
+	if got, _ := count(7, map[string]string{"X-API-Key": "key-pro-1"}, "GET"); got != 5 {
+		t.Fatalf("pro key (override) admitted %d, want 5", got)
+	}
+	// The service's budget (descriptor [service]) and, nested, its
+	// per-route budget (descriptor [service, route]): all or nothing.
+	if got, last := count(5, map[string]string{"X-Service": "purge-orchestrator"}, "GET"); got != 3 {
+		t.Fatalf("purge admitted %d, want 3", got)
+	} else if cur := parseRL(t, last.header, "RateLimit"); len(cur) != 2 || cur[0].name != "purge" || cur[1].name != "per-route" || cur[1].r != 97 {
+		t.Fatalf("RateLimit %+v: want purge refusing and per-route charged only the 3 admitted", cur)
+	}
+	// No descriptor matches: not limited.
+	if got, _ := count(5, nil, "GET"); got != 5 {
+		t.Fatalf("unmatched requests admitted %d, want all", got)
+	}
+	// A dry-run policy never refuses, and reports would_deny.
+	before := obs.get(floodgate.OutcomeWouldDeny)
+	if got, _ := count(3, nil, "DELETE"); got != 3 {
+		t.Fatalf("dry-run policy refused: admitted %d", got)
+	}
+	if obs.get(floodgate.OutcomeWouldDeny)-before != 2 {
+		t.Fatalf("would_deny %d, want 2", obs.get(floodgate.OutcomeWouldDeny)-before)
+	}
+	_ = ok
+}
+
+func TestPoliciesOptionsAndErrors(t *testing.T) {
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	cfg, err := policy.Parse("x.yaml", []byte("policies:\n  - {name: a, rate: 1/s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := policy.NewLive(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilLive *policy.Live
+	for name, f := range map[string]func() error{
+		"nil live":      func() error { _, err := Policies(nilLive, WithDescriptor(MethodEntry("m"))); return err },
+		"no descriptor": func() error { _, err := Policies(live); return err },
+		"zero source":   func() error { _, err := Policies(live, WithDescriptor(Source{})); return err },
+		"header key":    func() error { _, err := Policies(live, WithDescriptor(MethodEntry("m")), WithHeaderKey("X")); return err },
+		"descriptor on Middleware": func() error {
+			_, err := Middleware(floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
+				return floodgate.Decision{Allowed: true}, nil
+			}), WithDescriptor(MethodEntry("m")))
+			return err
+		},
+	} {
+		if err := f(); !errors.Is(err, floodgate.ErrInvalidConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// A live change through the policy set: a drained key stays drained and is
+// then admitted at the new rate; the API key never reaches Redis in clear.
+func TestPoliciesLiveChangeOnRedis(t *testing.T) {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr(t)}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	prefix := "fg-policies-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	rs, err := redisstore.New(client, redisstore.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, h, _ := newPolicies(t, rs, servicesYAML)
+	srv := serve(t, h)
+	c := clientFrom(t, "127.0.0.1")
+	const key = "sk_live_the_key_itself_1234"
+	hdr := map[string]string{"X-API-Key": key}
+	statuses := map[int]int{}
+	for range 3 {
+		statuses[do(t, c, "GET", srv.URL, hdr).status]++
+	}
+	if statuses[200] != 2 || statuses[429] != 1 {
+		t.Fatalf("free plan on Redis: %v", statuses)
+	}
+	cfg := live.Set().Config()
+	for i := range cfg.Policies {
+		if cfg.Policies[i].Name == "free" {
+			cfg.Policies[i].Rate = floodgate.PerMinute(4)
+		}
+	}
+	if _, err := live.Update(cfg, "api"); err != nil {
+		t.Fatal(err)
+	}
+	if res := do(t, c, "GET", srv.URL, hdr); res.status != 429 {
+		t.Fatalf("a drained key got a fresh burst from a raise: %d", res.status)
+	}
+	keys, err := client.Do(context.Background(), client.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys %v, %v", keys, err)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, key) || strings.Contains(k, "sk_live") {
+			t.Fatalf("credential in clear in Redis key %q", k)
+		}
+	}
+}
