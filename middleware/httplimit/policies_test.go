@@ -135,7 +135,10 @@ func TestPoliciesOptionsAndErrors(t *testing.T) {
 		"nil live":      func() error { _, err := Policies(nilLive, WithDescriptor(MethodEntry("m"))); return err },
 		"no descriptor": func() error { _, err := Policies(live); return err },
 		"zero source":   func() error { _, err := Policies(live, WithDescriptor(Source{})); return err },
-		"header key":    func() error { _, err := Policies(live, WithDescriptor(MethodEntry("m")), WithHeaderKey("X")); return err },
+		"header key": func() error {
+			_, err := Policies(live, WithDescriptor(MethodEntry("m")), WithHeaderKey("X"))
+			return err
+		},
 		"descriptor on Middleware": func() error {
 			_, err := Middleware(floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
 				return floodgate.Decision{Allowed: true}, nil
