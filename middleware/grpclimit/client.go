@@ -26,30 +26,14 @@ type Waiter interface {
 	WaitN(ctx context.Context, n int) error
 }
 
-// RetryPolicy makes the client interceptor retry unary calls refused with
-// codes.ResourceExhausted or codes.Unavailable. Only methods that Retryable
-// accepts are retried: list the idempotent ones.
-//
-// The delay before attempt k+1 is drawn uniformly from [0, min(MaxDelay,
-// BaseDelay x 2^(k-1))] ("full jitter"), and is never shorter than the
-// server's pushback. A retry whose delay would pass the call's deadline is
-// not attempted: the last error is returned at once.
-type RetryPolicy struct {
-	// MaxAttempts is the total number of attempts, the first included:
-	// 2..10. Zero disables retries.
-	MaxAttempts int
-	// BaseDelay is the cap of the first backoff draw; default 100ms.
-	BaseDelay time.Duration
-	// MaxDelay caps every backoff draw; default 10s.
-	MaxDelay time.Duration
-	// Retryable reports whether a method ("/package.Service/Method") may be
-	// sent twice. Required when MaxAttempts > 0.
-	Retryable func(fullMethod string) bool
+// retryPolicy is the client interceptor's retry of refused unary calls
+// (WithMaxAttempts, WithBackoff, WithRetryable).
+type retryPolicy struct {
+	maxAttempts int
+	baseDelay   time.Duration
+	maxDelay    time.Duration
+	retryable   func(fullMethod string) bool
 }
-
-// ClientOption configures [NewClient]. An option given a value it cannot use
-// makes NewClient return an error wrapping [floodgate.ErrInvalidConfig].
-type ClientOption func(*clientConfig) error
 
 type clientConfig struct {
 	waiter      Waiter
@@ -58,7 +42,7 @@ type clientConfig struct {
 	cost        CostFunc
 	pushback    bool
 	maxPushback time.Duration
-	retry       RetryPolicy
+	retry       retryPolicy
 	throttleSet bool
 	perMethod   bool
 	classMD     string // outgoing metadata entry holding the call's class; "": none
@@ -66,8 +50,8 @@ type clientConfig struct {
 
 // WithThrottle throttles outgoing calls with w (for example a keyless
 // bucket.Limiter): every call waits for its cost before it is sent.
-func WithThrottle(w Waiter) ClientOption {
-	return func(c *clientConfig) error {
+func WithThrottle(w Waiter) Option {
+	return clientOption("WithThrottle", func(c *clientConfig) error {
 		if w == nil {
 			return invalid("nil waiter")
 		}
@@ -76,14 +60,14 @@ func WithThrottle(w Waiter) ClientOption {
 		}
 		c.throttleSet, c.waiter = true, w
 		return nil
-	}
+	})
 }
 
 // WithThrottleLimiter throttles outgoing calls with a keyed limiter: every
 // call waits (floodgate.Wait) for its cost under key(ctx, method). A nil key
 // func keys by the full method name.
-func WithThrottleLimiter(l floodgate.Limiter, key KeyFunc) ClientOption {
-	return func(c *clientConfig) error {
+func WithThrottleLimiter(l floodgate.Limiter, key KeyFunc) Option {
+	return clientOption("WithThrottleLimiter", func(c *clientConfig) error {
 		if l == nil {
 			return invalid("nil limiter")
 		}
@@ -92,19 +76,7 @@ func WithThrottleLimiter(l floodgate.Limiter, key KeyFunc) ClientOption {
 		}
 		c.throttleSet, c.limiter, c.limiterKey = true, l, key
 		return nil
-	}
-}
-
-// WithClientCost sets the cost each call takes from the throttle; the
-// default is 1. Streams are charged once, when they open.
-func WithClientCost(f CostFunc) ClientOption {
-	return func(c *clientConfig) error {
-		if f == nil {
-			return invalid("nil cost func")
-		}
-		c.cost = f
-		return nil
-	}
+	})
 }
 
 // WithPushback turns server pushback on or off (on by default). When on, a
@@ -115,8 +87,8 @@ func WithClientCost(f CostFunc) ClientOption {
 // what the server refused: the same method ([WithPushbackPerMethod]) and
 // the same priority class ([WithPushbackClass]); calls of other scopes
 // are sent as usual.
-func WithPushback(on bool) ClientOption {
-	return func(c *clientConfig) error { c.pushback = on; return nil }
+func WithPushback(on bool) Option {
+	return clientOption("WithPushback", func(c *clientConfig) error { c.pushback = on; return nil })
 }
 
 // WithPushbackPerMethod scopes pushback by method (on by default): a
@@ -125,8 +97,8 @@ func WithPushback(on bool) ClientOption {
 // hold the others. Turn it off when the server's limit covers the client as
 // a whole (a rate limit per peer on every method), so that one refusal
 // holds every method's calls instead of letting each be refused once.
-func WithPushbackPerMethod(on bool) ClientOption {
-	return func(c *clientConfig) error { c.perMethod = on; return nil }
+func WithPushbackPerMethod(on bool) Option {
+	return clientOption("WithPushbackPerMethod", func(c *clientConfig) error { c.perMethod = on; return nil })
 }
 
 // WithPushbackClass scopes pushback by priority class: the class of a call
@@ -138,60 +110,77 @@ func WithPushbackPerMethod(on bool) ClientOption {
 // share one class of their own. By default calls are not told apart by
 // class. Keep the values few (class names, not request IDs): the client
 // keeps one pushback per method and class while it is in force.
-func WithPushbackClass(name string) ClientOption {
-	return func(c *clientConfig) error {
+func WithPushbackClass(name string) Option {
+	return clientOption("WithPushbackClass", func(c *clientConfig) error {
 		name = strings.ToLower(name)
 		if !validMetadataName(name) {
 			return invalid("bad metadata name %q", name)
 		}
 		c.classMD = name
 		return nil
-	}
+	})
 }
 
 // WithMaxPushback caps the delay a server may impose (default one minute),
 // so that a wrong or hostile server cannot stall the client for hours.
-func WithMaxPushback(d time.Duration) ClientOption {
-	return func(c *clientConfig) error {
+func WithMaxPushback(d time.Duration) Option {
+	return clientOption("WithMaxPushback", func(c *clientConfig) error {
 		if d <= 0 {
 			return invalid("max pushback %v <= 0", d)
 		}
 		c.maxPushback = d
 		return nil
-	}
+	})
 }
 
-// WithRetry retries refused unary calls by p. Without it nothing is retried
-// by this interceptor (gRPC's own retry policy, from the service config,
-// still works and honours the pushback trailer; do not enable both for the
-// same methods, or attempts multiply).
-func WithRetry(p RetryPolicy) ClientOption {
-	return func(c *clientConfig) error {
-		if p.MaxAttempts == 0 {
-			c.retry = RetryPolicy{}
-			return nil
+// WithMaxAttempts makes the client interceptor retry unary calls refused
+// with codes.ResourceExhausted or codes.Unavailable, up to n attempts in
+// all, the first included (2..10; 1, the default, never retries). Only
+// methods that [WithRetryable] accepts are retried: list the idempotent
+// ones. The delay before attempt k+1 is drawn uniformly from [0, min(cap,
+// base x 2^(k-1))] ([WithBackoff], "full jitter") and is never shorter than
+// the server's pushback; a retry whose delay would pass the call's deadline
+// is not attempted. Do not also enable gRPC's own retry policy (from the
+// service config) for the same methods, or attempts multiply. It applies to
+// NewClient; the same option of package httplimit does the same for HTTP.
+func WithMaxAttempts(n int) Option {
+	return clientOption("WithMaxAttempts", func(c *clientConfig) error {
+		if n < 1 || n > 10 {
+			return invalid("max attempts %d outside 1..10", n)
 		}
-		if p.MaxAttempts < 2 || p.MaxAttempts > 10 {
-			return invalid("retry MaxAttempts %d outside 2..10", p.MaxAttempts)
-		}
-		if p.Retryable == nil {
-			return invalid("retry policy without Retryable")
-		}
-		if p.BaseDelay < 0 || p.MaxDelay < 0 {
-			return invalid("negative retry delay")
-		}
-		if p.BaseDelay == 0 {
-			p.BaseDelay = 100 * time.Millisecond
-		}
-		if p.MaxDelay == 0 {
-			p.MaxDelay = 10 * time.Second
-		}
-		if p.MaxDelay < p.BaseDelay {
-			return invalid("retry MaxDelay %v < BaseDelay %v", p.MaxDelay, p.BaseDelay)
-		}
-		c.retry = p
+		c.retry.maxAttempts = n
 		return nil
-	}
+	})
+}
+
+// WithBackoff sets the retry backoff: the bound of the first retry's random
+// delay, doubled at each retry, and its cap (0 < base <= cap <= 1 h; the
+// default is 100 ms and 10 s). It applies to NewClient.
+func WithBackoff(base, cap time.Duration) Option {
+	return clientOption("WithBackoff", func(c *clientConfig) error {
+		if base <= 0 || cap < base || cap > time.Hour {
+			return invalid("backoff base %v, cap %v: want 0 < base <= cap <= 1h", base, cap)
+		}
+		c.retry.baseDelay, c.retry.maxDelay = base, cap
+		return nil
+	})
+}
+
+// WithRetryable says which methods ("/package.Service/Method") may be sent
+// twice, for [WithMaxAttempts]. It applies to NewClient.
+func WithRetryable(f func(fullMethod string) bool) Option {
+	return clientOption("WithRetryable", func(c *clientConfig) error {
+		if f == nil {
+			return invalid("nil retryable func")
+		}
+		c.retry.retryable = f
+		return nil
+	})
+}
+
+// clientOption is an Option of NewClient alone.
+func clientOption(name string, f func(*clientConfig) error) Option {
+	return option(name, ctorClient, func(c *config) error { return f(&c.client) })
 }
 
 // Client holds the state of the client-side interceptors: the throttle and,
@@ -216,17 +205,17 @@ const maxGates = 1024
 
 // NewClient returns the client-side interceptors configured by opts. With
 // no option it only honours server pushback, per method.
-func NewClient(opts ...ClientOption) (*Client, error) {
-	c := &Client{cfg: clientConfig{pushback: true, perMethod: true, maxPushback: time.Minute}, base: time.Now()}
-	for _, o := range opts {
-		if o == nil {
-			return nil, invalid("nil client option")
-		}
-		if err := o(&c.cfg); err != nil {
-			return nil, err
-		}
+func NewClient(opts ...Option) (*Client, error) {
+	cfg, err := buildConfig(ctorClient, opts)
+	if err != nil {
+		return nil, err
 	}
-	return c, nil
+	cc := cfg.client
+	cc.cost = cfg.cost
+	if cc.retry.maxAttempts > 1 && cc.retry.retryable == nil {
+		return nil, invalid("WithMaxAttempts(%d) without WithRetryable: say which methods may be sent twice", cc.retry.maxAttempts)
+	}
+	return &Client{cfg: cc, base: time.Now()}, nil
 }
 
 // PushbackUntil returns the time until which the server asked this client
@@ -259,7 +248,7 @@ func (c *Client) now() int64 { return int64(time.Since(c.base)) }
 
 // Unary returns the unary client interceptor: it waits for pushback and the
 // throttle, sends the call, records the server's pushback, and retries by
-// the [RetryPolicy].
+// [WithMaxAttempts].
 //
 // A call that cannot be sent in time fails without reaching the network:
 // codes.DeadlineExceeded when the wait would pass its deadline,
@@ -267,7 +256,7 @@ func (c *Client) now() int64 { return int64(time.Since(c.base)) }
 // waiting.
 func (c *Client) Unary() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		retry := c.cfg.retry.MaxAttempts > 1 && c.cfg.retry.Retryable(method)
+		retry := c.cfg.retry.maxAttempts > 1 && c.cfg.retry.retryable(method)
 		var trailer metadata.MD
 		if c.cfg.pushback || retry {
 			opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
@@ -282,7 +271,7 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 				return nil
 			}
 			pushback := c.record(scope, err, trailer)
-			if !retry || attempt >= c.cfg.retry.MaxAttempts || !retryable(err) {
+			if !retry || attempt >= c.cfg.retry.maxAttempts || !retryable(err) {
 				return err
 			}
 			wait := max(c.backoff(attempt), pushback)
@@ -490,9 +479,9 @@ func (c *Client) record(scope string, err error, trailer metadata.MD) time.Durat
 // backoff draws the full-jitter delay after the given attempt (1-based).
 func (c *Client) backoff(attempt int) time.Duration {
 	p := c.cfg.retry
-	ceil := p.MaxDelay
-	if shift := attempt - 1; shift < 32 && p.BaseDelay<<shift < p.MaxDelay && p.BaseDelay<<shift > 0 {
-		ceil = p.BaseDelay << shift
+	ceil := p.maxDelay
+	if shift := attempt - 1; shift < 32 && p.baseDelay<<shift < p.maxDelay && p.baseDelay<<shift > 0 {
+		ceil = p.baseDelay << shift
 	}
 	return time.Duration(rand.Int64N(int64(ceil) + 1))
 }

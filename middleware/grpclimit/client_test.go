@@ -69,7 +69,7 @@ func refused(code codes.Code, retry time.Duration, trailerMs string) func([]grpc
 	}
 }
 
-func newClient(t *testing.T, opts ...ClientOption) *Client {
+func newClient(t *testing.T, opts ...Option) *Client {
 	t.Helper()
 	c, err := NewClient(opts...)
 	require.NoError(t, err)
@@ -80,14 +80,14 @@ func TestClientPushbackHoldsLaterCalls(t *testing.T) {
 	cases := []struct {
 		name  string
 		first func([]grpc.CallOption) error
-		opts  []ClientOption
+		opts  []Option
 		hold  time.Duration
 	}{
 		{"retry info", refused(codes.ResourceExhausted, 200*time.Millisecond, ""), nil, 200 * time.Millisecond},
 		{"trailer", refused(codes.Unavailable, 0, "300"), nil, 300 * time.Millisecond},
 		{"longer of both", refused(codes.ResourceExhausted, 700*time.Millisecond, "300"), nil, 700 * time.Millisecond},
-		{"capped", refused(codes.ResourceExhausted, 0, "999999999999"), []ClientOption{WithMaxPushback(2 * time.Second)}, 2 * time.Second},
-		{"off", refused(codes.ResourceExhausted, time.Second, "1000"), []ClientOption{WithPushback(false)}, 0},
+		{"capped", refused(codes.ResourceExhausted, 0, "999999999999"), []Option{WithMaxPushback(2 * time.Second)}, 2 * time.Second},
+		{"off", refused(codes.ResourceExhausted, time.Second, "1000"), []Option{WithPushback(false)}, 0},
 		{"not a refusal", refused(codes.Internal, time.Second, "1000"), nil, 0},
 		{"malformed trailer", refused(codes.Unavailable, 0, "-5"), nil, 0},
 	}
@@ -117,13 +117,13 @@ func TestClientPushbackHoldsLaterCalls(t *testing.T) {
 func TestClientPushbackPerMethod(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []ClientOption
+		opts []Option
 		// how long the other method's call was held
 		other time.Duration
 	}{
 		{"default", nil, 0},
-		{"on", []ClientOption{WithPushbackPerMethod(true)}, 0},
-		{"off", []ClientOption{WithPushbackPerMethod(false)}, time.Second},
+		{"on", []Option{WithPushbackPerMethod(true)}, 0},
+		{"off", []Option{WithPushbackPerMethod(false)}, time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -235,15 +235,14 @@ func TestClientPushbackPastDeadlineFailsFast(t *testing.T) {
 }
 
 func TestClientRetry(t *testing.T) {
-	policy := RetryPolicy{
-		MaxAttempts: 4,
-		BaseDelay:   100 * time.Millisecond,
-		MaxDelay:    250 * time.Millisecond,
-		Retryable:   func(m string) bool { return m == checkMethod },
+	policy := []Option{
+		WithMaxAttempts(4),
+		WithBackoff(100*time.Millisecond, 250*time.Millisecond),
+		WithRetryable(func(m string) bool { return m == checkMethod }),
 	}
 	t.Run("succeeds after refusals, waiting at least the pushback", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newClient(t, WithRetry(policy))
+			c := newClient(t, policy...)
 			pb := refused(codes.ResourceExhausted, 50*time.Millisecond, "")
 			s := &script{results: []func([]grpc.CallOption) error{pb, pb, pb, ok}}
 			require.NoError(t, c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke))
@@ -257,7 +256,7 @@ func TestClientRetry(t *testing.T) {
 	})
 	t.Run("bounded attempts", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newClient(t, WithRetry(policy))
+			c := newClient(t, policy...)
 			s := &script{results: []func([]grpc.CallOption) error{refused(codes.Unavailable, 0, "")}}
 			err := c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke)
 			assert.Equal(t, codes.Unavailable, status.Code(err))
@@ -266,7 +265,7 @@ func TestClientRetry(t *testing.T) {
 	})
 	t.Run("non-idempotent method is not retried", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newClient(t, WithRetry(policy))
+			c := newClient(t, policy...)
 			s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, 0, ""), ok}}
 			err := c.Unary()(context.Background(), "/pkg.Bank/Transfer", nil, nil, nil, s.invoke)
 			assert.Equal(t, codes.ResourceExhausted, status.Code(err))
@@ -275,7 +274,7 @@ func TestClientRetry(t *testing.T) {
 	})
 	t.Run("other codes are not retried", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newClient(t, WithRetry(policy))
+			c := newClient(t, policy...)
 			s := &script{results: []func([]grpc.CallOption) error{refused(codes.InvalidArgument, 0, ""), ok}}
 			err := c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke)
 			assert.Equal(t, codes.InvalidArgument, status.Code(err))
@@ -284,7 +283,7 @@ func TestClientRetry(t *testing.T) {
 	})
 	t.Run("retry past the deadline is not attempted", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newClient(t, WithRetry(policy))
+			c := newClient(t, policy...)
 			s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, 5*time.Second, ""), ok}}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -309,7 +308,7 @@ func (w *fakeWaiter) WaitN(_ context.Context, n int) error {
 
 func TestClientThrottle(t *testing.T) {
 	w := &fakeWaiter{}
-	c := newClient(t, WithThrottle(w), WithClientCost(func(context.Context, string) int { return 3 }))
+	c := newClient(t, WithThrottle(w), WithCost(func(context.Context, string) int { return 3 }))
 	s := &script{results: []func([]grpc.CallOption) error{ok}}
 	require.NoError(t, c.Unary()(context.Background(), checkMethod, nil, nil, nil, s.invoke))
 	assert.Equal(t, []int{3}, w.ns)
@@ -324,15 +323,15 @@ func TestClientThrottle(t *testing.T) {
 
 	_, err = NewClient(WithThrottle(w), WithThrottleLimiter(newBucket(t, floodgate.PerSecond(1), 1), nil))
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	for _, o := range []ClientOption{
-		WithThrottle(nil), WithThrottleLimiter(nil, nil), WithClientCost(nil), WithMaxPushback(0),
-		WithRetry(RetryPolicy{MaxAttempts: 1, Retryable: func(string) bool { return true }}),
-		WithRetry(RetryPolicy{MaxAttempts: 3}),
-		WithRetry(RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: time.Millisecond, Retryable: func(string) bool { return true }}),
-		nil,
+	for _, o := range []Option{
+		WithThrottle(nil), WithThrottleLimiter(nil, nil), WithCost(nil), WithMaxPushback(0),
+		WithMaxAttempts(0), WithMaxAttempts(11), WithMaxAttempts(3), // the last without WithRetryable
+		WithBackoff(time.Second, time.Millisecond), WithBackoff(0, time.Second), WithBackoff(time.Second, 2*time.Hour),
+		WithRetryable(nil), {},
+		WithHeaderKey("x-token"), WithShedRetryAfter(time.Second), // server options
 	} {
 		_, err := NewClient(o)
-		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, o.name)
 	}
 }
 
@@ -398,10 +397,8 @@ func TestClientAgainstRealServer(t *testing.T) {
 	rec := &recLimiter{l: b}
 	ic, err := New(rec)
 	require.NoError(t, err)
-	cl := newClient(t, WithRetry(RetryPolicy{
-		MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond,
-		Retryable: func(string) bool { return true },
-	}))
+	cl := newClient(t, WithMaxAttempts(3), WithBackoff(time.Millisecond, time.Millisecond),
+		WithRetryable(func(string) bool { return true }))
 	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())},
 		grpc.WithUnaryInterceptor(cl.Unary()))
 	hc := healthpb.NewHealthClient(conn)

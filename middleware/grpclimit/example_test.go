@@ -107,10 +107,8 @@ func ExampleShed() {
 func ExampleNewClient() {
 	client, err := grpclimit.NewClient(
 		grpclimit.WithMaxPushback(30*time.Second),
-		grpclimit.WithRetry(grpclimit.RetryPolicy{
-			MaxAttempts: 3,
-			Retryable:   func(method string) bool { return method == "/grpc.health.v1.Health/Check" },
-		}))
+		grpclimit.WithMaxAttempts(3),
+		grpclimit.WithRetryable(func(method string) bool { return method == "/grpc.health.v1.Health/Check" }))
 	if err != nil {
 		panic(err)
 	}

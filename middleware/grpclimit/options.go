@@ -11,7 +11,9 @@ import (
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
-// Option configures the server interceptors built by [New] and [Shed].
+// Option configures the server interceptors built by [New] and [Shed] and
+// the client interceptors built by [NewClient]: one option type for the
+// package.
 // Build one with a WithX function; the zero Option is refused. Options are
 // applied in order. An option given a value it cannot use, or given to a
 // constructor it does not apply to (WithCost to Shed: a shedder has no
@@ -30,17 +32,21 @@ type ctor uint8
 const (
 	ctorNew ctor = 1 << iota
 	ctorShed
+	ctorClient
 	ctorAll = ctorNew | ctorShed
 )
 
 func (k ctor) String() string {
-	switch k {
-	case ctorNew:
-		return "New"
-	case ctorShed:
-		return "Shed"
+	var names []string
+	for _, c := range []struct {
+		k    ctor
+		name string
+	}{{ctorNew, "New"}, {ctorShed, "Shed"}, {ctorClient, "NewClient"}} {
+		if k&c.k != 0 {
+			names = append(names, c.name)
+		}
 	}
-	return "New and Shed"
+	return strings.Join(names, " and ")
 }
 
 func option(name string, to ctor, apply func(*config) error) Option {
@@ -135,6 +141,8 @@ type config struct {
 
 	shedRetry time.Duration
 	class     ClassFunc
+
+	client clientConfig // NewClient's settings
 }
 
 func invalid(format string, args ...any) error {
@@ -149,6 +157,10 @@ func buildConfig(kind ctor, opts []Option) (config, error) {
 		v4Bits:    32,
 		v6Bits:    64,
 		shedRetry: time.Second,
+		client: clientConfig{
+			pushback: true, perMethod: true, maxPushback: time.Minute,
+			retry: retryPolicy{maxAttempts: 1, baseDelay: 100 * time.Millisecond, maxDelay: 10 * time.Second},
+		},
 	}
 	if kind == ctorNew {
 		c.keys = new(keyCache)
@@ -360,9 +372,9 @@ func WithIPPrefix(v4, v6 int) Option {
 // WithCost sets the cost of each call; the default is 1. Streams are charged
 // once, when they open. Every limit of the call is charged the same cost. A
 // cost function that panics is a limiter that could not decide (the
-// [FailMode] applies). It applies to New.
+// [FailMode] applies). It applies to New; given to NewClient, it is the cost each call takes from the client's throttle.
 func WithCost(f CostFunc) Option {
-	return option("WithCost", ctorNew, func(c *config) error {
+	return option("WithCost", ctorNew|ctorClient, func(c *config) error {
 		if f == nil {
 			return invalid("nil cost func")
 		}

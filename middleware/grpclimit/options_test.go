@@ -102,7 +102,7 @@ func TestOptionMask(t *testing.T) {
 		assert.NoError(t, err, name)
 		_, err = Shed(nopAcquirer, o)
 		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
-		assert.Contains(t, err.Error(), name+" does not apply to Shed (it applies to New)")
+		assert.Contains(t, err.Error(), name+" does not apply to Shed (it applies to New")
 	}
 	for name, o := range shedOnly {
 		_, err := Shed(nopAcquirer, o)
