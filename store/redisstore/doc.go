@@ -89,10 +89,15 @@
 //     [floodgate.OutcomeFallback] with the local verdict. [FallbackWith] lets
 //     you choose the local configuration.
 //
-// Every call tries Redis first, so the store is back on Redis with the first
-// call after Redis answers again (after a restart, rueidis reconnects on the
-// next call and the script is sent again on NOSCRIPT). A context cancelled by
-// the caller is the caller's error under every policy.
+// A connection error (Redis down: the dial is refused, the connection reset)
+// stops the sending: rueidis would dial again for every call, thousands of
+// connection attempts per second from one busy process. Calls then go
+// straight to the failure policy, except one probe at a time after a
+// back-off (5ms, doubling up to 50ms): at most about 20 connection attempts
+// per second per Store, and back on Redis within about 50ms of its answering
+// again (after a restart, the script is sent again on NOSCRIPT). A slow
+// Redis (timeouts) is still tried on every call. A context cancelled by the
+// caller is the caller's error under every policy.
 //
 // With [WithObserver], every decision is reported: allowed, denied, delayed
 // (leaky bucket in delay mode) and the three failure outcomes, each with its

@@ -25,10 +25,18 @@ const (
 // [FallbackWith] and pass it to [WithFailurePolicy]. The zero value is
 // [FailError].
 //
-// Whatever the policy, every call tries Redis first: the store goes back to
-// Redis with the first call after Redis answers again. A context that the
-// caller cancelled (or whose deadline passed) is not a Redis failure: Apply
-// then returns the context's error under every policy.
+// While Redis is reachable, every call tries Redis first. After a
+// connection error (a refused dial, a reset or closed connection) the store
+// stops sending: calls go straight to the policy, with a cause wrapping
+// [floodgate.ErrStoreUnavailable], except one probe at a time, let through
+// 5ms after the error, then after a back-off doubling up to 50ms. The store
+// thus makes at most about 20 connection attempts per second while Redis is
+// down, however many calls it gets, and goes back to Redis within about
+// 50ms of Redis answering again (the first probe Redis answers). Timeouts
+// do not stop the sending: a slow Redis is tried on every call, each bounded
+// by [WithTimeout]. A context that the caller cancelled (or whose deadline
+// passed) is not a Redis failure: the call then returns the context's error
+// under every policy.
 type FailurePolicy struct {
 	mode       failMode
 	retryAfter time.Duration

@@ -39,6 +39,7 @@ type Store struct {
 	observer floodgate.Observer
 	name     string
 	dl       *deadlines
+	brk      breaker
 	clock    floodgate.Clock // tests only: inject the time instead of Redis TIME
 	coalesce int             // max script calls in flight per algorithm before coalescing; 0: never
 
@@ -241,11 +242,16 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	var d floodgate.Decision
 	var one [1]*policy
 	one[0] = p
+	probe, err := s.brk.admit()
+	if err != nil {
+		return s.fail(ctx, key, one[:], n, err, start)
+	}
 	if p.co != nil {
 		d, err = p.co.do(ctx, key, n)
 	} else {
 		d, err = s.eval(ctx, key, one[:], p.script, n, s.injectedNow(), nil)
 	}
+	s.brk.done(probe, err, ctx.Err() != nil)
 	if err != nil {
 		return s.fail(ctx, key, one[:], n, err, start)
 	}
