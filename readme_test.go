@@ -75,15 +75,15 @@ func readmeRedis(ctx context.Context, local *memstore.Store) error {
 }
 
 func readmeMulti(s *redisstore.Store) (floodgate.Limiter, error) {
-	perSecond, err := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 10}.Algorithm()
+	perSecond, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 10})
 	if err != nil {
 		return nil, err
 	}
-	perHour, err := bucket.Config{Rate: floodgate.PerHour(1000), Burst: 1000}.Algorithm()
+	perHour, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1000), Burst: 1000})
 	if err != nil {
 		return nil, err
 	}
-	return redisstore.NewMultiLimiter(s, perSecond, perHour) // one script, all-or-nothing
+	return floodgate.All(perSecond, perHour) // one script, all-or-nothing
 }
 
 func readmeMiddleware(perClient floodgate.Limiter, apiHandler http.Handler) error {

@@ -411,8 +411,11 @@ func (s *suite) peek(t *testing.T) {
 func (s *suite) namespacesIsolated(t *testing.T) {
 	st := s.newStore(t)
 	a := tokenBucket(t, st, 5, slow)
-	a2 := tokenBucket(t, st, 5, slow) // same policy: same namespace, shared state
-	b := tokenBucket(t, st, 3, slow)  // other burst
+	a2, err := store.NewLimiter(st, a.Algorithm()) // same policy: same namespace, shared state
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := tokenBucket(t, st, 3, slow) // other burst
 	c := tokenBucket(t, st, 5, slow/2)
 	if a.Algorithm().Spec().Namespace == b.Algorithm().Spec().Namespace || a.Algorithm().Spec().Namespace == c.Algorithm().Spec().Namespace {
 		t.Fatal("distinct token-bucket policies share a namespace")
