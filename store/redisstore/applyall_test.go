@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,7 @@ func TestApplyAllSameAsMemory(t *testing.T) {
 				require.NoError(t, err)
 				gotAll, err := rs.ApplyAll(ctx, ops, got, commit)
 				require.NoError(t, err)
-				if gotAll != wantAll || !slicesEqual(got, want) {
+				if gotAll != wantAll || !slices.Equal(got, want) {
 					if failures++; failures <= 5 {
 						t.Errorf("trial %d (now %d, commit %v, %d ops):\n memory %v %+v\n redis  %v %+v", trial, now, commit, len(ops), wantAll, want, gotAll, got)
 					}
@@ -76,18 +77,6 @@ func TestApplyAllSameAsMemory(t *testing.T) {
 			}
 		})
 	}
-}
-
-func slicesEqual(a, b []floodgate.Decision) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // rawState is the value of every Redis key of keys x algs, and the number

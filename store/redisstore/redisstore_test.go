@@ -307,3 +307,25 @@ func TestCallerContextWins(t *testing.T) {
 	_, err := s.Apply(ctx, "k", tokenBucket(t, floodgate.PerHour(1), 1), 1)
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 }
+
+// StepTwin refuses slices of different lengths and an algorithm without a
+// Lua twin, and touches no key.
+func TestStepTwinValidates(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s := testStore(t, c)
+	ctx := context.Background()
+	alg := tokenBucket(t, floodgate.PerSecond(1), 2)
+	states := make([]algo.State, 2)
+	err := s.StepTwin(ctx, alg, states, []int64{1, 2}, []int64{1}, make([]floodgate.Decision, 2))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	err = s.StepTwin(ctx, slowed(alg, 2), states, []int64{1, 2}, []int64{1, 1}, make([]floodgate.Decision, 2))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	writes := commandCalls(t, c, "set") + commandCalls(t, c, "del")
+	out := make([]floodgate.Decision, 2)
+	now := int64(1_700_000_000_000_000)
+	require.NoError(t, s.StepTwin(ctx, alg, states, []int64{now, now}, []int64{1, 3}, out))
+	assert.True(t, out[0].Allowed)
+	assert.False(t, out[1].Allowed, "3 units above a burst of 2")
+	assert.Equal(t, now+1_000_000, states[0].W[0])
+	assert.Equal(t, writes, commandCalls(t, c, "set")+commandCalls(t, c, "del"), "StepTwin wrote a key")
+}

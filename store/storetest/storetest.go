@@ -50,10 +50,18 @@ func WithAlgorithms(algs ...algo.Algorithm) Option {
 type suite struct {
 	cfg      config
 	newStore func(t *testing.T) store.Store
+	twins    atomic.Bool // the stores implement TwinStepper
 }
 
 func newSuite(newStore func(t *testing.T) store.Store, opts []Option) *suite {
-	s := &suite{newStore: newStore}
+	s := &suite{}
+	s.newStore = func(t *testing.T) store.Store {
+		st := newStore(t)
+		if _, ok := st.(TwinStepper); ok {
+			s.twins.Store(true)
+		}
+		return st
+	}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&s.cfg)
@@ -631,7 +639,8 @@ func (s *suite) clockJumps(t *testing.T) {
 // most 10,000. Without [WithClock] the algorithm must not restore a unit
 // within a few seconds (the checks run on real time); with it, the suite also
 // compares every decision of the store, over a random sequence of times,
-// keys and costs, with alg's Step run directly.
+// keys and costs, with alg's Step run directly. On a store that runs Lua
+// twins ([TwinStepper], the Redis store) it also runs [RunEquivalence].
 func RunAlgorithm(t *testing.T, newStore func(t *testing.T) store.Store, alg algo.Algorithm, opts ...Option) {
 	newSuite(newStore, opts).runAlgorithm(t, alg)
 }
@@ -660,6 +669,9 @@ func (s *suite) runAlgorithm(t *testing.T, alg algo.Algorithm) {
 	})
 	if s.exact() {
 		t.Run("SameAsStep", func(t *testing.T) { s.algSameAsStep(t, alg) })
+	}
+	if s.twins.Load() {
+		t.Run("LuaTwinSameAsStep", func(t *testing.T) { RunEquivalence(t, s.newStore(t).(TwinStepper), alg) })
 	}
 }
 
