@@ -356,9 +356,15 @@ func (s *Store) callContext(ctx context.Context) (context.Context, context.Cance
 		return s.dl.get(), nil
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		if s.dl.show {
+			return ctx, nil
+		}
 		return noDeadline{ctx}, nil
 	}
 	c, cancel := context.WithTimeout(ctx, s.timeout)
+	if s.dl.show {
+		return c, cancel
+	}
 	return noDeadline{c}, cancel
 }
 
