@@ -221,6 +221,18 @@ func (g *group) refund() group {
 	return r
 }
 
+// peek returns the group that looks at g's keys: the same ops with cost 0,
+// nothing kept.
+func (g *group) peek() group {
+	r := *g
+	r.args = slices.Clone(g.args)
+	r.args[1] = modeEvaluate
+	for j := range g.n {
+		r.args[g.opsAt+3*j+2] = "0"
+	}
+	return r
+}
+
 // run decides the groups: one script for one group; evaluate then commit
 // for several.
 func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, commit bool) (bool, error) {
@@ -239,6 +251,23 @@ func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, c
 		all = all && r.all
 		if r.err != nil {
 			errs = append(errs, r.err)
+		}
+	}
+	if len(errs) == 0 && !all {
+		// Refused: the slots whose ops all fit report their keys as they
+		// stand (one more evaluation, of peeks), as a single script does.
+		var peeks []group
+		for k, r := range res {
+			if r.all {
+				peeks = append(peeks, gs[k].peek())
+			}
+		}
+		pres := make([]result, len(peeks))
+		s.execAll(ctx, peeks, modeEvaluate, out, pres)
+		for _, r := range pres {
+			if r.err != nil {
+				errs = append(errs, r.err)
+			}
 		}
 	}
 	if len(errs) > 0 || !all || !commit {

@@ -131,11 +131,13 @@ func Example_takeAll() {
 			fmt.Println(err)
 			return
 		}
+		// On the refusal, the key's budget is reported as it stands:
+		// nothing was taken from it.
 		fmt.Println(d.Allowed, checks[0].Decision.Remaining, checks[1].Decision.Remaining)
 	}
 	// Output:
 	// true 2 999
 	// true 1 998
 	// true 0 997
-	// false 0 996
+	// false 0 997
 }

@@ -393,10 +393,11 @@ func (s *Store) fail(ctx context.Context, key string, p *policy, n int64, cause 
 	var outcome floodgate.Outcome
 	switch s.policy.mode {
 	case modeOpen:
-		d = floodgate.Decision{Allowed: true, Limit: p.limit}
+		// Limit 0: a blanket answer, with no quota to advertise.
+		d = floodgate.Decision{Allowed: true, Fallback: true}
 		outcome = floodgate.OutcomeErrorOpen
 	case modeClosed:
-		d = floodgate.Decision{Allowed: n < 0, Limit: p.limit}
+		d = floodgate.Decision{Allowed: n < 0, Fallback: true}
 		if n >= 0 {
 			d.RetryAfter = s.policy.retryAfter
 		}
@@ -407,6 +408,7 @@ func (s *Store) fail(ctx context.Context, key string, p *policy, n int64, cause 
 		if err != nil {
 			return floodgate.Decision{}, errors.Join(cause, fmt.Errorf("redisstore: fallback: %w", err))
 		}
+		d.Fallback = true
 		outcome = floodgate.OutcomeFallback
 	default:
 		return floodgate.Decision{}, cause

@@ -134,6 +134,19 @@ for i = a, #ARGV, 3 do
   for j = 1, 6 do out[o + j] = d[j] end
   o = o + 6
 end
+if out[1] == 0 and mode ~= '2' then
+  -- Refused: an op that would have admitted reports its key as it stands
+  -- (a peek on the state in the key, which nothing changed).
+  o = 1
+  for i = a, #ARGV, 3 do
+    if out[o + 1] == 1 then
+      local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
+      local _, d = q[1](decode(redis.call('GET', KEYS[k]), q[2], q[3]), now, 0, q[4])
+      for j = 1, 6 do out[o + j] = d[j] end
+    end
+    o = o + 6
+  end
+end
 if mode == '2' or (mode == '1' and out[1] == 1) then
   for k, s in pairs(states) do
     local q = shape[k]
