@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
 // ErrLimitExceeded is the rejection: every error that Acquire returns for a
@@ -103,7 +104,7 @@ type window struct {
 // NewGate returns a Gate driven by alg, or an error wrapping
 // [floodgate.ErrInvalidConfig].
 func NewGate(alg Algorithm, opts ...Option) (*Gate, error) {
-	if alg == nil {
+	if nilcheck.Is(alg) {
 		return nil, invalid("nil algorithm")
 	}
 	o := defaultOptions()

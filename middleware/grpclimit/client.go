@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
 // Waiter is a local throttle for outgoing calls: WaitN blocks until n units
@@ -52,7 +53,7 @@ type clientConfig struct {
 // bucket.Limiter): every call waits for its cost before it is sent.
 func WithThrottle(w Waiter) Option {
 	return clientOption("WithThrottle", func(c *clientConfig) error {
-		if w == nil {
+		if nilcheck.Is(w) {
 			return invalid("nil waiter")
 		}
 		if c.throttleSet {
@@ -68,7 +69,7 @@ func WithThrottle(w Waiter) Option {
 // func keys by the full method name.
 func WithThrottleLimiter(l floodgate.Limiter, key KeyFunc) Option {
 	return clientOption("WithThrottleLimiter", func(c *clientConfig) error {
-		if l == nil {
+		if nilcheck.Is(l) {
 			return invalid("nil limiter")
 		}
 		if c.throttleSet {
@@ -271,7 +272,7 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 				return nil
 			}
 			pushback := c.record(scope, err, trailer)
-			if !retry || attempt >= c.cfg.retry.maxAttempts || !retryable(err) {
+			if !retry || attempt >= c.cfg.retry.maxAttempts || !retryable(err) || pushback < 0 {
 				return err
 			}
 			wait := max(c.backoff(attempt), pushback)
@@ -443,12 +444,16 @@ func (c *Client) waitPushback(ctx context.Context, scope string) error {
 
 // record reads the pushback a refused call carries and, when pushback is
 // on, holds later calls of its scope until it has passed. It returns the
-// delay (0 when there is none).
+// delay (0 when there is none), or -1 when the server said that retrying is
+// useless (a negative pushback, gRFC A6: the call can never be admitted).
 func (c *Client) record(scope string, err error, trailer metadata.MD) time.Duration {
 	if !retryable(err) {
 		return 0
 	}
 	d, ok := RetryDelay(err)
+	if never(trailer) {
+		return -1
+	}
 	if v := trailer.Get(PushbackTrailer); len(v) == 1 {
 		if ms, perr := strconv.ParseInt(v[0], 10, 64); perr == nil && ms >= 0 {
 			ok = true
@@ -519,4 +524,15 @@ func localError(err error, what string) error {
 		return status.Error(codes.Canceled, "grpclimit: "+what+": "+err.Error())
 	}
 	return status.Error(codes.Internal, "grpclimit: "+what+": "+err.Error())
+}
+
+// never reports whether trailer holds a negative pushback: the server says
+// that no retry of the call can succeed.
+func never(trailer metadata.MD) bool {
+	v := trailer.Get(PushbackTrailer)
+	if len(v) != 1 {
+		return false
+	}
+	ms, err := strconv.ParseInt(v[0], 10, 64)
+	return err == nil && ms < 0
 }

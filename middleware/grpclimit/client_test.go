@@ -517,3 +517,19 @@ func TestClientStreamAgainstRealServer(t *testing.T) {
 	_, err = hc.Watch(short, &healthpb.HealthCheckRequest{})
 	assert.ErrorIs(t, err, ErrPushbackDeadline, "held locally, not sent")
 }
+
+// A call refused as never admissible (pushback -1) is not retried by the
+// client interceptor, whatever its retry options.
+func TestClientNeverRetriesNeverFits(t *testing.T) {
+	rec := &recLimiter{l: newBucket(t, floodgate.PerSecond(1), 2)}
+	ic, err := New(rec, WithCost(func(context.Context, string) int { return 3 })) // above the burst
+	require.NoError(t, err)
+	cl := newClient(t, WithMaxAttempts(3), WithBackoff(time.Millisecond, time.Millisecond),
+		WithRetryable(func(string) bool { return true }))
+	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())},
+		grpc.WithUnaryInterceptor(cl.Unary()))
+	_, err = healthpb.NewHealthClient(conn).Check(testCtx(t), &healthpb.HealthCheckRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Len(t, rec.all(), 1, "sent once: the server said no retry can succeed")
+	assert.True(t, cl.PushbackUntil(checkMethod).IsZero(), "and no pushback is held")
+}

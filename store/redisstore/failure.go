@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -106,7 +107,7 @@ func FallbackWith(local store.Store, derive func(algo.Algorithm) (algo.Algorithm
 
 func (fp FailurePolicy) validate() error {
 	if fp.mode == modeFallback {
-		if fp.local == nil {
+		if nilcheck.Is(fp.local) {
 			return fmt.Errorf("%w: redisstore: fallback store is nil", floodgate.ErrInvalidConfig)
 		}
 		if fp.derive == nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/micros"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
@@ -143,7 +144,7 @@ func withClock(c floodgate.Clock) Option {
 // of no use here) saves a little memory. Errors wrap
 // [floodgate.ErrInvalidConfig].
 func New(client rueidis.Client, opts ...Option) (*Store, error) {
-	if client == nil {
+	if nilcheck.Is(client) {
 		return nil, fmt.Errorf("%w: redisstore: nil client", floodgate.ErrInvalidConfig)
 	}
 	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, name: "redis", coalesce: DefaultCoalescing}
