@@ -176,8 +176,18 @@ func (c *Core) DecideChecks(ctx context.Context, checks []floodgate.Check, ev fl
 }
 
 func (c *Core) decide(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
+	if c.cfg.DelayMode == DelayRefuse && c.shaping(checks) {
+		// Refused rather than delayed: ask first, so that a request that
+		// would be delayed charges nothing (a refund cannot restore a leaky
+		// bucket exactly).
+		if d, ok, err := evaluate(ctx, checks); err != nil || !ok {
+			v := c.judge(ctx, checks, d, err, false)
+			c.observe(ev, start, v, checks)
+			return v
+		}
+	}
 	d, err := c.take(ctx, checks)
-	v := c.judge(ctx, checks, d, err)
+	v := c.judge(ctx, checks, d, err, true)
 	c.observe(ev, start, v, checks)
 	return v
 }
@@ -205,7 +215,42 @@ func (c *Core) take(ctx context.Context, checks []floodgate.Check) (d floodgate.
 	return floodgate.TakeAll(ctx, checks)
 }
 
-func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.Decision, err error) Verdict {
+// shaping reports whether a check's limiter may admit with a delay (a
+// leaky bucket in delay mode).
+func (c *Core) shaping(checks []floodgate.Check) bool {
+	for i := range checks {
+		if p := c.policy(checks, i); p.Undelayed > 0 && p.Undelayed < p.Capacity {
+			return true
+		}
+	}
+	return false
+}
+
+// evaluate decides checks without consuming anything, where their limiters
+// can (a group taker); ok is false when the request would be refused or
+// delayed, with the decision that says so. Limiters that cannot evaluate
+// report ok (the take then decides, and a delay is refunded).
+func evaluate(ctx context.Context, checks []floodgate.Check) (d floodgate.Decision, ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d, ok, err = floodgate.Decision{}, false, fmt.Errorf("%w: %v", ErrPanic, p)
+		}
+	}()
+	g, isGroup := checks[0].Limiter.(floodgate.GroupTaker)
+	if !isGroup {
+		return floodgate.Decision{}, true, nil
+	}
+	handled, err := g.TakeGroup(ctx, checks, false)
+	if err != nil || !handled {
+		return floodgate.Decision{}, !handled, err
+	}
+	d = floodgate.Combine(checks)
+	return d, d.Allowed && d.Delay == 0, nil
+}
+
+// judge turns the limits' answer into the verdict. taken says whether the
+// checks were charged (a delay that is not honoured is then refunded).
+func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.Decision, err error, taken bool) Verdict {
 	switch {
 	case err != nil && (errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey)):
 		// Never admissible: failing open would exempt exactly the most
@@ -267,7 +312,9 @@ func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.
 		return Verdict{Kind: Deny, Outcome: outcome(floodgate.OutcomeDenied), Decision: d, RetryAfter: retry, Reason: ReasonRateLimited, Headers: true}
 	case d.Delay > 0:
 		if c.cfg.DelayMode == DelayRefuse || !wait(ctx, d.Delay) {
-			c.refund(ctx, checks)
+			if taken {
+				c.refund(ctx, checks)
+			}
 			d.Allowed, d.RetryAfter = false, d.Delay
 			d.Remaining = 0
 			d.Delay = 0

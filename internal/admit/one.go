@@ -20,9 +20,17 @@ func (c *Core) DecideOne(ctx context.Context, key string, n int, ev floodgate.Ev
 		}
 		return c.Decide(ctx, checks, ev, start)
 	}
+	if c.cfg.DelayMode == DelayRefuse {
+		if p := c.limits[0].Policy; p.Undelayed > 0 && p.Undelayed < p.Capacity {
+			// A shaping limit refused rather than delayed: the checks go
+			// through Decide's evaluation (a slice on the heap, on this
+			// path only).
+			return c.Decide(ctx, []floodgate.Check{{Key: key, N: n}}, ev, start)
+		}
+	}
 	one := [1]floodgate.Check{{Limiter: c.limits[0].Limiter, Key: key, N: n}}
 	d, err := takeOne(ctx, &one[0])
-	v := c.judge(ctx, one[:], d, err)
+	v := c.judge(ctx, one[:], d, err, true)
 	c.observe(ev, start, v, one[:])
 	return v
 }
@@ -45,7 +53,7 @@ func takeOne(ctx context.Context, ch *floodgate.Check) (d floodgate.Decision, er
 // reported (Policy: the core's Name, else the first limit's).
 func (c *Core) Fail(ctx context.Context, err error, ev floodgate.Event, start int64) Verdict {
 	one := [1]floodgate.Check{{Limiter: c.limits[0].Limiter}}
-	v := c.judge(ctx, one[:], floodgate.Decision{}, err)
+	v := c.judge(ctx, one[:], floodgate.Decision{}, err, false)
 	c.observe(ev, start, v, one[:])
 	return v
 }

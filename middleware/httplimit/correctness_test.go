@@ -331,3 +331,51 @@ func TestCredentialsNeverReachTheStore(t *testing.T) {
 		t.Fatal("keyed hash does not depend on the secret alone")
 	}
 }
+
+// With DelayRefuse, a request that would be delayed is refused without
+// being charged: the leaky bucket's state stays exactly what the admitted
+// requests alone made it (take-then-refund would move it).
+func TestDelayRefuseChargesNothing(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(clock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	cfg := leaky.Config{Name: "shape", Rate: floodgate.PerMinute(30), Burst: 5}
+	l, err := leaky.NewKeyed(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name = "twin"
+	twin, err := leaky.NewKeyed(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := mustMW(t, l, WithDelayMode(DelayRefuse))(&okHandler{})
+	ctx := context.Background()
+	refused := 0
+	for i := range 400 {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		mw.ServeHTTP(w, r)
+		if w.Code == 200 {
+			if d, err := twin.Take(ctx, "192.0.2.1", 1); err != nil || !d.Allowed {
+				t.Fatalf("request %d: the twin refused an admitted request: %+v %v", i, d, err)
+			}
+		} else {
+			refused++
+		}
+		got, _ := l.Peek(ctx, "192.0.2.1")
+		want, _ := twin.Peek(ctx, "192.0.2.1")
+		if got != want {
+			t.Fatalf("request %d: state %+v, the twin's %+v", i, got, want)
+		}
+		now = now.Add(7 * time.Millisecond)
+	}
+	if refused < 100 {
+		t.Fatalf("only %d refusals: the test proves nothing", refused)
+	}
+}
