@@ -164,32 +164,45 @@ func NewDynamic(cfg Config) *Core {
 }
 
 // DecideChecks decides a request whose checks carry their limiters (a
-// dynamic core's). A request without checks is admitted, without headers:
-// no limit applies to it.
-func (c *Core) DecideChecks(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
-	if len(checks) == 0 {
-		v := Verdict{Kind: Admit, Outcome: floodgate.OutcomeAllowed}
-		c.observe(ev, start, v, nil)
-		return v
+// dynamic core's), and its shadow checks: the checks of dry-run policies,
+// which are charged only when the request is admitted and never refuse it.
+// A request without checks is admitted, without headers: no limit applies
+// to it. The request gives one event: the enforcing verdict's outcome, or
+// would_deny (with the shadow policy's name) when the request is admitted
+// and a shadow check would have refused it.
+func (c *Core) DecideChecks(ctx context.Context, checks, shadow []floodgate.Check, ev floodgate.Event, start int64) Verdict {
+	v := Verdict{Kind: Admit, Outcome: floodgate.OutcomeAllowed}
+	if len(checks) > 0 {
+		v = c.verdict(ctx, checks)
 	}
-	return c.decide(ctx, checks, ev, start)
+	if len(shadow) > 0 && v.Kind == Admit {
+		if d, err := c.take(ctx, shadow); err == nil && !d.Allowed {
+			v.Outcome = floodgate.OutcomeWouldDeny
+			ev.Policy = c.deciding(shadow)
+		}
+	}
+	c.observe(ev, start, v, checks)
+	return v
 }
 
 func (c *Core) decide(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
+	v := c.verdict(ctx, checks)
+	c.observe(ev, start, v, checks)
+	return v
+}
+
+// verdict decides checks, without reporting.
+func (c *Core) verdict(ctx context.Context, checks []floodgate.Check) Verdict {
 	if c.cfg.DelayMode == DelayRefuse && c.shaping(checks) {
 		// Refused rather than delayed: ask first, so that a request that
 		// would be delayed charges nothing (a refund cannot restore a leaky
 		// bucket exactly).
 		if d, ok, err := evaluate(ctx, checks); err != nil || !ok {
-			v := c.judge(ctx, checks, d, err, false)
-			c.observe(ev, start, v, checks)
-			return v
+			return c.judge(ctx, checks, d, err, false)
 		}
 	}
 	d, err := c.take(ctx, checks)
-	v := c.judge(ctx, checks, d, err, true)
-	c.observe(ev, start, v, checks)
-	return v
+	return c.judge(ctx, checks, d, err, true)
 }
 
 // Start returns the time a decision starts, for the observer's latency; 0
@@ -396,8 +409,10 @@ func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floo
 	ev.Outcome = v.Outcome
 	ev.Decision = v.Decision
 	ev.Err = v.Err
-	ev.Policy = c.cfg.Name
-	if ev.Policy == "" {
+	switch {
+	case c.cfg.Name != "":
+		ev.Policy = c.cfg.Name
+	case ev.Policy == "":
 		ev.Policy = c.deciding(checks)
 	}
 	if start != 0 {

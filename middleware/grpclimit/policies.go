@@ -77,9 +77,10 @@ func WithDescriptor(entries ...Source) Option {
 // [WithDescriptor], the set's rules map them to policies (plans resolved
 // per key), and every matched policy is checked, all or nothing, through
 // the admission core [New] uses, with the same response contract. A call no
-// rule matches is not limited. The checks of dry-run policies are decided
-// apart and only reported (would_deny). A reload of the set applies to the
-// next call.
+// rule matches is not limited. The checks of dry-run policies never refuse:
+// they are charged when the call is admitted, and the call's one event says
+// would_deny when one of them would have refused it. A reload of the set
+// applies to the next call.
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when live is
 // nil, no descriptor is given, or an option is invalid or does not apply.
@@ -101,22 +102,16 @@ func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
 	if cfg.delayMode == DelayRefuse {
 		acfg.DelayMode = admit.DelayRefuse
 	}
-	i := &Interceptors{cfg: cfg, core: admit.NewDynamic(acfg), live: live}
-	acfg.DryRun = true
-	i.dry = admit.NewDynamic(acfg)
-	return i, nil
+	return &Interceptors{cfg: cfg, core: admit.NewDynamic(acfg), live: live}, nil
 }
 
 // admitPolicies decides one call of a Policies interceptor.
 func (i *Interceptors) admitPolicies(ctx context.Context, method string, ev floodgate.Event, start int64) admit.Verdict {
 	checks, enforcing, err := i.matchPolicies(ctx, method)
 	if err != nil {
-		return i.core.DecideChecks(ctx, []floodgate.Check{{Limiter: failing{err}, N: 1}}, ev, start)
+		return i.core.DecideChecks(ctx, []floodgate.Check{{Limiter: failing{err}, N: 1}}, nil, ev, start)
 	}
-	if dry := checks[enforcing:]; len(dry) > 0 {
-		i.dry.DecideChecks(ctx, dry, ev, start)
-	}
-	return i.core.DecideChecks(ctx, checks[:enforcing], ev, start)
+	return i.core.DecideChecks(ctx, checks[:enforcing], checks[enforcing:], ev, start)
 }
 
 // matchPolicies builds the call's descriptors and matches them, turning a

@@ -88,7 +88,6 @@ type Interceptors struct {
 	core *admit.Core  // New, Policies
 	acq  Acquirer     // Shed
 	live *policy.Live // Policies
-	dry  *admit.Core  // Policies: the dry-run policies' checks
 }
 
 // New returns the server interceptors that rate-limit calls with l (and

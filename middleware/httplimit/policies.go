@@ -91,7 +91,6 @@ type policiesMW struct {
 	cfg  config
 	live *policy.Live
 	core *admit.Core
-	dry  *admit.Core
 	bufs sync.Pool // *policyBufs
 }
 
@@ -106,8 +105,10 @@ type policyBufs struct {
 // matched policy is checked, all or nothing, through the admission core
 // that [Middleware] uses, with the same response contract (one RateLimit
 // member per policy). A request no rule matches is not limited. The checks
-// of dry-run policies are decided apart and only reported (as would_deny);
-// they never refuse. A reload of the set applies to the next request.
+// of dry-run policies never refuse: they are charged when the request is
+// admitted, and the request's one event says would_deny (with the dry-run
+// policy's name) when one of them would have refused it. A reload of the
+// set applies to the next request.
 //
 // A service's rate limiting becomes a config file and one line:
 //
@@ -132,8 +133,6 @@ func Policies(live *policy.Live, opts ...Option) (func(http.Handler) http.Handle
 		FailMode: admit.FailMode(cfg.failMode), DelayMode: admit.DelayMode(cfg.delayMode), DryRun: cfg.dryRun,
 	}
 	m := &policiesMW{cfg: cfg, live: live, core: admit.NewDynamic(ac)}
-	ac.DryRun = true
-	m.dry = admit.NewDynamic(ac)
 	m.bufs.New = func() any { return &policyBufs{} }
 	return func(next http.Handler) http.Handler {
 		if next == nil {
@@ -165,13 +164,12 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	checks, enforcing, err := m.prepare(r, b)
 	var v admit.Verdict
 	if err != nil {
-		v = m.core.DecideChecks(r.Context(), []floodgate.Check{{Limiter: failing{err}, N: 1}}, ev, start)
+		checks = []floodgate.Check{{Limiter: failing{err}, N: 1}}
+		v = m.core.DecideChecks(r.Context(), checks, nil, ev, start)
 	} else {
-		if dry := checks[enforcing:]; len(dry) > 0 {
-			m.dry.DecideChecks(r.Context(), dry, ev, start)
-		}
+		shadow := checks[enforcing:]
 		checks = checks[:enforcing]
-		v = m.core.DecideChecks(r.Context(), checks, ev, start)
+		v = m.core.DecideChecks(r.Context(), checks, shadow, ev, start)
 	}
 	const scope = "descriptor"
 	if c.answer(w, v, scope, func() {

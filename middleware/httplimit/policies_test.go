@@ -113,6 +113,12 @@ func TestPoliciesPlansAndRules(t *testing.T) {
 	if obs.get(floodgate.OutcomeWouldDeny)-before != 2 {
 		t.Fatalf("would_deny %d, want 2", obs.get(floodgate.OutcomeWouldDeny)-before)
 	}
+	if n := len(obs.events); n != 4+7+5+5+3 {
+		t.Fatalf("%d events for 24 requests: one event per request", n)
+	}
+	if last := obs.events[len(obs.events)-1]; last.Policy != "shadow" || last.Outcome != floodgate.OutcomeWouldDeny {
+		t.Fatalf("the would-deny event names %q (%v), want the dry-run policy", last.Policy, last.Outcome)
+	}
 	_ = ok
 }
 
