@@ -201,3 +201,18 @@ func TestTakeAllBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, floodgate.ErrCostExceedsCapacity)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidCost)
 }
+
+// All over the store's limiters decides without allocating.
+func TestAllDoesNotAllocate(t *testing.T) {
+	s, _ := clockedStore(t)
+	a, err := bucket.NewKeyed(s, bucket.Config{Name: "a", Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
+	require.NoError(t, err)
+	b, err := bucket.NewKeyed(s, bucket.Config{Name: "b", Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
+	require.NoError(t, err)
+	both, err := floodgate.All(a, b)
+	require.NoError(t, err)
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() { _, _ = both.Take(ctx, "k", 1) }); n != 0 {
+		t.Fatalf("All.Take allocates %v times", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
@@ -149,8 +150,17 @@ func (l *Limiter) describe() string {
 	return l.alg.Spec().Name
 }
 
-// maxGroup is the largest group decided with the ops on the stack.
+// maxGroup is the largest group decided with pooled buffers.
 const maxGroup = 8
+
+// groupBuf holds the ops and decisions of one group (they go through the
+// Store interface, so they would escape to the heap on every call).
+type groupBuf struct {
+	ops [maxGroup]Op
+	out [maxGroup]floodgate.Decision
+}
+
+var groupPool = sync.Pool{New: func() any { return new(groupBuf) }}
 
 // TakeGroup implements [floodgate.GroupTaker]: it decides checks whose
 // limiters are all *Limiter. Checks on one store are decided by one
@@ -161,10 +171,16 @@ const maxGroup = 8
 // between the two phases refunds what was committed (the only window in
 // which a group is not atomic).
 func (l *Limiter) TakeGroup(ctx context.Context, checks []floodgate.Check, commit bool) (bool, error) {
-	var opsBuf [maxGroup]Op
-	var outBuf [maxGroup]floodgate.Decision
-	ops, out := opsBuf[:0], outBuf[:0]
-	if len(checks) > maxGroup {
+	var ops []Op
+	var out []floodgate.Decision
+	if len(checks) <= maxGroup {
+		gb := groupPool.Get().(*groupBuf)
+		defer func() {
+			clear(gb.ops[:]) // keep no key or algorithm reachable
+			groupPool.Put(gb)
+		}()
+		ops, out = gb.ops[:0], gb.out[:0]
+	} else {
 		ops, out = make([]Op, 0, len(checks)), make([]floodgate.Decision, 0, len(checks))
 	}
 	stores := 0
