@@ -18,6 +18,7 @@
 //	protect gRPC servers, throttle clients     middleware/grpclimit (interceptors)
 //	limits that follow the origin's latency    adaptive (Vegas, Gradient2, AIMD, Fixed)
 //	shed the least important work first        priority (critical / standard / best-effort)
+//	limits as data: plans, config files, reload  policy (with httplimit.Policies, grpclimit.Policies)
 //	metrics and logs of every decision         observer/promobserver, observer/slogobserver
 //
 // # Algorithms
@@ -58,6 +59,7 @@
 //	store/memstore, redisstore    stores; store/storetest is the suite every store passes
 //	adaptive, priority            concurrency limits and shedding
 //	middleware/httplimit, grpclimit  transports: map requests to checks, translate verdicts
+//	policy                        named policies, plans, descriptor rules, config files, live changes
 //	internal/admit                the one admission core every transport calls
 //	observer/...                  adapters of the Observer hook (Prometheus, slog)
 //

@@ -32,8 +32,8 @@ func (e *ConfigError) Error() string {
 func (e *ConfigError) Unwrap() error { return floodgate.ErrInvalidConfig }
 
 // LoadFile reads a config file (YAML, or JSON, which is YAML too) and checks
-// it. Every error is a [*ConfigError] with the file and the line of what is
-// wrong: a syntax error, an unknown field, a bad value, a negative rate, two
+// it. Every error in the file is a [*ConfigError] with the file and the
+// line of what is wrong (an error reading the file is returned as it is): a syntax error, an unknown field, a bad value, a negative rate, two
 // policies of one name, an override or rule naming an unknown policy.
 func LoadFile(path string) (Config, error) {
 	b, err := os.ReadFile(path)

@@ -329,7 +329,8 @@ func descriptorKey(d Descriptor) string {
 }
 
 // resolver caches a ResolveFunc's answers: positive and negative answers
-// for ttl, at most max keys (the oldest half is dropped when full).
+// for ttl, at most max keys (when full, an arbitrary half is dropped: the
+// keys still in use come back on their next request).
 type resolver struct {
 	f   ResolveFunc
 	ttl time.Duration

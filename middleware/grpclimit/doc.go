@@ -97,7 +97,8 @@
 // reach the network, and honour the server's pushback: after a refusal
 // carrying RetryInfo or the pushback trailer, the client holds its next
 // calls (unary and streams) until the delay has passed ([WithPushback],
-// [WithMaxPushback]). [WithRetry] retries refused idempotent unary calls,
+// [WithMaxPushback]). [WithMaxAttempts] (with [WithRetryable] and
+// [WithBackoff]) retries refused idempotent unary calls,
 // a bounded number of times, with capped exponential backoff and full
 // jitter, never sooner than the pushback and never past the deadline.
 //

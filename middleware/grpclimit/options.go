@@ -350,10 +350,8 @@ func WithKeyFunc(f KeyFunc) Option {
 }
 
 // WithKeyPrefix puts prefix in front of every key the interceptors charge
-// (peer, header or custom, on every limit). Policies whose limiters share a
-// store and have the same configuration share their state for equal keys;
-// a prefix per policy (for example "search ") keeps them apart. It applies
-// to New.
+// (peer, header or custom, on every limit), for example "search " to keep a
+// route's budgets apart from others' on one limiter. It applies to New.
 func WithKeyPrefix(prefix string) Option {
 	return option("WithKeyPrefix", ctorNew, func(c *config) error { c.prefix = prefix; return nil })
 }
@@ -435,9 +433,9 @@ func WithDelayMode(m DelayMode) Option {
 // WithDryRun turns on shadow mode when on is true: every call is decided and
 // reported, calls that would be refused are reported as
 // floodgate.OutcomeWouldDeny and let through, and a limiter error lets the
-// call through whatever the fail mode (reported as error_open). Delays are
-// reported (floodgate.OutcomeDelayed) but not applied. It applies to New and
-// Shed.
+// call through whatever the fail mode (reported as error_open). A shaping
+// delay is not applied (the call is reported as allowed). It applies to New,
+// Shed and Policies.
 func WithDryRun(on bool) Option {
 	return option("WithDryRun", ctorAll, func(c *config) error { c.dryRun = on; return nil })
 }

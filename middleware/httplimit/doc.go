@@ -71,7 +71,9 @@
 // (Decision.ResetAfter). The draft defines t as the time until additional
 // quota is available; for a bucket that refills continuously that moment
 // depends on the algorithm, while "full again" holds for every algorithm and
-// is never early: a client that waits t seconds may send q units.
+// is never early: a client that waits t seconds may send the whole
+// capacity again (X-RateLimit-Limit: a token bucket's burst, which may be
+// less than q, the quota per window).
 //
 // On refusals, t is the number of seconds until enough quota for the request
 // is back (Decision.RetryAfter, rounded up), so that Retry-After >= t.
@@ -89,7 +91,8 @@
 // retry_after extension; neither body ever contains the key, the path or
 // the client address. With diagnostics on (HeadersDiagnostic), responses also
 // carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope ("ip", "header",
-// "key", prefixed by "route+" with WithRouteKey, or "concurrency") and, on
+// "key", prefixed by "route+" with [WithKeyPrefix], "descriptor" for
+// [Policies], or "concurrency") and, on
 // refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
 // "overloaded", "limiter_unavailable", "cost_exceeds_limit", "invalid_key").
 //
