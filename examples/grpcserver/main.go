@@ -125,30 +125,42 @@ func run(args []string, out io.Writer) error {
 // newServer builds the gRPC server, its limits (all on store s, all
 // reporting to obs) and the demo services.
 func newServer(s *memstore.Store, obs floodgate.Observer) (*grpc.Server, error) {
-	perPeer, err := limit(s, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 20},
+	perPeer, err := bucket.NewKeyed(s, bucket.Config{Name: "per-peer", Rate: floodgate.PerSecond(10), Burst: 20})
+	if err != nil {
+		return nil, err
+	}
+	searchLimit, err := bucket.NewKeyed(s, bucket.Config{Name: "search", Rate: floodgate.PerMinute(6), Burst: 2})
+	if err != nil {
+		return nil, err
+	}
+	perServiceLimit, err := bucket.NewKeyed(s, bucket.Config{Name: "per-service", Rate: floodgate.PerMinute(3), Burst: 3})
+	if err != nil {
+		return nil, err
+	}
+	// Each method is checked by one interceptor, against every limit that
+	// applies to it, all or nothing: a search the narrow limit refuses is
+	// not charged to the per-peer budget.
+	search, err := grpclimit.New(searchLimit, grpclimit.WithLimit(perPeer, grpclimit.PeerKey),
+		grpclimit.WithFilter(grpclimit.Methods(methodSearch)), grpclimit.WithKeyPrefix("search "),
+		grpclimit.WithName("search"), grpclimit.WithObserver(obs))
+	if err != nil {
+		return nil, err
+	}
+	perService, err := grpclimit.New(perServiceLimit, grpclimit.WithLimit(perPeer, grpclimit.PeerKey),
+		grpclimit.WithFilter(grpclimit.Methods(methodReport)),
+		grpclimit.WithHeaderKey("x-service-token"), grpclimit.WithKeyPrefix("report "),
+		grpclimit.WithName("per-service"), grpclimit.WithObserver(obs))
+	if err != nil {
+		return nil, err
+	}
+	others, err := grpclimit.New(perPeer, grpclimit.WithFilter(grpclimit.ExceptMethods(methodSearch, methodReport)),
 		grpclimit.WithName("per-peer"), grpclimit.WithObserver(obs))
 	if err != nil {
 		return nil, err
 	}
-	search, err := limit(s, bucket.Config{Rate: floodgate.PerMinute(6), Burst: 2},
-		grpclimit.WithName("search"), grpclimit.WithObserver(obs),
-		grpclimit.WithFilter(grpclimit.Methods(methodSearch)), grpclimit.WithKeyPrefix("search "))
-	if err != nil {
-		return nil, err
-	}
-	perService, err := limit(s, bucket.Config{Rate: floodgate.PerMinute(3), Burst: 3},
-		grpclimit.WithName("per-service"), grpclimit.WithObserver(obs),
-		grpclimit.WithFilter(grpclimit.Methods(methodReport)),
-		grpclimit.WithHeaderKey("x-service-token"), grpclimit.WithKeyPrefix("report "))
-	if err != nil {
-		return nil, err
-	}
-	// The narrow policies run first: a call they refuse is not charged to
-	// the broad per-peer budget (a call the broad one refuses after a
-	// narrow one admitted it has been charged there; that is the rarer case).
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(search.Unary(), perService.Unary(), perPeer.Unary()),
-		grpc.ChainStreamInterceptor(search.Stream(), perService.Stream(), perPeer.Stream()))
+		grpc.ChainUnaryInterceptor(search.Unary(), perService.Unary(), others.Unary()),
+		grpc.ChainStreamInterceptor(search.Stream(), perService.Stream(), others.Stream()))
 
 	srv.RegisterService(service("demo.Catalog",
 		unary(methodGet, func(_ context.Context, id string) string { return "item " + id }),
@@ -158,15 +170,6 @@ func newServer(s *memstore.Store, obs floodgate.Observer) (*grpc.Server, error) 
 		unary(methodReport, func(ctx context.Context, _ string) string { return "report" }),
 	), struct{}{})
 	return srv, nil
-}
-
-// limit builds a keyed token bucket on s and the interceptors around it.
-func limit(s *memstore.Store, cfg bucket.Config, opts ...grpclimit.Option) (*grpclimit.Interceptors, error) {
-	l, err := bucket.NewKeyed(s, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return grpclimit.New(l, opts...)
 }
 
 // service describes a gRPC service by hand.

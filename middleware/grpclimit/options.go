@@ -275,6 +275,14 @@ func Methods(fullMethods ...string) func(ctx context.Context, fullMethod string)
 	}
 }
 
+// ExceptMethods is a filter for [WithFilter] that selects every call but
+// those to the given full method names: the complement of [Methods], for
+// the broad limit of the methods that have no narrower one.
+func ExceptMethods(fullMethods ...string) func(ctx context.Context, fullMethod string) bool {
+	in := Methods(fullMethods...)
+	return func(ctx context.Context, fullMethod string) bool { return !in(ctx, fullMethod) }
+}
+
 // WithHeaderKey keys calls by the first value of the incoming metadata
 // entry name, for example "x-service-token". gRPC metadata are HTTP/2
 // headers: this is the option httplimit spells the same way, and names are
@@ -388,8 +396,9 @@ func WithCost(f CostFunc) Option {
 // main one, all or nothing: a call is admitted only when every limit admits
 // it, and a call one limit refuses is charged to none (per peer AND per
 // token: a token's refusal costs the peer nothing). key derives the call's
-// key on l, after the same rules as the main key ("" falls back to the peer
-// address, the [WithKeyPrefix] prefix applies); nil means the main key.
+// key on l ("" falls back to the peer address; the [WithKeyPrefix] prefix is
+// the main key's alone, as on HTTP); nil means the main key, prefix
+// included.
 // [PeerKey] keys l by peer next to a main key from a header. The limits are
 // decided by [floodgate.TakeAll]: atomically when every limiter is a keyed
 // store limiter on one store. A refusal carries the longest retry time of

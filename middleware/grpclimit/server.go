@@ -292,7 +292,11 @@ func (i *Interceptors) request(ctx context.Context, method string) (key string, 
 	for j, x := range i.cfg.limits {
 		k := key
 		if x.key != nil {
-			k = i.cfg.finish(ctx, x.key(ctx, method))
+			// An added limit's own key, as on HTTP: "" is the peer, and the
+			// prefix belongs to the main key alone.
+			if k = x.key(ctx, method); k == "" {
+				k = i.cfg.peerKey(ctx)
+			}
 		}
 		checks[j+1].Key, checks[j+1].N = k, n
 	}

@@ -915,7 +915,8 @@ func TestPerPeerAndPerToken(t *testing.T) {
 }
 
 // TestWithLimitMainKeyAndPrefix: an extra limit without key function is
-// charged the main key; the key prefix applies to every limit.
+// charged the main key (its prefix included); an extra limit with its own
+// key function is charged that key, unprefixed, as on HTTP.
 func TestWithLimitMainKeyAndPrefix(t *testing.T) {
 	main := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 5)}
 	extra := &recLimiter{l: newBucket(t, floodgate.PerMinute(1), 5)}
@@ -929,7 +930,7 @@ func TestWithLimitMainKeyAndPrefix(t *testing.T) {
 	require.NoError(t, err)
 	// The memstore limiters decide the group themselves (TakeGroup): the
 	// wrappers see no Take, so read the keys' state instead.
-	for l, key := range map[*recLimiter]string{main: "api 127.0.0.1", extra: "api 127.0.0.1", byTenant: "api tenant-7"} {
+	for l, key := range map[*recLimiter]string{main: "api 127.0.0.1", extra: "api 127.0.0.1", byTenant: "tenant-7"} {
 		d, err := l.l.(*store.Limiter).Peek(context.Background(), key)
 		require.NoError(t, err)
 		assert.Equal(t, int64(3), d.Remaining, key)
