@@ -119,9 +119,11 @@ func readmePolicies(ctx context.Context, s store.Store, secret []byte, audit fun
 	if err := live.WatchFile(ctx, "limits.yaml"); err != nil { // or live.ReloadFile from a SIGHUP handler
 		return err
 	}
+	origin := httplimit.ValueEntry("destination", false, func(*http.Request) string { return "image-origin" })
 	limit, err := httplimit.Policies(live,
 		httplimit.WithDescriptor(httplimit.HeaderEntry("X-API-Key", "api_key")),
-		httplimit.WithDescriptor(httplimit.HeaderEntry("X-Service-Token", "service"), httplimit.RouteEntry("route")),
+		httplimit.WithDescriptor(origin), // the origin's own budget, every caller
+		httplimit.WithDescriptor(origin, httplimit.HeaderEntry("X-Service-Token", "service")),
 		httplimit.WithDescriptor(httplimit.ClientIPEntry("remote_address")),
 	)
 	if err != nil {

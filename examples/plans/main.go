@@ -99,11 +99,13 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	// A service's rate limiting: the file, and this.
+	origin := httplimit.ValueEntry("destination", false, func(*http.Request) string { return "image-origin" })
 	limit, err := httplimit.Policies(live,
 		httplimit.WithDescriptor(httplimit.HeaderEntry("X-API-Key", "api_key")),
-		httplimit.WithDescriptor(httplimit.ValueEntry("destination", false, func(*http.Request) string { return "image-origin" }),
-			httplimit.HeaderEntry("X-Service-Token", "service")),
-		httplimit.WithDescriptor(httplimit.ClientIPEntry("remote_address")))
+		httplimit.WithDescriptor(origin), // the origin's own budget, every caller
+		httplimit.WithDescriptor(origin, httplimit.HeaderEntry("X-Service-Token", "service")),
+		httplimit.WithDescriptor(httplimit.ClientIPEntry("remote_address")),
+	)
 	if err != nil {
 		return err
 	}
