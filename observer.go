@@ -64,10 +64,11 @@ const (
 	SourceStore
 )
 
-// String returns "request", "store" or "unknown".
+// String returns "request" (for SourceRequest and the zero Source, which
+// means it), "store" or "unknown".
 func (s Source) String() string {
 	switch s {
-	case SourceRequest:
+	case SourceRequest, 0:
 		return "request"
 	case SourceStore:
 		return "store"

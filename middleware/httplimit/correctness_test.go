@@ -379,3 +379,11 @@ func TestDelayRefuseChargesNothing(t *testing.T) {
 		t.Fatalf("only %d refusals: the test proves nothing", refused)
 	}
 }
+
+// Two key options are refused: only one could count.
+func TestTwoKeyOptionsAreRefused(t *testing.T) {
+	l := newMemBucket(t, frozen(), floodgate.PerSecond(1), 1)
+	if _, err := Middleware(l, WithHeaderKey("X-A"), WithKeyFunc(func(*http.Request) string { return "k" })); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		t.Fatalf("two key options: %v", err)
+	}
+}

@@ -34,15 +34,9 @@ const (
 	hForwarded       = "Forwarded"
 )
 
-// Reasons sent in X-RateLimit-Reason (diagnostic headers).
-const (
-	reasonRateLimited = "rate_limited"
-	reasonDelay       = "delay_refused"
-	reasonOverloaded  = "overloaded"
-	reasonUnavailable = "limiter_unavailable"
-	reasonCost        = "cost_exceeds_limit"
-	reasonKey         = "invalid_key"
-)
+// reasonOverloaded is the X-RateLimit-Reason of Shed's refusals; the
+// others come from the admission core (admit.Reason*).
+const reasonOverloaded = "overloaded"
 
 // maxSF is the largest structured-field Integer (15 digits).
 const maxSF = 999_999_999_999_999

@@ -232,6 +232,9 @@ func WithHeaderKey(name string) Option {
 		if name == "" || !validHeaderName(name) {
 			return invalid("bad header name %q", name)
 		}
+		if c.keyKind != keyIP {
+			return invalid("more than one key option (WithHeaderKey, WithKeyFunc)")
+		}
 		c.keyKind = keyHeader
 		c.header = http.CanonicalHeaderKey(name)
 		return nil
@@ -248,6 +251,9 @@ func WithKeyFunc(f KeyFunc) Option {
 	return option("WithKeyFunc", forMiddleware, func(c *config) error {
 		if f == nil {
 			return invalid("nil key func")
+		}
+		if c.keyKind != keyIP {
+			return invalid("more than one key option (WithHeaderKey, WithKeyFunc)")
 		}
 		c.keyKind = keyCustom
 		c.keyFunc = f

@@ -156,6 +156,7 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		clear(b.checks)
 		for i := range b.descs {
+			clear(b.descs[i]) // no credential stays reachable from the pool
 			b.descs[i] = b.descs[i][:0]
 		}
 		b.checks, b.descs = b.checks[:0], b.descs[:0]
