@@ -119,7 +119,7 @@ func (i *Interceptors) admitPolicies(ctx context.Context, method string, ev floo
 func (i *Interceptors) matchPolicies(ctx context.Context, method string) (checks []floodgate.Check, enforcing int, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("grpclimit: descriptor, cost or resolver panicked: %v", p)
+			err = fmt.Errorf("%w: grpclimit: a descriptor, cost or resolver function: %v", ErrLimiterPanic, p)
 		}
 	}()
 	n := 1
