@@ -46,14 +46,14 @@ type Reserver interface {
 	// CancelReservation gives back a reservation of n units on key that
 	// will not be used. resetIn locates the reservation in the key's
 	// queue: the reservation's Decision.ResetAfter less the time elapsed
-	// since Reserve was called (measured from before the call). It gives
-	// back the n units less what later reservations are already scheduled
-	// on: they keep their times, and giving back more would let a newcomer
-	// be served before them and exceed the limit. So the last reservation
-	// of a queue is given back in full, one in the middle of a queue mostly
-	// not; the slot it leaves is then served to nobody. resetIn is measured
-	// on the caller's clock, not the store's: what comes back errs by at
-	// most the store calls' latency (more by up to this call's, less by up
-	// to Reserve's).
+	// since Reserve was called (measured from before the call). The last
+	// reservation of a queue is given back in full; one with later
+	// reservations behind it is not given back at all, whatever the
+	// costs: they keep their times, and giving back any of it would let a
+	// newcomer be served with them and exceed the limit. The slot it
+	// leaves is then served to nobody. resetIn is measured on the caller's
+	// clock, not the store's: what comes back errs by the store calls'
+	// latency (more by up to this call's, less by up to Reserve's), and is
+	// nothing when that error reaches one unit's interval.
 	CancelReservation(ctx context.Context, key string, n int, resetIn time.Duration) error
 }

@@ -20,8 +20,7 @@ var errNoRetryAfter = errors.New("floodgate: limiter denied without a RetryAfter
 // store's clock (microseconds, whole milliseconds for the leaky bucket). A
 // wait that is abandoned (the context ends while waiting) gives its
 // reservation back with [Reserver.CancelReservation]: in full when no one
-// reserved after it, less what later waiters are already scheduled on
-// otherwise (those keep their times). A request that would queue beyond the
+// reserved after it, not at all otherwise (later waiters keep their times). A request that would queue beyond the
 // policy's reservation horizon is refused without charge until it fits,
 // then reserves.
 //

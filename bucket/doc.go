@@ -47,19 +47,22 @@
 //   - The horizon: a queue reaches at most max(15 minutes, 64 times the time
 //     to refill the burst) beyond a full burst's worth; a reservation that
 //     would go beyond is refused with RetryAfter the time until it fits.
-//   - A cancelled reservation (an abandoned Wait) gives back its tokens less
-//     the intervals that later reservations pushed beyond it: those keep
-//     their times, so giving back more would let a newcomer be served before
-//     them, over the limit. The last reservation of a queue comes back in
-//     full; one in the middle gives back only what nobody is scheduled on
-//     (usually nothing), and its slot passes unused. This is x/time/rate's
-//     rule (CancelAt).
+//   - A cancelled reservation (an abandoned Wait) that is the last of its
+//     queue comes back in full. One with later reservations behind it gives
+//     back nothing, whatever the costs: they keep their times, and the TAT
+//     is the end of the queue, so moving it back at all would let newcomers
+//     be served with them, over the limit. Its slot passes unused.
+//     x/time/rate's CancelAt (and the keyless Limiter's, below) gives back
+//     the tokens less those reserved after it, which is more than that when
+//     a reservation of several tokens has fewer behind it.
 //   - Accuracy: delays are exact to the microsecond on the store's clock;
 //     the caller's timer adds the runtime's latency. A cancellation locates
 //     its reservation with the caller's clock (from before its Reserve call,
-//     as Wait measures): what it gives back errs by at most the store calls'
-//     latency, more by up to the cancel call's, less by up to the Reserve
-//     call's.
+//     as Wait measures): a TAT beyond it by less than one interval is that
+//     clock's error, and the last of a queue comes back less it, erring by
+//     at most the store calls' latency (more by up to the cancel call's,
+//     less by up to the Reserve call's); by one interval or more, it is
+//     taken for a later reservation and nothing comes back.
 //
 // # Keyless limiter
 //

@@ -215,7 +215,8 @@ return function(s, now, n, p)
       local give = -n * t
       if p[5] then
         local behind = tat - now - p[5]
-        if behind > 0 then give = give - behind end
+        if behind >= t then give = 0
+        elseif behind > 0 then give = give - behind end
       end
       if give > 0 then
         tat = tat - give

@@ -21,8 +21,8 @@ func (g *gcra) Reserve(maxWait int64) algo.Algorithm {
 }
 
 // Cancel implements [algo.Reservable]: the step whose refund gives back a
-// reservation located by resetIn, less the TAT that later reservations
-// pushed beyond it.
+// reservation located by resetIn when it is the last of the key's queue,
+// and nothing when later reservations pushed the TAT beyond it.
 func (g *gcra) Cancel(resetIn int64) algo.Algorithm {
 	return g.twin(0, algo.ClampReserveArg(resetIn))
 }
@@ -63,10 +63,19 @@ func (r *gcraTwin) StepWord(tat, now, n int64, d *floodgate.Decision) int64 {
 		if n < 0 {
 			// The reservation occupies the TAT up to now+resetIn; what
 			// lies beyond is later reservations', which keep their
-			// times: give back only what they do not cover (as
-			// x/time/rate's CancelAt does).
+			// times. The TAT is the end of the queue: moving it back
+			// at all would let newcomers be served with them, over the
+			// limit (giving back n less their share, as x/time/rate's
+			// CancelAt does, is wrong as soon as n > 1). So nothing
+			// comes back when a later reservation is there (each
+			// pushed the TAT by at least an interval); a shorter excess
+			// is the caller's clock error on the last one, whose n
+			// intervals come back less that.
 			give := -n * g.t
-			if behind := tat - now - r.resetIn; behind > 0 {
+			switch behind := tat - now - r.resetIn; {
+			case behind >= g.t:
+				give = 0
+			case behind > 0:
 				give -= behind
 			}
 			if give > 0 {

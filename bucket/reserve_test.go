@@ -69,6 +69,51 @@ func TestReserveStepTable(t *testing.T) {
 	}
 }
 
+// A cancel in the middle of a queue gives back nothing, whatever the
+// costs: the reservations behind it keep their times, and the TAT is the
+// end of the queue. Here the second 4 reserved have 1 behind them; giving
+// back 4 less that 1 (as the cancel once did, like x/time/rate's CancelAt)
+// put the TAT at 10iv, before the 1 served at 9iv (TAT 13iv), and the first
+// 4 queued then found only 2iv behind them and gave back 2 more: the next
+// 4 and 1 reserved were served at 8iv and 9iv with the 1, 6 units within an
+// interval, more than the burst of 4 and one interval's refill. Only the
+// last of a queue comes back, in full; the holes pass unused.
+func TestReserveCancelInTheMiddle(t *testing.T) {
+	const iv = 100 * time.Millisecond
+	c := bucket.Config{Rate: floodgate.Rate{N: 10, Per: time.Second}, Burst: 4}
+	alg := mustReservable(t, c)
+	const never = algo.MaxReserveArg
+	in := func(x time.Duration) int64 { return int64(x / time.Microsecond) }
+	d := func(reset, delay time.Duration) floodgate.Decision {
+		return floodgate.Decision{Allowed: true, Limit: 4, ResetAfter: reset, Delay: delay}
+	}
+	var s algo.State
+	for i, st := range []struct {
+		alg  algo.Algorithm
+		n    int64
+		want floodgate.Decision
+	}{
+		{alg.Reserve(never), 4, d(4*iv, 0)},
+		{alg.Reserve(never), 4, d(8*iv, 4*iv)},     // served at 4iv
+		{alg.Reserve(never), 4, d(12*iv, 8*iv)},    // at 8iv
+		{alg.Reserve(never), 1, d(13*iv, 9*iv)},    // at 9iv
+		{alg.Cancel(in(12 * iv)), -4, d(13*iv, 0)}, // 1 behind it: nothing
+		{alg.Cancel(in(8 * iv)), -4, d(13*iv, 0)},  // 5 behind it: nothing
+		{alg.Reserve(never), 4, d(17*iv, 13*iv)},   // after the 1
+		{alg.Reserve(never), 1, d(18*iv, 14*iv)},
+		{alg.Cancel(in(18 * iv)), -1, d(17*iv, 0)}, // the last: in full
+		// The last again, located 300µs early (the Reserve call's
+		// latency on the caller's clock): all but 300µs comes back.
+		{alg.Cancel(in(17*iv) - 300), -4, d(13*iv+300*time.Microsecond, 0)},
+	} {
+		var got floodgate.Decision
+		s, got = st.alg.Step(s, keyedEpoch, st.n)
+		if got != st.want {
+			t.Fatalf("step %d: got %+v, want %+v", i, got, st.want)
+		}
+	}
+}
+
 // TestReserveHorizon: a reservation never queues beyond the horizon,
 // max(15 min, 64 x burst x interval); one refused for the horizon alone
 // gets a RetryAfter no longer than maxWait, when it fits. A TAT within the

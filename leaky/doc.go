@@ -115,16 +115,21 @@
 //   - The horizon: a key holds at most 2^42 milli-requests (about 4.4 billion
 //     requests) of excess, and no more than 2^40 ms (about 35 years) of leak;
 //     a reservation beyond is refused with RetryAfter the time until it fits.
-//   - A cancelled reservation (an abandoned Wait) gives back its requests
-//     less the excess that later reservations added beyond it (rounded up
-//     to whole milliseconds of leak): the last of a queue comes back in
-//     full, exactly as a Refund; one in the middle gives back only what
-//     nobody is scheduled on, usually nothing, and its slot passes unused.
+//   - A cancelled reservation (an abandoned Wait) that is the last of its
+//     queue comes back in full, exactly as a Refund. One with later
+//     reservations behind it gives back nothing, whatever the costs: they
+//     keep their times, and the excess is the end of the queue, so giving
+//     back any of it would let newcomers be served with them, over the
+//     limit. Its slot passes unused.
 //   - Accuracy: Delays are in whole milliseconds like nginx's. A cancellation
 //     locates its reservation with the caller's clock (from before its
-//     Reserve call, as Wait measures): what it gives back errs by at most
-//     the store calls' latency, more by up to the cancel call's, less by up
-//     to the Reserve call's.
+//     Reserve call, as Wait measures): the key's time to idle beyond it,
+//     rounded up to whole milliseconds, is taken for a later reservation
+//     when it is at least one request's leak (less 1 ms), and is otherwise
+//     the clock's error, given back less. The last of a queue thus comes
+//     back less the store calls' latency (more by up to the cancel call's,
+//     less by up to the Reserve call's), or not at all when that error
+//     reaches one request's leak.
 //
 // # Units, state, stores and concurrency
 //

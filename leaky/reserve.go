@@ -22,8 +22,8 @@ func (a *Algorithm) Reserve(maxWait int64) algo.Algorithm {
 }
 
 // Cancel implements [algo.Reservable]: the step whose refund gives back a
-// reservation located by resetIn, less the excess later reservations added
-// beyond it.
+// reservation located by resetIn when it is the last of the key's queue,
+// and nothing when later reservations are scheduled beyond it.
 func (a *Algorithm) Cancel(resetIn int64) algo.Algorithm {
 	return a.twin(0, algo.ClampReserveArg(resetIn))
 }
@@ -80,19 +80,28 @@ func (a *Algorithm) reserveRetry(last, exc, n, now, e1, maxWait int64) int64 {
 	return 0
 }
 
-// behind is the excess (milli-requests, rounded up) that reservations made
-// after a reservation of k requests added: the key's time to idle beyond
-// resetIn, at the rate. It is at most about k requests' worth, beyond which
-// nothing is given back anyway.
-func (a *Algorithm) behind(last, exc, now, k, resetIn int64) int64 {
+// given is what a cancel of a reservation of k requests located by resetIn
+// gives back, in milli-requests: all k when the key's time to idle ends at
+// resetIn, and nothing when a later reservation is scheduled beyond it.
+// Those keep their times and the excess is one number, the end of the
+// queue: giving back any of it would move that end before them, and the
+// next reservations would be served with them, over the limit (giving back
+// k less their share, as x/time/rate does, is wrong as soon as k > 1). A
+// later reservation moves the time to idle by at least one request's leak
+// less the 1 ms idleAt may round up, so a shorter excess (rounded up to
+// whole ms) is the error of the caller's clock on the last one: k requests
+// less that excess come back. It is 0 or in (k-1)*1000..k*1000.
+func (a *Algorithm) given(last, exc, now, k, resetIn int64) int64 {
 	us := satSub(satSub(a.idleAt(last, exc), now), resetIn)
 	if us <= 0 {
-		return 0
+		return k * milli
 	}
 	ms := us / 1000
 	if us%1000 != 0 {
 		ms++
 	}
-	ms = min(ms, ceilDiv(k*milli*milli, a.rate)+1)
-	return ceilDiv(ms*a.rate, milli)
+	if ms >= milli*milli/a.rate { // ms+1 > 1e6/rate: one request's leak
+		return 0
+	}
+	return k*milli - ceilDiv(ms*a.rate, milli)
 }

@@ -118,11 +118,11 @@ func (a *Algorithm) step(s *algo.State, now, n int64, d *floodgate.Decision, r *
 	case n < 0:
 		// Refund: give back exactly the n*1000 milli-requests a take adds,
 		// never more than one request of credit below empty; a cancelled
-		// reservation gives back less what later ones are scheduled on.
+		// reservation gives back nothing when a later one is scheduled
+		// beyond it (see given).
 		give := -n * milli
 		if r != nil {
-			give -= a.behind(last, exc, now, -n, r.resetIn)
-			if give <= 0 {
+			if give = a.given(last, exc, now, -n, r.resetIn); give == 0 {
 				a.hold(s, last, exc, base, now, 0, d)
 				return
 			}
@@ -300,8 +300,7 @@ return function(s, now, n, p)
       local us = idleat(last, exc) - now - resetin
       if us > 0 then
         local bms = cdiv(us, 1000)
-        local cap = cdiv(-n * 1000000, rate) + 1
-        if bms > cap then bms = cap end
+        if bms >= fdiv(1000000, rate) then return hold(0) end
         give = give - cdiv(bms * rate, 1000)
       end
       if give <= 0 then return hold(0) end

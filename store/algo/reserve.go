@@ -41,12 +41,14 @@ type Reservable interface {
 	// be used. resetIn (µs) locates the reservation in the key's queue: its
 	// Decision.ResetAfter less the time elapsed since (measured from before
 	// the reserving call). Its step with n < 0 gives back the -n units of
-	// that reservation, less those that later reservations are already
-	// scheduled on (the key's time to full beyond resetIn), never below zero
-	// and never beyond full capacity: giving back more would let a newcomer
-	// be served before the waiters behind it and exceed the limit. It is
-	// always allowed. With n == 0 it peeks; with n > 0 it reserves within no
-	// wait at all (Reserve(0)).
+	// that reservation when it is the last of the queue, and nothing when
+	// later reservations are scheduled beyond it: they keep their times,
+	// and giving back any of it would let a newcomer be served with them
+	// and exceed the limit. The key's time to full beyond resetIn tells
+	// which: under one unit's interval it is the caller's clock error, and
+	// the units come back less it (never beyond full capacity). It is
+	// always allowed. With n == 0 it peeks; with n > 0 it reserves within
+	// no wait at all (Reserve(0)).
 	Cancel(resetIn int64) Algorithm
 }
 
