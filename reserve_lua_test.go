@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -58,15 +57,7 @@ type luaCase struct {
 // Lua on a real Redis, and requires identical decisions and states. It
 // needs FLOODGATE_REDIS_ADDR (scripts/redis.sh start exports it).
 func TestReserveLuaEquivalence(t *testing.T) {
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		t.Skip("FLOODGATE_REDIS_ADDR is not set (eval \"$(scripts/redis.sh start)\")")
-	}
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := luaClient(t)
 	rng := rand.New(rand.NewPCG(2026, 12))
 
 	buckets := []bucket.Config{

@@ -154,6 +154,8 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 	a.spec.Words = 3
 	a.spec.Lua.Source = stepLua
 	a.spec.Lua.Params = []int64{a.rate, a.burst, a.delay, a.msCap, a.limit, a.maxExc}
+	a.spec.Lua.StateParams = 6
+	a.memNS = a.spec.Namespace
 	a.reserveSpec = a.spec
 	a.reserveSpec.Name = reserveName
 	return a, nil
