@@ -20,15 +20,16 @@
 // # Keys and memory
 //
 // A key is never stored as a string. The key is hashed with
-// [hash/maphash] under a per-store random seed, which picks the shard, and
-// combined with the namespace (Spec.Namespace, or the version's, see below)
-// into a 64-bit id that picks the slot; a second, independent 64-bit check
-// hash is kept beside it. Two keys with the same id but different check hashes are
-// told apart (the table probes past the other one), so a 64-bit collision
-// changes nothing; two keys would share state only if both 64-bit hashes
-// collided (about 2^-128 per pair, with seeds an attacker cannot know).
-// Different namespaces never share state for one key: their ids differ by
-// construction.
+// [hash/maphash] under a per-store random seed into a 64-bit id that picks
+// the shard and the home slot, and a second, independent 64-bit hash of
+// the key, combined with the namespace (Spec.Namespace, or the version's,
+// see below), is kept beside it as a check hash. Entries with the same id
+// but different check hashes are told apart (the table probes past the
+// other one), so a 64-bit collision changes nothing; two keys would share
+// state only if both 64-bit hashes collided (about 2^-128 per pair, with
+// seeds an attacker cannot know). Different namespaces never share state
+// for one key: their check hashes differ by construction, and their
+// entries sit side by side in one cluster of slots.
 //
 // Each shard keeps one open-addressing table (Robin Hood probing, no
 // pointers, grown by half at 7/8 load) per state width, so a token bucket

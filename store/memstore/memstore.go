@@ -116,20 +116,23 @@ func micronow(clock floodgate.Clock) int64 {
 }
 
 // ids returns the table id and the check hash of (key, ns), and the index
-// of the key's shard: two maphash values of the key under independent
-// random seeds, each uniform over 64 bits, combined with the namespace
-// without a further mix (a finaliser cost a few ns a call and spread
-// nothing that is not already uniform). For one key, two namespaces always
-// get different ids (x ^ ns is a bijection). The shard depends on the key
-// alone, so that every namespace of a key is under one lock (a read-through
-// to a predecessor's namespace, see algo.Lineage, needs no other).
+// of the key's shard. They come from two maphash values of the key under
+// independent random seeds, each uniform over 64 bits: the first, of the
+// key alone, is the id (which picks the home slot) and picks the shard; the
+// second, combined with the namespace without a further mix (a finaliser
+// cost a few ns a call and spread nothing that is not already uniform), is
+// the check hash. So every namespace of a key lives in one shard and one
+// cluster of slots (a read-through to a predecessor's namespace, see
+// algo.Lineage, takes no other lock and stays in cache), and for one key,
+// two namespaces always get different check hashes (x ^ ns*k is a
+// bijection for odd k), which the table tells apart.
 func (s *Store) ids(key string, ns uint64) (id, chk, shard uint64) {
 	return idsOf(maphash.String(s.seedA, key), maphash.String(s.seedB, key), ns, s.mask)
 }
 
 // idsOf is ids from the key's two hashes.
 func idsOf(a, b, ns, mask uint64) (id, chk, shard uint64) {
-	id = a ^ ns
+	id = a
 	if id == 0 {
 		id = 1 // 0 marks an empty slot
 	}
