@@ -154,6 +154,7 @@ func Combine(checks []Check) Decision {
 		}
 		out.ResetAfter = max(out.ResetAfter, d.ResetAfter)
 		out.Delay = max(out.Delay, d.Delay)
+		out.Fallback = out.Fallback || d.Fallback
 	}
 	if refusing >= 0 {
 		d := checks[refusing].Decision

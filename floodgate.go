@@ -17,9 +17,11 @@ type Decision struct {
 	// Allowed reports whether the request was admitted (and charged).
 	Allowed bool
 
-	// Fallback is set when the shared store could not decide and a local
-	// fallback limiter decided instead (the Redis store's Fallback failure
-	// policy): the decision is the local one's.
+	// Fallback is set when the shared store could not decide and its
+	// failure policy did instead: a local fallback limiter (the decision
+	// is the local one's, Limit and Remaining included), or a blanket
+	// fail-open or fail-closed answer (Limit is then 0: there is no quota
+	// to advertise, and a transport answers as for its own fail mode).
 	Fallback bool
 
 	// Limit is the capacity of the policy that decided, in units of cost: the

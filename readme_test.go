@@ -16,7 +16,9 @@ import (
 	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
+	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/priority"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 	"github.com/redis/rueidis"
@@ -105,6 +107,30 @@ func readmeMiddleware(perClient floodgate.Limiter, apiHandler http.Handler) erro
 	return nil
 }
 
+func readmePolicies(ctx context.Context, s store.Store, secret []byte, audit func(policy.Change), mux http.Handler) error {
+	cfg, err := policy.LoadFile("limits.yaml")
+	if err != nil {
+		return err // file:line: what is wrong
+	}
+	live, err := policy.NewLive(cfg, s, policy.WithKeySecret(secret), policy.WithOnChange(audit))
+	if err != nil {
+		return err
+	}
+	if err := live.WatchFile(ctx, "limits.yaml"); err != nil { // or live.ReloadFile from a SIGHUP handler
+		return err
+	}
+	limit, err := httplimit.Policies(live,
+		httplimit.WithDescriptor(httplimit.HeaderEntry("X-API-Key", "api_key")),
+		httplimit.WithDescriptor(httplimit.HeaderEntry("X-Service-Token", "service"), httplimit.RouteEntry("route")),
+		httplimit.WithDescriptor(httplimit.ClientIPEntry("remote_address")),
+	)
+	if err != nil {
+		return err
+	}
+	http.Handle("/", limit(mux))
+	return nil
+}
+
 func readmeCaller(ctx context.Context) error {
 	// 50 calls per second, bursts of 10; Wait fails fast before the deadline.
 	lim := bucket.NewLimiter(bucket.Limit(50), 10)
@@ -168,4 +194,16 @@ func TestReadmeQuickstartRuns(t *testing.T) {
 	w := httptest.NewRecorder()
 	require.NoError(t, readmeQuickstart(context.Background(), w, "198.51.100.1"))
 	assert.Equal(t, http.StatusOK, w.Code)
+}
+
+// TestReadmePlansFile: the config file the README shows is the one the
+// plans example runs, verbatim, and it loads.
+func TestReadmePlansFile(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	file, err := os.ReadFile("examples/plans/limits.yaml")
+	require.NoError(t, err)
+	assert.Contains(t, string(readme), "```yaml\n"+string(file)+"```")
+	_, err = policy.LoadFile("examples/plans/limits.yaml")
+	require.NoError(t, err)
 }

@@ -234,6 +234,21 @@ func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.
 		}
 		return o
 	}
+	if fallback && d.Limit == 0 {
+		// The store's blanket fail-open or fail-closed answer: no quota to
+		// advertise; a refusal is the limiter being unavailable (503), not
+		// a rate limit.
+		switch {
+		case d.Allowed || c.cfg.DryRun:
+			return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Decision: d}
+		default:
+			retry := d.RetryAfter
+			if retry <= 0 {
+				retry = UnavailableRetry
+			}
+			return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, Decision: d, RetryAfter: retry, Reason: ReasonUnavailable}
+		}
+	}
 	switch {
 	case c.cfg.DryRun:
 		o := floodgate.OutcomeAllowed

@@ -33,7 +33,9 @@ const (
 	ctorNew ctor = 1 << iota
 	ctorShed
 	ctorClient
-	ctorAll = ctorNew | ctorShed
+	ctorPolicies
+	ctorAll    = ctorNew | ctorShed | ctorPolicies
+	ctorLimits = ctorNew | ctorPolicies
 )
 
 func (k ctor) String() string {
@@ -41,7 +43,7 @@ func (k ctor) String() string {
 	for _, c := range []struct {
 		k    ctor
 		name string
-	}{{ctorNew, "New"}, {ctorShed, "Shed"}, {ctorClient, "NewClient"}} {
+	}{{ctorNew, "New"}, {ctorShed, "Shed"}, {ctorClient, "NewClient"}, {ctorPolicies, "Policies"}} {
 		if k&c.k != 0 {
 			names = append(names, c.name)
 		}
@@ -142,7 +144,8 @@ type config struct {
 	shedRetry time.Duration
 	class     ClassFunc
 
-	client clientConfig // NewClient's settings
+	client      clientConfig // NewClient's settings
+	descriptors [][]Source   // Policies' descriptors
 }
 
 func invalid(format string, args ...any) error {
@@ -162,7 +165,7 @@ func buildConfig(kind ctor, opts []Option) (config, error) {
 			retry: retryPolicy{maxAttempts: 1, baseDelay: 100 * time.Millisecond, maxDelay: 10 * time.Second},
 		},
 	}
-	if kind == ctorNew {
+	if kind == ctorNew || kind == ctorPolicies {
 		c.keys = new(keyCache)
 	}
 	for _, o := range opts {
@@ -360,7 +363,7 @@ func WithKeyPrefix(prefix string) Option {
 // itself) and v6 bits for IPv6 (default 64: one budget per /64, the block a
 // single host usually holds). It applies to New.
 func WithIPPrefix(v4, v6 int) Option {
-	return option("WithIPPrefix", ctorNew, func(c *config) error {
+	return option("WithIPPrefix", ctorLimits, func(c *config) error {
 		if v4 < 1 || v4 > 32 || v6 < 1 || v6 > 128 {
 			return invalid("IP prefix lengths %d/%d out of range 1..32/1..128", v4, v6)
 		}
@@ -374,7 +377,7 @@ func WithIPPrefix(v4, v6 int) Option {
 // cost function that panics is a limiter that could not decide (the
 // [FailMode] applies). It applies to New; given to NewClient, it is the cost each call takes from the client's throttle.
 func WithCost(f CostFunc) Option {
-	return option("WithCost", ctorNew|ctorClient, func(c *config) error {
+	return option("WithCost", ctorNew|ctorClient|ctorPolicies, func(c *config) error {
 		if f == nil {
 			return invalid("nil cost func")
 		}
@@ -420,7 +423,7 @@ func WithFailMode(m FailMode) Option {
 // WithDelayMode sets what happens to a call admitted with a Delay; the
 // default is [DelayHonour]. It applies to New.
 func WithDelayMode(m DelayMode) Option {
-	return option("WithDelayMode", ctorNew, func(c *config) error {
+	return option("WithDelayMode", ctorLimits, func(c *config) error {
 		if m != DelayHonour && m != DelayRefuse {
 			return invalid("unknown delay mode %d", m)
 		}

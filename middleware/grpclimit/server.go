@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/policy"
 )
 
 // PushbackTrailer is the trailer gRPC clients read to delay their next retry
@@ -84,8 +85,10 @@ func (f AcquirerFunc) Acquire(ctx context.Context) (func(success bool), bool, er
 // concurrent use.
 type Interceptors struct {
 	cfg  config
-	core *admit.Core // New
-	acq  Acquirer    // Shed
+	core *admit.Core  // New, Policies
+	acq  Acquirer     // Shed
+	live *policy.Live // Policies
+	dry  *admit.Core  // Policies: the dry-run policies' checks
 }
 
 // New returns the server interceptors that rate-limit calls with l (and
@@ -252,6 +255,9 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 	var ev floodgate.Event
 	if i.cfg.observer != nil {
 		ev.Route = i.route(method)
+	}
+	if i.live != nil {
+		return nil, answer(ctx, ss, i.admitPolicies(ctx, method, ev, start))
 	}
 	var v admit.Verdict
 	key, n, checks, err := i.request(ctx, method)

@@ -234,22 +234,31 @@ func (h *limitHandler) respond(w http.ResponseWriter, r *http.Request, checks []
 	if fromIP {
 		scope = m.scopeIP
 	}
+	if c.answer(w, v, scope, func() { m.setHeaders(w.Header(), checks, v, scope) }) {
+		h.next.ServeHTTP(w, r)
+	}
+}
+
+// answer translates verdict v: it writes a refusal (and reports false), or
+// the informational headers, with setHeaders, of an admission that goes on
+// (and reports true). setHeaders also runs on a rate-limit refusal.
+func (c *config) answer(w http.ResponseWriter, v admit.Verdict, scope string, setHeaders func()) bool {
 	switch v.Kind {
 	case admit.Deny:
-		m.setHeaders(w.Header(), checks, v, scope)
+		setHeaders()
 		c.refuse(w, http.StatusTooManyRequests, v.RetryAfter, v.Reason, scope)
-		return
+		return false
 	case admit.NeverFits:
 		c.refuse(w, http.StatusTooManyRequests, 0, v.Reason, scope)
-		return
+		return false
 	case admit.Unavailable:
 		c.refuse(w, http.StatusServiceUnavailable, v.RetryAfter, v.Reason, scope)
-		return
+		return false
 	}
 	if v.Headers {
-		m.setHeaders(w.Header(), checks, v, scope)
+		setHeaders()
 	}
-	h.next.ServeHTTP(w, r)
+	return true
 }
 
 // prepare sets every check's key and cost, turning a panicking key or cost

@@ -173,23 +173,14 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		checks = checks[:enforcing]
 		v = m.core.DecideChecks(r.Context(), checks, ev, start)
 	}
-	scope := "descriptor"
-	switch v.Kind {
-	case admit.Deny:
-		setPolicyHeaders(c, w.Header(), checks, v, scope)
-		c.refuse(w, http.StatusTooManyRequests, v.RetryAfter, v.Reason, scope)
-		return
-	case admit.NeverFits:
-		c.refuse(w, http.StatusTooManyRequests, 0, v.Reason, scope)
-		return
-	case admit.Unavailable:
-		c.refuse(w, http.StatusServiceUnavailable, v.RetryAfter, v.Reason, scope)
-		return
+	const scope = "descriptor"
+	if c.answer(w, v, scope, func() {
+		if len(checks) > 0 {
+			setPolicyHeaders(c, w.Header(), checks, v, scope)
+		}
+	}) {
+		h.next.ServeHTTP(w, r)
 	}
-	if v.Headers && len(checks) > 0 {
-		setPolicyHeaders(c, w.Header(), checks, v, scope)
-	}
-	h.next.ServeHTTP(w, r)
 }
 
 // prepare builds the request's descriptors and matches them, turning a

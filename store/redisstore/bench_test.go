@@ -127,12 +127,22 @@ func BenchmarkDecisionNoCoalescing(b *testing.B) {
 	b.Run("parallel64", func(b *testing.B) { benchParallel64(b, l) })
 }
 
+// BenchmarkMultiDecision: floodgate.All over two limits on one key, one
+// script per decision (Store.ApplyAll).
 func BenchmarkMultiDecision(b *testing.B) {
 	s := benchClient(b)
-	m, err := NewMultiLimiter(s, tokenBucket(b, floodgate.PerSecond(1_000_000), 1_000_000), tokenBucket(b, floodgate.PerHour(1_000_000_000), 1_000_000))
-	if err != nil {
-		b.Fatal(err)
-	}
+	m := allOf(b, s, tokenBucket(b, floodgate.PerSecond(1_000_000), 1_000_000), tokenBucket(b, floodgate.PerHour(1_000_000_000), 1_000_000))
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		ctx := context.Background()
+		i := 0
+		for b.Loop() {
+			if _, err := m.Take(ctx, benchKeys[i&1023], 1); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 	b.Run("parallel64", func(b *testing.B) { benchParallel64(b, m) })
 }
 

@@ -111,9 +111,7 @@ func (b *coalescer) do(ctx context.Context, key string, n int64) (floodgate.Deci
 	if b.flying < b.max {
 		b.flying++
 		b.mu.Unlock()
-		var one [1]*policy
-		one[0] = b.p
-		d, err := b.s.eval(ctx, key, one[:], b.p.script, n, b.s.injectedNow(), nil)
+		d, err := b.s.eval(ctx, key, b.p, n)
 		b.release()
 		return d, err
 	}
@@ -224,7 +222,7 @@ func (b *coalescer) runBatch(batch []*call) {
 		if err != nil {
 			c.err = err
 		} else {
-			c.d, c.err = decode(arr[6*i:6*i+6], nil, nil)
+			c.d, c.err = decode(arr[6*i : 6*i+6])
 		}
 		if c.state.CompareAndSwap(callWaiting, callDelivered) {
 			c.done <- struct{}{}

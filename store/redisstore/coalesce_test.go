@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,8 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/storetest"
+	"github.com/floodgate-go/floodgate/window"
 )
 
 // Many goroutines on one key of a bucket that does not refill during the
@@ -53,89 +55,130 @@ func TestCoalescedCallsAdmitExactly(t *testing.T) {
 	assert.Zero(t, d.Remaining)
 }
 
+// scriptAlgorithms are the algorithms whose scripts the store's own tests
+// run: one of each twin of the module, with a few parameters each.
+func scriptAlgorithms(t *testing.T) []algo.Algorithm {
+	t.Helper()
+	var algs []algo.Algorithm
+	for _, c := range []bucket.Config{
+		{Rate: floodgate.PerSecond(7), Burst: 5},
+		{Rate: floodgate.Rate{N: 3, Per: 1500 * time.Millisecond}, Burst: 40},
+	} {
+		a, err := c.Algorithm()
+		require.NoError(t, err)
+		algs = append(algs, a)
+	}
+	for _, c := range []leaky.Config{
+		{Rate: floodgate.PerSecond(20), Burst: 6, NoDelay: true},
+		{Rate: floodgate.PerSecond(3), Burst: 8, Delay: 3},
+		{Rate: floodgate.PerMinute(90), Burst: 4},
+	} {
+		a, err := c.Algorithm()
+		require.NoError(t, err)
+		algs = append(algs, a)
+	}
+	for _, c := range []window.Config{
+		{Limit: 6, Window: time.Second},
+		{Limit: 25, Window: 90 * time.Second},
+	} {
+		for _, mk := range []func() (algo.Algorithm, error){c.FixedAlgorithm, c.SlidingLogAlgorithm, c.SlidingCounterAlgorithm} {
+			a, err := mk()
+			require.NoError(t, err)
+			algs = append(algs, a)
+		}
+	}
+	return algs
+}
+
+// nextTime moves a test clock: mostly forward at several scales, sometimes
+// not at all, sometimes back by a second.
+func nextTime(r *rand.Rand, now int64) int64 {
+	scales := []int64{0, 0, 1, 300, 40_000, 700_000, 5_000_000, 200_000_000, -1_000_000}
+	sc := scales[r.IntN(len(scales))]
+	if sc <= 0 {
+		return now + sc
+	}
+	return now + r.Int64N(sc)
+}
+
 // The batch script makes the same decisions as the Go steps (keys that
 // appear twice in one batch included), and shares the state encoding with
-// the single-call script: steps alternate between the two, with injected
+// the single-call scripts: steps alternate between the two, with injected
 // times (one time per batch).
 func TestBatchScriptEquivalence(t *testing.T) {
-	const timelines, perBatch, steps = 8, 250, 8
+	const perBatch, steps = 250, 8
 	c := newClient(t, singleAddr)
 	clk := storetest.NewClock(time.Unix(0, 0))
 	s := testStore(t, c, withClock(clk), WithCoalescing(1))
-	names := make([]string, 0, len(families))
-	for n := range families {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for fi, name := range names {
-		t.Run(name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(uint64(fi), 7))
+	for ai, alg := range scriptAlgorithms(t) {
+		t.Run(alg.Spec().Name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(ai), 7))
+			p, err := s.prepare(alg)
+			require.NoError(t, err)
+			capacity := alg.Spec().Capacity
+			cost := func() int64 { return r.Int64N(2*capacity+3) - capacity - 1 } // -capacity-1 .. capacity+1
 			failures := 0
-			for tl := range timelines {
-				alg, err := families[name](r)
-				require.NoError(t, err)
-				p, err := s.prepare(alg)
-				require.NoError(t, err)
-				// One timeline (shared times), perBatch sequences of costs.
-				times := randomSequence(r, steps, p.limit)
-				goStates := make([]algo.State, perBatch)
-				for step, tm := range times {
-					clk.Set(time.UnixMicro(tm.now))
-					// The calls of this step: one per key; a batch step adds a
-					// second call on every other key, at the end of the batch,
-					// so that the batch script sees keys twice.
-					type op struct {
-						i    int
-						cost int64
+			now := int64(1_700_000_000_000_000)
+			goStates := make([]algo.State, perBatch)
+			for step := range steps {
+				now = nextTime(r, now)
+				clk.Set(time.UnixMicro(now))
+				// The calls of this step: one per key; a batch step adds a
+				// second call on every other key, at the end of the batch,
+				// so that the batch script sees keys twice.
+				type op struct {
+					i    int
+					cost int64
+				}
+				var ops []op
+				for i := range perBatch {
+					ops = append(ops, op{i, cost()})
+				}
+				batched := step%2 == 0
+				if batched {
+					for i := 0; i < perBatch; i += 2 {
+						ops = append(ops, op{i, cost()})
 					}
-					var ops []op
-					for i := range perBatch {
-						ops = append(ops, op{i, randomSequence(r, 1, p.limit)[0].n})
-					}
-					batched := step%2 == 0
-					if batched {
-						for i := 0; i < perBatch; i += 2 {
-							ops = append(ops, op{i, randomSequence(r, 1, p.limit)[0].n})
-						}
-					}
-					key := func(i int) string { return "tl" + strconv.Itoa(tl) + ":" + strconv.Itoa(i) }
-					got := make([]floodgate.Decision, len(ops))
-					if batched {
-						batch := make([]*call, len(ops))
-						for j, o := range ops {
-							batch[j] = &call{key: key(o.i), n: o.cost, done: make(chan struct{}, 1)}
-						}
-						p.co.runBatch(batch)
-						for j, cl := range batch {
-							require.NoError(t, cl.err)
-							got[j] = cl.d
-						}
-					} else { // the single-call script, pipelined
-						execs := make([]rueidis.LuaExec, len(ops))
-						for j, o := range ops {
-							execs[j].Keys, execs[j].Args = s.scriptArgs(nil, nil, key(o.i), []*policy{p}, o.cost, s.injectedNow())
-						}
-						states := make([]algo.State, 1)
-						for j, res := range p.script.ExecMulti(context.Background(), c, execs...) {
-							arr, err := res.ToArray()
-							require.NoError(t, err)
-							got[j], err = decode(arr, []*policy{p}, states)
-							require.NoError(t, err)
-						}
-					}
+				}
+				key := func(i int) string { return "a" + strconv.Itoa(ai) + ":" + strconv.Itoa(i) }
+				got := make([]floodgate.Decision, len(ops))
+				if batched {
+					batch := make([]*call, len(ops))
 					for j, o := range ops {
-						next, want := alg.Step(goStates[o.i], tm.now, o.cost)
-						if got[j] != want {
-							if failures++; failures <= 5 {
-								t.Errorf("params %v timeline %d key %d step %d call %d (now=%d n=%d, batch=%v):\n go  %+v\n lua %+v", p.spec.Lua.Params, tl, o.i, step, j, tm.now, o.cost, batched, want, got[j])
-							}
-						}
-						goStates[o.i] = next
+						batch[j] = &call{key: key(o.i), n: o.cost, done: make(chan struct{}, 1)}
 					}
-					for i := range goStates { // the store drops full states
-						if goStates[i].W[0] <= tm.now {
-							goStates[i] = algo.State{}
+					p.co.runBatch(batch)
+					for j, cl := range batch {
+						require.NoError(t, cl.err)
+						got[j] = cl.d
+					}
+				} else { // the single-call script, pipelined
+					execs := make([]rueidis.LuaExec, len(ops))
+					for j, o := range ops {
+						execs[j].Keys, execs[j].Args = s.scriptArgs(nil, nil, key(o.i), p, o.cost)
+					}
+					for j, res := range p.script.ExecMulti(context.Background(), c, execs...) {
+						arr, err := res.ToArray()
+						require.NoError(t, err)
+						if !p.oneWord {
+							arr = arr[1:]
 						}
+						got[j], err = decode(arr)
+						require.NoError(t, err)
+					}
+				}
+				for j, o := range ops {
+					next, want := alg.Step(goStates[o.i], now, o.cost)
+					if got[j] != want {
+						if failures++; failures <= 5 {
+							t.Errorf("params %v key %d step %d call %d (now=%d n=%d, batch=%v):\n go  %+v\n lua %+v", p.spec.Lua.Params, o.i, step, j, now, o.cost, batched, want, got[j])
+						}
+					}
+					goStates[o.i] = next
+				}
+				for i := range goStates { // the store drops full states
+					if goStates[i].W[0] <= now {
+						goStates[i] = algo.State{}
 					}
 				}
 			}

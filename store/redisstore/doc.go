@@ -30,7 +30,10 @@
 // writes the state back with a TTL equal to its time to full
 // (algo.State.W[0] - now) or deletes the key when the state is full, and
 // returns the decision. The Go step and the Lua twin are checked to agree,
-// decision by decision and state by state, on random sequences.
+// decision by decision and state by state, on random sequences: the store
+// implements storetest.TwinStepper ([Store.StepTwin]), so every
+// storetest.RunAlgorithm run on it (every algorithm package runs one when
+// FLOODGATE_REDIS_ADDR is set) runs storetest.RunEquivalence.
 //
 // Scripts that consume are never retried blindly: a command that was written
 // to a connection that then failed may have run, and running it twice would
@@ -64,12 +67,17 @@
 // binary, CR/LF, 64 KiB...). A key costs Redis memory for its length plus a
 // few decimal numbers, and disappears when its limit is full again.
 //
-// # Several limits on one key
+// # Several limits at once
 //
-// [NewMultiLimiter] checks several policies ("10 per second AND 1000 per
-// hour") in one script: all-or-nothing, atomically (a denial consumes nothing
-// anywhere), in one round trip. The keys of one user key share a hash tag, so
-// it works on Cluster.
+// [Store.ApplyAll] decides several (key, algorithm, cost) ops in one script:
+// all-or-nothing, atomically (a denial writes nothing anywhere), in one round
+// trip, each op with its own decision. floodgate.All ("10 per second AND
+// 1000 per hour" on one key) and floodgate.TakeAll ("per IP AND per API
+// key") over the keyed limiters of one Store come down to one ApplyAll. The
+// keys of one user key share a hash tag, so several limits on one key are
+// one script on Cluster too; ops on keys in different slots are decided in
+// two phases (evaluate every slot, then commit slot by slot, refunding on a
+// race), as ApplyAll documents.
 //
 // # Timeouts and failure policies
 //
@@ -89,14 +97,20 @@
 //     [floodgate.OutcomeFallback] with the local verdict. [FallbackWith] lets
 //     you choose the local configuration.
 //
-// Every call tries Redis first, so the store is back on Redis with the first
-// call after Redis answers again (after a restart, rueidis reconnects on the
-// next call and the script is sent again on NOSCRIPT). A context cancelled by
-// the caller is the caller's error under every policy.
+// A connection error (Redis down: the dial is refused, the connection reset)
+// stops the sending: rueidis would dial again for every call, thousands of
+// connection attempts per second from one busy process. Calls then go
+// straight to the failure policy, except one probe at a time after a
+// back-off (5ms, doubling up to 50ms): at most about 20 connection attempts
+// per second per Store, and back on Redis within about 50ms of its answering
+// again (after a restart, the script is sent again on NOSCRIPT). A slow
+// Redis (timeouts) is still tried on every call. A context cancelled by the
+// caller is the caller's error under every policy.
 //
-// With [WithObserver], every decision is reported: allowed, denied, delayed
-// (leaky bucket in delay mode) and the three failure outcomes, each with its
-// own label.
+// With [WithObserver], the store reports its own outcomes, with Source
+// floodgate.SourceStore: the three failure outcomes, each with its own
+// label. Decisions Redis made are the transport's to report (once per
+// request), never the store's.
 //
 // # Costs
 //
@@ -113,5 +127,5 @@
 // that a lone call goes through rueidis' background writer and reader, a
 // little slower than a synchronous PING.
 //
-// A Store is safe for concurrent use; so is a [MultiLimiter].
+// A Store is safe for concurrent use.
 package redisstore

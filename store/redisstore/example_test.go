@@ -64,8 +64,9 @@ func Example() {
 }
 
 // "10 per second AND 100 per hour" on one key, atomically, on a Redis
-// Cluster.
-func ExampleNewMultiLimiter() {
+// Cluster: floodgate.All over two keyed limiters on one Store decides each
+// request in one script (Store.ApplyAll).
+func Example_all() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:  redisAddrs("FLOODGATE_REDIS_CLUSTER", "127.0.0.1:7000"),
 		DisableCache: true,
@@ -80,9 +81,9 @@ func ExampleNewMultiLimiter() {
 		fmt.Println(err)
 		return
 	}
-	perSecond, _ := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 10}.Algorithm()
-	perHour, _ := bucket.Config{Rate: floodgate.PerHour(100), Burst: 12}.Algorithm()
-	limiter, err := redisstore.NewMultiLimiter(st, perSecond, perHour)
+	perSecond, _ := bucket.NewKeyed(st, bucket.Config{Rate: floodgate.PerSecond(10), Burst: 10})
+	perHour, _ := bucket.NewKeyed(st, bucket.Config{Rate: floodgate.PerHour(100), Burst: 12})
+	limiter, err := floodgate.All(perSecond, perHour)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -92,10 +93,51 @@ func ExampleNewMultiLimiter() {
 	fmt.Println(d.Allowed, d.Remaining)
 	d, _ = limiter.Take(ctx, "bob", 2) // denied by the per-second policy...
 	fmt.Println(d.Allowed)
-	h, _ := st.Apply(ctx, "bob", perHour, 0) // ...and charged nothing to the hourly one
+	h, _ := perHour.Peek(ctx, "bob") // ...and charged nothing to the hourly one
 	fmt.Println(h.Remaining)
 	// Output:
 	// true 0
 	// false
 	// 2
+}
+
+// Limits on different keys ("per IP AND per API key") in one all-or-nothing
+// decision with floodgate.TakeAll; each check gets its own Decision.
+func Example_takeAll() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  redisAddrs("FLOODGATE_REDIS_ADDR", "127.0.0.1:6379"),
+		DisableCache: true,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	st, err := redisstore.New(client, redisstore.WithPrefix(fmt.Sprintf("example:%d:", time.Now().UnixNano())))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	perIP, _ := bucket.NewKeyed(st, bucket.Config{Name: "per-ip", Rate: floodgate.PerMinute(100), Burst: 3})
+	perKey, _ := bucket.NewKeyed(st, bucket.Config{Name: "per-api-key", Rate: floodgate.PerHour(1000), Burst: 1000})
+	ctx := context.Background()
+	for range 4 {
+		checks := []floodgate.Check{
+			{Limiter: perIP, Key: "203.0.113.7", N: 1},
+			{Limiter: perKey, Key: "key-42", N: 1},
+		}
+		d, err := floodgate.TakeAll(ctx, checks) // one script on a single node
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		// On the refusal, the key's budget is reported as it stands:
+		// nothing was taken from it.
+		fmt.Println(d.Allowed, checks[0].Decision.Remaining, checks[1].Decision.Remaining)
+	}
+	// Output:
+	// true 2 999
+	// true 1 998
+	// true 0 997
+	// false 0 997
 }

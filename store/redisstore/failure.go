@@ -25,10 +25,18 @@ const (
 // [FallbackWith] and pass it to [WithFailurePolicy]. The zero value is
 // [FailError].
 //
-// Whatever the policy, every call tries Redis first: the store goes back to
-// Redis with the first call after Redis answers again. A context that the
-// caller cancelled (or whose deadline passed) is not a Redis failure: Apply
-// then returns the context's error under every policy.
+// While Redis is reachable, every call tries Redis first. After a
+// connection error (a refused dial, a reset or closed connection) the store
+// stops sending: calls go straight to the policy, with a cause wrapping
+// [floodgate.ErrStoreUnavailable], except one probe at a time, let through
+// 5ms after the error, then after a back-off doubling up to 50ms. The store
+// thus makes at most about 20 connection attempts per second while Redis is
+// down, however many calls it gets, and goes back to Redis within about
+// 50ms of Redis answering again (the first probe Redis answers). Timeouts
+// do not stop the sending: a slow Redis is tried on every call, each bounded
+// by [WithTimeout]. A context that the caller cancelled (or whose deadline
+// passed) is not a Redis failure: the call then returns the context's error
+// under every policy.
 type FailurePolicy struct {
 	mode       failMode
 	retryAfter time.Duration
@@ -80,7 +88,7 @@ func Fallback(local store.Store, nodes int) FailurePolicy {
 		if nodes < 1 {
 			return nil, fmt.Errorf("%w: redisstore: fallback node count %d < 1", floodgate.ErrInvalidConfig, nodes)
 		}
-		return Slowed(a, nodes), nil
+		return slowed(a, nodes), nil
 	}}
 }
 
@@ -108,14 +116,14 @@ func (fp FailurePolicy) validate() error {
 	return nil
 }
 
-// Slowed returns alg running on a clock nodes times slower than the real one:
+// slowed returns alg running on a clock nodes times slower than the real one:
 // every rate of alg divided by nodes, every capacity unchanged, and the
 // durations of its decisions in real time. It is the local algorithm of
 // [Fallback]. State.W[0] stays in real time (the store may still drop full
 // states); the other words are in the slowed time and must only be stepped
-// by the returned algorithm. Slowed(alg, 1) is alg. Its Spec has no Lua twin
+// by the returned algorithm. slowed(alg, 1) is alg. Its Spec has no Lua twin
 // and a namespace of its own.
-func Slowed(alg algo.Algorithm, nodes int) algo.Algorithm {
+func slowed(alg algo.Algorithm, nodes int) algo.Algorithm {
 	if nodes <= 1 {
 		return alg
 	}
@@ -125,20 +133,20 @@ func Slowed(alg algo.Algorithm, nodes int) algo.Algorithm {
 	sp.Namespace = h.Sum64()
 	sp.Name += "-slowed"
 	sp.Lua = algo.Lua{}
-	return slowed{inner: alg, spec: sp, n: int64(nodes), origin: floodgate.Nanotime() / 1000}
+	return slowedAlg{inner: alg, spec: sp, n: int64(nodes), origin: floodgate.Nanotime() / 1000}
 }
 
-type slowed struct {
+type slowedAlg struct {
 	inner     algo.Algorithm
 	spec      algo.Spec
 	n, origin int64
 }
 
-func (a slowed) Spec() algo.Spec { return a.spec }
+func (a slowedAlg) Spec() algo.Spec { return a.spec }
 
 // in maps real time to slowed time; out maps back (out(in(t)) <= t <
 // out(in(t)+1), so "full at or before now" means the same in both).
-func (a slowed) in(t int64) int64 {
+func (a slowedAlg) in(t int64) int64 {
 	d := t - a.origin
 	q := d / a.n
 	if d%a.n != 0 && d < 0 {
@@ -147,9 +155,9 @@ func (a slowed) in(t int64) int64 {
 	return a.origin + q
 }
 
-func (a slowed) out(t int64) int64 { return a.origin + (t-a.origin)*a.n }
+func (a slowedAlg) out(t int64) int64 { return a.origin + (t-a.origin)*a.n }
 
-func (a slowed) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
+func (a slowedAlg) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
 	if s.W[0] != 0 {
 		s.W[0] = a.in(s.W[0])
 	}
@@ -163,7 +171,7 @@ func (a slowed) Step(s algo.State, now int64, n int64) (algo.State, floodgate.De
 	return s, d
 }
 
-func (a slowed) scale(d time.Duration) time.Duration {
+func (a slowedAlg) scale(d time.Duration) time.Duration {
 	if d <= 0 {
 		return d
 	}

@@ -13,12 +13,12 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-// Slowed divides every rate by nodes, keeps capacities, reports durations in
+// slowed divides every rate by nodes, keeps capacities, reports durations in
 // real time and keeps W[0] meaning "full from then on" in real time.
 func TestSlowedDividesTheRate(t *testing.T) {
 	alg := tokenBucket(t, floodgate.PerSecond(100), 10)
-	slow := Slowed(alg, 4)
-	assert.Same(t, alg.(any), Slowed(alg, 1).(any), "Slowed(alg, 1) is alg")
+	slow := slowed(alg, 4)
+	assert.Same(t, alg.(any), slowed(alg, 1).(any), "slowed(alg, 1) is alg")
 	assert.NotEqual(t, alg.Spec().Namespace, slow.Spec().Namespace)
 	assert.Empty(t, slow.Spec().Lua.Source)
 
@@ -49,8 +49,8 @@ func TestSlowedDividesTheRate(t *testing.T) {
 	assert.Greater(t, s3.W[0], end+200_000)
 }
 
-// With Redis gone, a multi-policy limiter falls back to local limiters with
-// the same all-or-nothing rule.
+// With Redis gone, a multi-policy group falls back to the local store's
+// ApplyAll: all-or-nothing there too.
 func TestMultiFallback(t *testing.T) {
 	proc, err := startRedis(0)
 	require.NoError(t, err)
@@ -60,11 +60,11 @@ func TestMultiFallback(t *testing.T) {
 	defer c.Close()
 	var outcomes []floodgate.Outcome
 	obs := floodgate.ObserverFunc(func(e floodgate.Event) { outcomes = append(outcomes, e.Outcome) })
-	s := testStore(t, c, WithFailurePolicy(Fallback(newLocalStore(), 2)), WithObserver(obs), WithTimeout(50*time.Millisecond))
+	local := newLocalStore()
+	s := testStore(t, c, WithFailurePolicy(Fallback(local, 2)), WithObserver(obs), WithTimeout(50*time.Millisecond))
 	perSec := tokenBucket(t, floodgate.PerSecond(10), 4)
 	perHour := tokenBucket(t, floodgate.PerHour(100), 6)
-	m, err := NewMultiLimiter(s, perSec, perHour)
-	require.NoError(t, err)
+	m := allOf(t, s, perSec, perHour)
 	proc.kill()
 
 	ctx := context.Background()
@@ -74,11 +74,8 @@ func TestMultiFallback(t *testing.T) {
 	d, err = m.Take(ctx, "u", 1) // the per-second policy denies locally...
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
-	hd, err := s.policy.local.Apply(ctx, "u", Slowed(perHour, 2), 0) // ...and the hourly one was not charged
+	hd, err := local.Apply(ctx, "u", slowed(perHour, 2), 0) // ...and the hourly one was not charged
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), hd.Remaining)
-	for _, o := range outcomes {
-		assert.Equal(t, floodgate.OutcomeFallback, o)
-	}
-	assert.Len(t, outcomes, 2)
+	assert.Equal(t, []floodgate.Outcome{floodgate.OutcomeFallback, floodgate.OutcomeFallback}, outcomes)
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -32,15 +33,40 @@ type faultStore struct {
 	admitted   [16]atomic.Int64 // admitted decisions by outcome
 	badOpen    atomic.Int64     // fail-open events that were not allowed
 	badClosed  atomic.Int64     // fail-closed events that were not denied with a RetryAfter
+	badSource  atomic.Int64     // events without Source SourceStore
+	early      atomic.Int64     // events before the kill, other than timeouts (a loaded machine)
+	earlyErr   atomic.Value     // the error of the first of them
+	killed     *atomic.Bool     // Redis was killed
+	served     atomic.Int64     // calls decided by Redis (no store event, no error)
 	errs       atomic.Int64     // errors returned to the caller
 	wrongErrs  atomic.Int64     // errors not wrapping ErrStoreUnavailable
 	maxLatency atomic.Int64     // slowest call, ns
-	recovered  atomic.Int64     // time (ns) of the first Redis decision after the restart
+	lastFail   atomic.Int64     // time (ns) of the last failure (a store event or an error)
+	lastCall   atomic.Int64     // time (ns) the last call returned
 	firstFall  atomic.Int64     // time (ns) of the first fallback decision
 	restarted  *atomic.Int64    // time (ns) of the restart, 0 before
 }
 
+// recovered returns when the store went back to Redis after the restart:
+// the time of its last failure (the store reports failures only, so the
+// calls after it were Redis decisions), or 0 when no call followed it.
+func (f *faultStore) recovered() int64 {
+	last := max(f.lastFail.Load(), f.restarted.Load())
+	if f.lastCall.Load() <= last {
+		return 0
+	}
+	return last
+}
+
 func (f *faultStore) Observe(e floodgate.Event) {
+	if e.Source != floodgate.SourceStore {
+		f.badSource.Add(1)
+	}
+	if !f.killed.Load() && !errors.Is(e.Err, context.DeadlineExceeded) {
+		f.early.Add(1)
+		f.earlyErr.CompareAndSwap(nil, fmt.Sprint(e.Err))
+	}
+	f.lastFail.Store(time.Now().UnixNano())
 	f.byOutcome[e.Outcome].Add(1)
 	if e.Decision.Allowed {
 		f.admitted[e.Outcome].Add(1)
@@ -56,17 +82,18 @@ func (f *faultStore) Observe(e floodgate.Event) {
 		if e.Decision.Allowed || e.Decision.RetryAfter != time.Second || e.Err == nil {
 			f.badClosed.Add(1)
 		}
-	case floodgate.OutcomeAllowed, floodgate.OutcomeDenied:
-		if r := f.restarted.Load(); r != 0 && f.recovered.Load() == 0 {
-			f.recovered.CompareAndSwap(0, time.Now().UnixNano())
-		}
 	}
 }
 
 func (f *faultStore) call(ctx context.Context) {
 	start := time.Now()
+	events := f.events()
 	_, err := f.lim.Take(ctx, "k", 1)
 	lat := int64(time.Since(start))
+	if err == nil && f.events() == events {
+		f.served.Add(1)
+	}
+	defer f.lastCall.Store(time.Now().UnixNano())
 	for {
 		old := f.maxLatency.Load()
 		if lat <= old || f.maxLatency.CompareAndSwap(old, lat) {
@@ -74,11 +101,21 @@ func (f *faultStore) call(ctx context.Context) {
 		}
 	}
 	if err != nil {
+		f.lastFail.Store(time.Now().UnixNano())
 		f.errs.Add(1)
 		if !errors.Is(err, floodgate.ErrStoreUnavailable) {
 			f.wrongErrs.Add(1)
 		}
 	}
+}
+
+// events counts the store's events so far.
+func (f *faultStore) events() int64 {
+	var n int64
+	for i := range f.byOutcome {
+		n += f.byOutcome[i].Load()
+	}
+	return n
 }
 
 // Redis killed (SIGKILL) under load: fail-open admits, fail-closed denies,
@@ -96,10 +133,11 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	defer lag.stop()
 
 	var restarted atomic.Int64
+	var killed atomic.Bool
 	cfg := bucket.Config{Rate: floodgate.PerSecond(100), Burst: 10}
 	const nodes = 4
 	mk := func(name string, p FailurePolicy) *faultStore {
-		f := &faultStore{name: name, restarted: &restarted}
+		f := &faultStore{name: name, restarted: &restarted, killed: &killed}
 		f.store, err = New(c, WithPrefix(uniquePrefix(t)), WithFailurePolicy(p), WithObserver(f), WithName(name))
 		require.NoError(t, err)
 		f.lim, err = bucket.NewKeyed(f.store, cfg)
@@ -126,9 +164,11 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	for _, f := range all {
-		require.Positive(t, f.byOutcome[floodgate.OutcomeAllowed].Load(), "%s: no decision from Redis before the kill", f.name)
+		require.Positive(t, f.served.Load(), "%s: no decision from Redis before the kill", f.name)
+		require.Zero(t, f.early.Load(), "%s: store events while Redis decided: %v", f.name, f.earlyErr.Load())
 	}
 
+	killed.Store(true)
 	proc.kill()
 	time.Sleep(600 * time.Millisecond)
 	fbAdmitted := fallback.admitted[floodgate.OutcomeFallback].Load()
@@ -143,7 +183,8 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	lag.stop()
 	for _, f := range all {
 		lag.check(t, f.name, time.Duration(f.maxLatency.Load()), f.store.Timeout()+10*time.Millisecond)
-		rec := f.recovered.Load()
+		assert.Zero(t, f.badSource.Load(), "%s: events without Source SourceStore", f.name)
+		rec := f.recovered()
 		if assert.NotZero(t, rec, "%s: never went back to Redis", f.name) {
 			back := time.Duration(rec - restarted.Load())
 			assert.Less(t, back, time.Second, "%s: back to Redis after %v", f.name, back)
@@ -184,7 +225,7 @@ func TestRedisStalledTimeout(t *testing.T) {
 	lag := startLagProbe()
 	defer lag.stop()
 	var restarted atomic.Int64
-	f := &faultStore{name: "open", restarted: &restarted}
+	f := &faultStore{name: "open", restarted: &restarted, killed: new(atomic.Bool)}
 	f.store, err = New(c, WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailOpen()), WithObserver(f), WithTimeout(50*time.Millisecond))
 	require.NoError(t, err)
 	f.lim, err = bucket.NewKeyed(f.store, bucket.Config{Rate: floodgate.PerSecond(100), Burst: 10})
@@ -213,7 +254,7 @@ func TestRedisStalledTimeout(t *testing.T) {
 	assert.Zero(t, f.errs.Load())
 	lag.stop()
 	lag.check(t, "stalled", time.Duration(f.maxLatency.Load()), f.store.Timeout()+10*time.Millisecond)
-	assert.NotZero(t, f.recovered.Load(), "never went back to Redis")
+	assert.NotZero(t, f.recovered(), "never went back to Redis")
 	t.Logf("%d timeouts admitted open", f.byOutcome[floodgate.OutcomeErrorOpen].Load())
 	c.Close()
 	requireNoGoroutineLeak(t, baseline)
@@ -323,13 +364,17 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 }
 
 // evalCalls sums the EVAL calls the nodes of c have served.
-func evalCalls(t *testing.T, c rueidis.Client) int64 {
+func evalCalls(t *testing.T, c rueidis.Client) int64 { return commandCalls(t, c, "eval") }
+
+// commandCalls sums the calls of command (lower case) that the nodes of c
+// have served, from INFO commandstats.
+func commandCalls(t *testing.T, c rueidis.Client, command string) int64 {
 	var sum int64
 	for _, node := range c.Nodes() {
 		info, err := node.Do(context.Background(), node.B().Info().Section("commandstats").Build()).ToString()
 		require.NoError(t, err)
 		for _, line := range strings.Split(info, "\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_eval:calls="); ok {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":calls="); ok {
 				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
 				require.NoError(t, err)
 				sum += n

@@ -39,11 +39,14 @@ type Store struct {
 	observer floodgate.Observer
 	name     string
 	dl       *deadlines
+	brk      breaker
 	clock    floodgate.Clock // tests only: inject the time instead of Redis TIME
 	coalesce int             // max script calls in flight per algorithm before coalescing; 0: never
+	cluster  bool            // keys of one script must share a hash slot
+	between  func()          // tests only: runs between the phases of a multi-slot ApplyAll
 
 	mu       sync.Mutex
-	policies atomic.Pointer[map[uint64]*policy]
+	policies atomic.Pointer[map[uint64][]*policy] // by namespace
 }
 
 type config struct {
@@ -92,11 +95,15 @@ func WithFailurePolicy(p FailurePolicy) Option {
 	return Option{func(c *config) { c.policy = p }}
 }
 
-// WithObserver reports every decision of the store to o (default none):
-// allowed, denied, delayed, and the outcomes of the failure policy
-// ([floodgate.OutcomeErrorOpen], [floodgate.OutcomeErrorClosed],
-// [floodgate.OutcomeFallback]). Event.Policy is the name set with
-// [WithName].
+// WithObserver reports the store's own outcomes to o (default none): the
+// decisions of the failure policy ([floodgate.OutcomeErrorOpen],
+// [floodgate.OutcomeErrorClosed], [floodgate.OutcomeFallback]), one event
+// per call that Redis could not decide (a refund or a peek included), with
+// Source [floodgate.SourceStore], the Redis error in Err and Policy the name
+// set with [WithName]. Decisions Redis made are never reported: the
+// transport (middleware, interceptor) reports each request once, with
+// [floodgate.SourceRequest], and one observer can serve both. [FailError]
+// reports nothing: the caller gets the error and reports what it did.
 func WithObserver(o floodgate.Observer) Option {
 	return Option{func(c *config) { c.observer = o }}
 }
@@ -162,10 +169,11 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		dl:       newDeadlines(c.timeout),
 		clock:    c.clock,
 	}
-	if c.coalesce > 0 && client.Mode() != rueidis.ClientModeCluster {
+	s.cluster = client.Mode() == rueidis.ClientModeCluster
+	if c.coalesce > 0 && !s.cluster {
 		s.coalesce = c.coalesce
 	}
-	empty := map[uint64]*policy{}
+	empty := map[uint64][]*policy{}
 	s.policies.Store(&empty)
 	return s, nil
 }
@@ -198,20 +206,28 @@ func (s *Store) redisKey(key, nsHex string) string {
 	return b.String()
 }
 
+// maxPerNamespace bounds the prepared policies a Store keeps per namespace
+// (the same limit with other parameters, after live changes).
+const maxPerNamespace = 8
+
 // prepare returns the cached policy for alg, preparing it on first use.
 func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 	if alg == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil algorithm", floodgate.ErrInvalidConfig)
 	}
 	sp := alg.Spec()
-	if p := (*s.policies.Load())[sp.Namespace]; p != nil && p.same(&sp) {
-		return p, nil
+	for _, p := range (*s.policies.Load())[sp.Namespace] {
+		if p.same(&sp) {
+			return p, nil
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := *s.policies.Load()
-	if p := old[sp.Namespace]; p != nil && p.same(&sp) {
-		return p, nil
+	for _, p := range old[sp.Namespace] {
+		if p.same(&sp) {
+			return p, nil
+		}
 	}
 	p, err := newPolicy(alg, s.policy)
 	if err != nil {
@@ -220,11 +236,12 @@ func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 	if s.coalesce > 0 {
 		p.co = newCoalescer(s, p, s.coalesce)
 	}
-	next := make(map[uint64]*policy, len(old)+1)
+	next := make(map[uint64][]*policy, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
-	next[sp.Namespace] = p
+	list := append([]*policy{p}, old[sp.Namespace]...)
+	next[sp.Namespace] = list[:min(len(list), maxPerNamespace)]
 	s.policies.Store(&next)
 	return p, nil
 }
@@ -233,23 +250,28 @@ func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 // with cost n at the Redis server's time. See [FailurePolicy] for what
 // happens when Redis cannot decide.
 func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
-	start := floodgate.Nanotime()
+	var start int64
+	if s.observer != nil {
+		start = floodgate.Nanotime()
+	}
 	p, err := s.prepare(alg)
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
+	probe, err := s.brk.admit()
+	if err != nil {
+		return s.fail(ctx, key, p, n, err, start)
+	}
 	var d floodgate.Decision
-	var one [1]*policy
-	one[0] = p
 	if p.co != nil {
 		d, err = p.co.do(ctx, key, n)
 	} else {
-		d, err = s.eval(ctx, key, one[:], p.script, n, s.injectedNow(), nil)
+		d, err = s.eval(ctx, key, p, n)
 	}
+	s.brk.done(probe, err, ctx.Err() != nil)
 	if err != nil {
-		return s.fail(ctx, key, one[:], n, err, start)
+		return s.fail(ctx, key, p, n, err, start)
 	}
-	s.observe(d, start)
 	return d, nil
 }
 
@@ -261,29 +283,48 @@ func (s *Store) injectedNow() string {
 	return strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 }
 
-// eval runs the decision script for policies on key. now is "" for the
-// server's time or the injected time in microseconds (tests); with an
-// injected time the new states are decoded into states.
-func (s *Store) eval(ctx context.Context, key string, ps []*policy, script *rueidis.Lua, n int64, now string, states []algo.State) (floodgate.Decision, error) {
+// eval runs p's script for one call on key.
+func (s *Store) eval(ctx context.Context, key string, p *policy, n int64) (floodgate.Decision, error) {
 	cctx, cancel := s.callContext(ctx)
 	if cancel != nil {
 		defer cancel()
 	}
-	var kbuf [maxPolicies]string
-	var abuf [32]string
-	keys, args := s.scriptArgs(kbuf[:0], abuf[:0], key, ps, n, now)
-	arr, err := script.Exec(cctx, s.client, keys, args).ToArray()
+	var kbuf [1]string
+	var abuf [24]string
+	keys, args := s.scriptArgs(kbuf[:0], abuf[:0], key, p, n)
+	arr, err := p.script.Exec(cctx, s.client, keys, args).ToArray()
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
-	return decode(arr, ps, states)
+	if !p.oneWord { // the group script: {all, decision}
+		if len(arr) != 7 {
+			return floodgate.Decision{}, errReply
+		}
+		arr = arr[1:]
+	}
+	return decode(arr)
+}
+
+// scriptArgs appends the KEYS and ARGV of p's script for one call on key to
+// keys and args.
+func (s *Store) scriptArgs(keys, args []string, key string, p *policy, n int64) ([]string, []string) {
+	keys = append(keys, s.redisKey(key, p.nsHex))
+	cost := strconv.FormatInt(n, 10)
+	if p.oneWord {
+		args = append(args, cost, s.injectedNow())
+		return keys, append(args, p.args...)
+	}
+	// One policy (twin 1) and one op (key 1, policy 1), every state kept.
+	args = append(args, s.injectedNow(), "2", "1", "1")
+	args = append(args, p.args...)
+	return keys, append(args, "1", "1", cost)
 }
 
 var errReply = errors.New("redisstore: malformed script reply")
 
-// decode turns the script's reply into a Decision (and, with an injected
-// time, the new states).
-func decode(arr []rueidis.RedisMessage, ps []*policy, states []algo.State) (floodgate.Decision, error) {
+// decode turns the 6 numbers of a decision in a script's reply into a
+// Decision.
+func decode(arr []rueidis.RedisMessage) (floodgate.Decision, error) {
 	if len(arr) < 6 {
 		return floodgate.Decision{}, errReply
 	}
@@ -295,60 +336,14 @@ func decode(arr []rueidis.RedisMessage, ps []*policy, states []algo.State) (floo
 		}
 		v[i] = x
 	}
-	d := floodgate.Decision{
+	return floodgate.Decision{
 		Allowed:    v[0] != 0,
 		Limit:      v[1],
 		Remaining:  v[2],
 		RetryAfter: micros.Dur(v[3]),
 		ResetAfter: micros.Dur(v[4]),
 		Delay:      micros.Dur(v[5]),
-	}
-	if states == nil {
-		return d, nil
-	}
-	rest := arr[6:]
-	next := func() (int64, error) {
-		if len(rest) == 0 {
-			return 0, errReply
-		}
-		x, err := rest[0].AsInt64()
-		rest = rest[1:]
-		return x, err
-	}
-	for i, p := range ps {
-		var st algo.State
-		for j := 0; j < p.spec.Words; j++ {
-			x, err := next()
-			if err != nil {
-				return d, err
-			}
-			st.W[j] = x
-		}
-		cnt, err := next()
-		if err != nil {
-			return d, err
-		}
-		for ; cnt > 0; cnt-- {
-			x, err := next()
-			if err != nil {
-				return d, err
-			}
-			st.Log = append(st.Log, x)
-		}
-		states[i] = st
-	}
-	return d, nil
-}
-
-// scriptArgs appends the KEYS and ARGV of the decision script to keys and
-// args.
-func (s *Store) scriptArgs(keys, args []string, key string, ps []*policy, n int64, now string) ([]string, []string) {
-	args = append(args, strconv.FormatInt(n, 10), now)
-	for _, p := range ps {
-		keys = append(keys, s.redisKey(key, p.nsHex))
-		args = append(args, p.args...)
-	}
-	return keys, args
+	}, nil
 }
 
 // callContext bounds one call by the store's timeout. A context without a
@@ -361,78 +356,78 @@ func (s *Store) callContext(ctx context.Context) (context.Context, context.Cance
 		return s.dl.get(), nil
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		if s.dl.show {
+			return ctx, nil
+		}
 		return noDeadline{ctx}, nil
 	}
 	c, cancel := context.WithTimeout(ctx, s.timeout)
+	if s.dl.show {
+		return c, cancel
+	}
 	return noDeadline{c}, cancel
 }
 
-// fail applies the failure policy after err.
-func (s *Store) fail(ctx context.Context, key string, ps []*policy, n int64, cause error, start int64) (floodgate.Decision, error) {
+// failure classifies the error of a call: the caller's own context error
+// (returned as it is), an invalid configuration (returned as it is), or a
+// Redis failure, which the failure policy handles: then handle is true and
+// err wraps [floodgate.ErrStoreUnavailable] and the cause.
+func failure(ctx context.Context, cause error) (err error, handle bool) {
 	if err := ctx.Err(); err != nil {
-		return floodgate.Decision{}, fmt.Errorf("redisstore: %w", err)
+		return fmt.Errorf("redisstore: %w", err), false
 	}
 	if errors.Is(cause, floodgate.ErrInvalidConfig) {
-		return floodgate.Decision{}, cause
+		return cause, false
 	}
-	cause = fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, cause)
-	limit := ps[0].limit
-	for _, p := range ps[1:] {
-		limit = min(limit, p.limit)
+	return fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, cause), true
+}
+
+// fail applies the failure policy to a call of Apply that Redis could not
+// decide.
+func (s *Store) fail(ctx context.Context, key string, p *policy, n int64, cause error, start int64) (floodgate.Decision, error) {
+	cause, handle := failure(ctx, cause)
+	if !handle {
+		return floodgate.Decision{}, cause
 	}
 	var d floodgate.Decision
 	var outcome floodgate.Outcome
 	switch s.policy.mode {
 	case modeOpen:
-		d = floodgate.Decision{Allowed: true, Limit: limit}
+		// Limit 0: a blanket answer, with no quota to advertise.
+		d = floodgate.Decision{Allowed: true, Fallback: true}
 		outcome = floodgate.OutcomeErrorOpen
 	case modeClosed:
-		d = floodgate.Decision{Allowed: n < 0, Limit: limit}
+		d = floodgate.Decision{Allowed: n < 0, Fallback: true}
 		if n >= 0 {
 			d.RetryAfter = s.policy.retryAfter
 		}
 		outcome = floodgate.OutcomeErrorClosed
 	case modeFallback:
 		var err error
-		if len(ps) == 1 {
-			d, err = s.policy.local.Apply(ctx, key, ps[0].local, n)
-		} else {
-			d, err = s.applyLocal(ctx, key, ps, n)
-		}
+		d, err = s.policy.local.Apply(ctx, key, p.local, n)
 		if err != nil {
 			return floodgate.Decision{}, errors.Join(cause, fmt.Errorf("redisstore: fallback: %w", err))
 		}
+		d.Fallback = true
 		outcome = floodgate.OutcomeFallback
 	default:
 		return floodgate.Decision{}, cause
 	}
-	if s.observer != nil {
-		s.observer.Observe(floodgate.Event{
-			Policy:   s.name,
-			Outcome:  outcome,
-			Decision: d,
-			Err:      cause,
-			Latency:  time.Duration(floodgate.Nanotime() - start),
-		})
-	}
+	s.report(outcome, d, cause, start)
 	return d, nil
 }
 
-func (s *Store) observe(d floodgate.Decision, start int64) {
+// report tells the observer about an outcome of the failure policy.
+func (s *Store) report(outcome floodgate.Outcome, d floodgate.Decision, cause error, start int64) {
 	if s.observer == nil {
 		return
 	}
-	o := floodgate.OutcomeAllowed
-	switch {
-	case !d.Allowed:
-		o = floodgate.OutcomeDenied
-	case d.Delay > 0:
-		o = floodgate.OutcomeDelayed
-	}
 	s.observer.Observe(floodgate.Event{
+		Source:   floodgate.SourceStore,
 		Policy:   s.name,
-		Outcome:  o,
+		Outcome:  outcome,
 		Decision: d,
+		Err:      cause,
 		Latency:  time.Duration(floodgate.Nanotime() - start),
 	})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
@@ -52,15 +53,23 @@ func TestNewValidates(t *testing.T) {
 	assert.Equal(t, DefaultTimeout, s.Timeout())
 
 	// An algorithm without a Lua twin cannot run on Redis.
-	_, err = s.Apply(context.Background(), "k", Slowed(tokenBucket(t, floodgate.PerSecond(1), 1), 2), 1)
+	ctx := context.Background()
+	noTwin := slowed(tokenBucket(t, floodgate.PerSecond(1), 1), 2)
+	_, err = s.Apply(ctx, "k", noTwin, 1)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	_, err = s.Apply(context.Background(), "k", nil, 1)
+	_, err = s.Apply(ctx, "k", nil, 1)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	_, err = NewMultiLimiter(s)
-	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	out := make([]floodgate.Decision, 2)
 	a := tokenBucket(t, floodgate.PerSecond(1), 1)
-	_, err = NewMultiLimiter(s, a, a)
-	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "the same policy twice")
+	_, err = s.ApplyAll(ctx, []store.Op{{Key: "k", Alg: a, N: 1}, {Key: "k", Alg: noTwin, N: 1}}, out, true)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	_, err = s.ApplyAll(ctx, []store.Op{{Key: "k", Alg: a, N: 0}}, out, true)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidCost)
+	_, err = s.ApplyAll(ctx, []store.Op{{Key: "k", Alg: a, N: 1}, {Key: "k", Alg: a, N: 1}}, out[:1], true)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "fewer decisions than ops")
+	all, err := s.ApplyAll(ctx, nil, nil, true)
+	assert.NoError(t, err)
+	assert.True(t, all, "no op: nothing refuses")
 }
 
 func TestTokenBucketOnRedis(t *testing.T) {
@@ -140,15 +149,14 @@ func hostileKeys(t testing.TB) []string {
 }
 
 // Hostile keys: no CROSSSLOT, no collision, no panic, on a single node and on
-// the cluster, with single and multi-policy calls.
+// the cluster, with single calls and multi-policy groups.
 func TestHostileKeys(t *testing.T) {
 	keys := hostileKeys(t)
 	for name, c := range targets(t) {
 		t.Run(name, func(t *testing.T) {
 			s := testStore(t, c)
 			one := tokenBucket(t, floodgate.PerHour(1), 1)
-			m, err := NewMultiLimiter(s, tokenBucket(t, floodgate.PerHour(1), 2), tokenBucket(t, floodgate.PerHour(2), 1))
-			require.NoError(t, err)
+			m := allOf(t, s, tokenBucket(t, floodgate.PerHour(1), 2), tokenBucket(t, floodgate.PerHour(2), 1))
 			ctx := context.Background()
 			for i, k := range keys {
 				d, err := s.Apply(ctx, k, one, 1)
@@ -170,18 +178,32 @@ func TestHostileKeys(t *testing.T) {
 	}
 }
 
-// Two policies on one key in one script: all-or-nothing.
+// allOf is floodgate.All over keyed limiters of algs on s.
+func allOf(t testing.TB, s store.Store, algs ...algo.Algorithm) floodgate.Limiter {
+	t.Helper()
+	ls := make([]floodgate.Limiter, len(algs))
+	for i, a := range algs {
+		l, err := store.NewLimiter(s, a)
+		require.NoError(t, err)
+		ls[i] = l
+	}
+	m, err := floodgate.All(ls...)
+	require.NoError(t, err)
+	return m
+}
+
+// Two policies on one key with floodgate.All: all-or-nothing, in one
+// script (one EVALSHA per decision, however many policies).
 func TestMultiAllOrNothing(t *testing.T) {
 	for name, c := range targets(t) {
 		t.Run(name, func(t *testing.T) {
 			s := testStore(t, c)
 			perSec := tokenBucket(t, floodgate.PerSecond(10), 10)
 			perHour := tokenBucket(t, floodgate.PerHour(15), 15)
-			m, err := NewMultiLimiter(s, perSec, perHour)
-			require.NoError(t, err)
-			assert.Equal(t, int64(10), m.MaxCost())
+			m := allOf(t, s, perSec, perHour)
 			ctx := context.Background()
 
+			calls := scriptCalls(t, c)
 			d, err := m.Take(ctx, "u", 10)
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
@@ -195,12 +217,13 @@ func TestMultiAllOrNothing(t *testing.T) {
 				require.False(t, d.Allowed)
 				assert.Positive(t, d.RetryAfter)
 			}
+			assert.Equal(t, int64(6), scriptCalls(t, c)-calls, "one script per multi-policy decision")
 			hd, err := s.Apply(ctx, "u", perHour, 0)
 			require.NoError(t, err)
 			assert.Equal(t, int64(5), hd.Remaining, "a denied multi call consumed from the hourly policy")
 
 			// Refunding gives back to both.
-			require.NoError(t, m.Refund(ctx, "u", 5))
+			require.NoError(t, m.(floodgate.Refunder).Refund(ctx, "u", 5))
 			hd, err = s.Apply(ctx, "u", perHour, 0)
 			require.NoError(t, err)
 			assert.Equal(t, int64(10), hd.Remaining)
@@ -211,21 +234,68 @@ func TestMultiAllOrNothing(t *testing.T) {
 	}
 }
 
-// The observer sees allowed and denied decisions with the store's name.
-func TestObserverOutcomes(t *testing.T) {
+// scriptCalls sums the EVALSHA and EVAL calls the nodes of c have served
+// (INFO commandstats).
+func scriptCalls(t *testing.T, c rueidis.Client) int64 {
+	return commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval")
+}
+
+// The store reports only its own outcomes, with Source SourceStore: no
+// event for what Redis decided (allowed, denied, a refund, a peek, a group),
+// one for each call the failure policy decided.
+func TestObserverOnlyStoreOutcomes(t *testing.T) {
 	c := newClient(t, singleAddr)
-	var got []floodgate.Outcome
-	obs := floodgate.ObserverFunc(func(e floodgate.Event) {
-		assert.Equal(t, "api", e.Policy)
-		got = append(got, e.Outcome)
-	})
+	var events []floodgate.Event
+	obs := floodgate.ObserverFunc(func(e floodgate.Event) { events = append(events, e) })
 	s := testStore(t, c, WithObserver(obs), WithName("api"))
 	alg := tokenBucket(t, floodgate.PerHour(1), 1)
-	for range 2 {
-		_, err := s.Apply(context.Background(), "k", alg, 1)
+	ctx := context.Background()
+	for _, n := range []int64{1, 1, -1, 0} { // allowed, denied, refund, peek
+		_, err := s.Apply(ctx, "k", alg, n)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, []floodgate.Outcome{floodgate.OutcomeAllowed, floodgate.OutcomeDenied}, got)
+	out := make([]floodgate.Decision, 2)
+	for range 2 { // a group admitted, then refused
+		_, err := s.ApplyAll(ctx, []store.Op{{Key: "g", Alg: alg, N: 1}, {Key: "h", Alg: alg, N: 1}}, out, true)
+		require.NoError(t, err)
+	}
+	assert.Empty(t, events, "decisions made by Redis are the transport's to report")
+
+	proc, err := startRedis(0)
+	require.NoError(t, err)
+	dc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proc.addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer dc.Close()
+	proc.stop() // Redis is gone
+	for _, tc := range []struct {
+		policy  FailurePolicy
+		outcome floodgate.Outcome
+	}{
+		{FailOpen(), floodgate.OutcomeErrorOpen},
+		{FailClosed(time.Second), floodgate.OutcomeErrorClosed},
+		{Fallback(newLocalStore(), 2), floodgate.OutcomeFallback},
+		{FailError(), 0},
+	} {
+		events = nil
+		s := testStore(t, dc, WithObserver(obs), WithName("api"), WithFailurePolicy(tc.policy), WithTimeout(50*time.Millisecond))
+		_, aerr := s.Apply(ctx, "k", alg, 1)
+		_, gerr := s.ApplyAll(ctx, []store.Op{{Key: "g", Alg: alg, N: 1}, {Key: "h", Alg: alg, N: 1}}, out, true)
+		if tc.outcome == 0 {
+			assert.ErrorIs(t, aerr, floodgate.ErrStoreUnavailable)
+			assert.ErrorIs(t, gerr, floodgate.ErrStoreUnavailable)
+			assert.Empty(t, events, "FailError: the caller reports")
+			continue
+		}
+		require.NoError(t, aerr)
+		require.NoError(t, gerr)
+		require.Len(t, events, 2, "%v: one event per call", tc.outcome)
+		for _, e := range events {
+			assert.Equal(t, floodgate.SourceStore, e.Source)
+			assert.Equal(t, tc.outcome, e.Outcome)
+			assert.Equal(t, "api", e.Policy)
+			assert.ErrorIs(t, e.Err, floodgate.ErrStoreUnavailable)
+		}
+	}
 }
 
 // A context the caller cancelled is the caller's error, under any policy.
@@ -236,4 +306,26 @@ func TestCallerContextWins(t *testing.T) {
 	cancel()
 	_, err := s.Apply(ctx, "k", tokenBucket(t, floodgate.PerHour(1), 1), 1)
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+}
+
+// StepTwin refuses slices of different lengths and an algorithm without a
+// Lua twin, and touches no key.
+func TestStepTwinValidates(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s := testStore(t, c)
+	ctx := context.Background()
+	alg := tokenBucket(t, floodgate.PerSecond(1), 2)
+	states := make([]algo.State, 2)
+	err := s.StepTwin(ctx, alg, states, []int64{1, 2}, []int64{1}, make([]floodgate.Decision, 2))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	err = s.StepTwin(ctx, slowed(alg, 2), states, []int64{1, 2}, []int64{1, 1}, make([]floodgate.Decision, 2))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	writes := commandCalls(t, c, "set") + commandCalls(t, c, "del")
+	out := make([]floodgate.Decision, 2)
+	now := int64(1_700_000_000_000_000)
+	require.NoError(t, s.StepTwin(ctx, alg, states, []int64{now, now}, []int64{1, 3}, out))
+	assert.True(t, out[0].Allowed)
+	assert.False(t, out[1].Allowed, "3 units above a burst of 2")
+	assert.Equal(t, now+1_000_000, states[0].W[0])
+	assert.Equal(t, writes, commandCalls(t, c, "set")+commandCalls(t, c, "del"), "StepTwin wrote a key")
 }

@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/rueidis"
 
@@ -12,32 +14,37 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-// The Redis script that runs one decision. It embeds the Lua twin of every
-// policy it checks (one for a plain store call, several for a multi-policy
-// limiter) and does, in one round trip and atomically:
+// The scripts of the store. Each embeds the Lua twins it runs ([algo.Lua])
+// and does, in one round trip and atomically: read the time (Redis TIME in
+// microseconds, or the time a test injects in ARGV), load each key's state
+// (a fresh key is the zero state), step, write every state back with a TTL
+// equal to its time to full (State.W[0] - now) or delete the key when the
+// state is full, and return the decisions {allowed, limit, remaining,
+// retry_after_us, reset_after_us, delay_us}.
 //
-//  1. read the time: Redis TIME in microseconds, or ARGV[2] when a test
-//     injects it;
-//  2. load each policy's state from its key (a fresh key is the zero state);
-//  3. step every policy with the cost ARGV[1]; when one denies, step the
-//     others again with cost 0 (a peek) so that nothing is consumed anywhere;
-//  4. write every state back with a TTL equal to its time to full
-//     (State.W[0] - now), or delete the key when the state is full;
-//  5. return the merged decision {allowed, limit, remaining, retry_after_us,
-//     reset_after_us, delay_us}; with an injected time the new states follow.
-//
-// Then each policy in turn: words, maxlog, the number of Params, the Params.
-//
-// State encoding in the key: the words as decimal integers joined by ",",
+// State encoding in a key: the words as decimal integers joined by ",",
 // then, for algorithms with a log, ";" and the log entries joined by ",".
 // Redis 5 and later replicate the effects of scripts (not the scripts), so
 // calling TIME before writing is allowed.
-const scriptHead = `-- floodgate redisstore decision script
-local steps = {}
-`
+//
+// There are four bodies:
+//
+//   - scriptOneWord: one call of an algorithm whose state is one word (the
+//     token bucket), written out for speed;
+//   - scriptGroupBody: any number of ops (key, policy, cost) stepped in
+//     order, each key's ops on the state the previous one left: every
+//     multi-word Apply (one op) and every ApplyAll (a group of ops, all or
+//     nothing);
+//   - scriptBatchBody (coalesce.go): independent calls of one algorithm;
+//   - scriptTwinBody: the twin alone on states passed in ARGV, touching no
+//     key (StepTwin, for the conformance suite).
+//
+// Scripts are shared by every Store of the process and keyed by the twins
+// they embed, never by parameters (which travel in ARGV): a thousand token
+// buckets with different rates share one script.
 
-// luaCommon is the start of every script of the store: the clock, and the
-// encoding of a state in its key.
+// luaCommon follows the twins in every script but scriptOneWord: the clock,
+// and the encoding of a state in its key.
 const luaCommon = `
 -- clock returns (injected, now): the injected time a when it is not empty,
 -- else the server's TIME in microseconds.
@@ -66,6 +73,19 @@ local function decode(v, words, maxlog)
   end
   return s
 end
+-- encode is the inverse of decode.
+local function encode(s, words, maxlog)
+  if words == 1 and maxlog == 0 then return string.format('%d', s[1]) end
+  local parts = {}
+  for j = 1, words do parts[j] = string.format('%d', s[j]) end
+  local v = table.concat(parts, ',')
+  if maxlog > 0 and s.log and #s.log > 0 then
+    local lp = {}
+    for j = 1, #s.log do lp[j] = string.format('%d', s.log[j]) end
+    v = v .. ';' .. table.concat(lp, ',')
+  end
+  return v
+end
 -- save writes s to key with a TTL equal to its time to full (at least a
 -- minute with an injected time), or deletes key when s is full.
 local function save(key, s, words, maxlog, now, injected)
@@ -74,87 +94,91 @@ local function save(key, s, words, maxlog, now, injected)
     redis.call('DEL', key)
     return
   end
-  local v
-  if words == 1 and maxlog == 0 then
-    v = string.format('%d', w)
-  else
-    local parts = {}
-    for j = 1, words do parts[j] = string.format('%d', s[j]) end
-    v = table.concat(parts, ',')
-    if maxlog > 0 and s.log and #s.log > 0 then
-      local lp = {}
-      for j = 1, #s.log do lp[j] = string.format('%d', s.log[j]) end
-      v = v .. ';' .. table.concat(lp, ',')
-    end
-  end
   local ttl = math.floor((w - now + 999) / 1000)
   if injected and ttl < 60000 then ttl = 60000 end
-  redis.call('SET', key, v, 'PX', ttl)
+  redis.call('SET', key, encode(s, words, maxlog), 'PX', ttl)
 end
 `
 
-const scriptBody = `
-local n = tonumber(ARGV[1])
-local test, now = clock(ARGV[2])
-local k = #KEYS
-local words, maxlog, params, raw = {}, {}, {}, {}
-local a = 3
-for i = 1, k do
-  local np = tonumber(ARGV[a + 2])
-  words[i], maxlog[i] = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+// scriptGroupBody runs ops. ARGV: the injected time or the empty string; the mode ('0':
+// evaluate, keep nothing; '1': keep every state when every op admits; '2':
+// keep every state whatever the decisions, as a single Apply does); the
+// number of policies, then each policy: the index of its twin in steps,
+// words, maxlog, the number of Params, the Params; then each op: the index
+// of its key in KEYS, the index of its policy, the cost. The reply is
+// {all_admitted (0 or 1), then each op's 6 decision numbers}.
+const scriptGroupBody = `
+local test, now = clock(ARGV[1])
+local mode = ARGV[2]
+local pol = {}
+local a = 4
+for i = 1, tonumber(ARGV[3]) do
+  local c = tonumber(ARGV[a + 3])
   local p = {}
-  for j = 1, np do p[j] = tonumber(ARGV[a + 2 + j]) end
-  params[i] = p
-  a = a + 3 + np
-  raw[i] = redis.call('GET', KEYS[i])
+  for j = 1, c do p[j] = tonumber(ARGV[a + 3 + j]) end
+  pol[i] = {steps[tonumber(ARGV[a])], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), p}
+  a = a + 4 + c
 end
-local states, ds, allowed = {}, {}, true
-for i = 1, k do
-  local s2, d = steps[i](decode(raw[i], words[i], maxlog[i]), now, n, params[i])
-  states[i], ds[i] = s2, d
-  if d[1] == 0 then allowed = false end
+local states, shape, out = {}, {}, {1}
+local o = 1
+for i = a, #ARGV, 3 do
+  local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
+  local s = states[k]
+  if s == nil then
+    s = decode(redis.call('GET', KEYS[k]), q[2], q[3])
+    shape[k] = q
+  end
+  local s2, d = q[1](s, now, tonumber(ARGV[i + 2]), q[4])
+  states[k] = s2
+  if d[1] == 0 then out[1] = 0 end
+  for j = 1, 6 do out[o + j] = d[j] end
+  o = o + 6
 end
-if not allowed and k > 1 then
-  for i = 1, k do
-    if ds[i][1] ~= 0 then
-      states[i], ds[i] = steps[i](decode(raw[i], words[i], maxlog[i]), now, 0, params[i])
+if out[1] == 0 and mode ~= '2' then
+  -- Refused: an op that would have admitted reports its key as it stands
+  -- (a peek on the state in the key, which nothing changed).
+  o = 1
+  for i = a, #ARGV, 3 do
+    if out[o + 1] == 1 then
+      local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
+      local _, d = q[1](decode(redis.call('GET', KEYS[k]), q[2], q[3]), now, 0, q[4])
+      for j = 1, 6 do out[o + j] = d[j] end
     end
+    o = o + 6
   end
 end
-for i = 1, k do
-  save(KEYS[i], states[i], words[i], maxlog[i], now, test)
-end
-local acc = ds[1]
-if k > 1 then
-  acc = {acc[1], acc[2], acc[3], acc[4], acc[5], acc[6]}
-  for i = 2, k do
-    local d = ds[i]
-    if d[1] == 0 then acc[1] = 0 end
-    if d[3] < acc[3] or (d[3] == acc[3] and d[2] < acc[2]) then acc[2], acc[3] = d[2], d[3] end
-    if d[4] > acc[4] then acc[4] = d[4] end
-    if d[5] > acc[5] then acc[5] = d[5] end
-    if d[6] > acc[6] then acc[6] = d[6] end
-  end
-  if acc[1] == 0 then acc[6] = 0 end
-end
-if test then
-  acc = {acc[1], acc[2], acc[3], acc[4], acc[5], acc[6]}
-  for i = 1, k do
-    local s = states[i]
-    for j = 1, words[i] do acc[#acc + 1] = s[j] end
-    local lg = s.log or {}
-    acc[#acc + 1] = #lg
-    for j = 1, #lg do acc[#acc + 1] = lg[j] end
+if mode == '2' or (mode == '1' and out[1] == 1) then
+  for k, s in pairs(states) do
+    local q = shape[k]
+    save(KEYS[k], s, q[2], q[3], now, test)
   end
 end
-return acc
+return out
 `
 
-// scriptOneWord is the script for the most common case, one policy whose
-// state is one word (the token bucket): the same arguments, the same encoding
-// of the state and the same reply as the general script, with less work (it
-// is written out without luaCommon's helpers: every closure a script creates
-// costs server time on every call).
+// scriptTwinBody steps the twin steps[1] on states given in ARGV, touching
+// no key. ARGV: words, maxlog, the number of Params, the Params, then each
+// step: the encoded state, now, the cost. The reply is, for each step, the
+// new encoded state and the 6 decision numbers.
+const scriptTwinBody = `
+local words, maxlog, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local p = {}
+for j = 1, c do p[j] = tonumber(ARGV[3 + j]) end
+local out = {}
+for i = 4 + c, #ARGV, 3 do
+  local s, d = steps[1](decode(ARGV[i], words, maxlog), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), p)
+  out[#out + 1] = encode(s, words, maxlog)
+  for j = 1, 6 do out[#out + 1] = d[j] end
+end
+return out
+`
+
+// scriptOneWord is the script for the most common call, one policy whose
+// state is one word (the token bucket). ARGV: the cost, the injected time or the
+// empty string, words, maxlog, the number of Params, the Params. The reply is the
+// decision. It keeps the encoding of the other scripts and is written out
+// without luaCommon's helpers: every closure a script creates costs server
+// time on every call.
 const scriptOneWord = `
 local n = tonumber(ARGV[1])
 local test = ARGV[2] ~= ''
@@ -177,67 +201,128 @@ else
   if test and ttl < 60000 then ttl = 60000 end
   redis.call('SET', KEYS[1], string.format('%d', w), 'PX', ttl)
 end
-if test then
-  return {d[1], d[2], d[3], d[4], d[5], d[6], w, 0}
-end
 return d
 `
 
-// buildScript returns the script text for the policies described by specs,
-// in that order.
-func buildScript(specs []algo.Spec) string {
+// scriptKind picks the body of a script.
+type scriptKind byte
+
+const (
+	kindOneWord scriptKind = iota
+	kindGroup
+	kindTwin
+)
+
+// buildScript returns the text of a script of kind embedding twins (the
+// twins are steps[1], steps[2], ... in that order; kindOneWord takes one).
+func buildScript(kind scriptKind, twins []algo.Spec) string {
 	var b strings.Builder
-	if len(specs) == 1 && specs[0].Words == 1 && specs[0].MaxLog == 0 {
-		fmt.Fprintf(&b, "-- floodgate redisstore decision script: %s\nlocal step = (function()\n%s\nend)()\n", specs[0].Name, specs[0].Lua.Source)
-		b.WriteString(scriptOneWord)
+	names := make([]string, len(twins))
+	for i, sp := range twins {
+		names[i] = sp.Name
+	}
+	fmt.Fprintf(&b, "-- floodgate redisstore script (%s)\n", strings.Join(names, ", "))
+	if kind == kindOneWord {
+		fmt.Fprintf(&b, "local step = (function()\n%s\nend)()\n%s", twins[0].Lua.Source, scriptOneWord)
 		return b.String()
 	}
-	b.WriteString(scriptHead)
-	for i, sp := range specs {
-		fmt.Fprintf(&b, "-- policy %d: %s\nsteps[%d] = (function()\n%s\nend)()\n", i+1, sp.Name, i+1, sp.Lua.Source)
+	b.WriteString("local steps = {}\n")
+	for i, sp := range twins {
+		fmt.Fprintf(&b, "-- twin %d: %s\nsteps[%d] = (function()\n%s\nend)()\n", i+1, sp.Name, i+1, sp.Lua.Source)
 	}
 	b.WriteString(luaCommon)
-	b.WriteString(scriptBody)
+	if kind == kindTwin {
+		b.WriteString(scriptTwinBody)
+	} else {
+		b.WriteString(scriptGroupBody)
+	}
 	return b.String()
 }
 
-// scripts caches one rueidis.Lua per combination of (Name, Source) (and
-// the state's shape, which picks the script's template), shared
-// by every Store of the process: the script text does not depend on the
-// algorithm's parameters (they travel in ARGV), so a thousand token buckets
-// with different rates share one script.
-var scripts sync.Map // string -> *rueidis.Lua
+// twins numbers the Lua twins (Name and Source) the process has seen, and
+// caches one script per kind and list of twin numbers.
+var twins struct {
+	mu      sync.Mutex
+	ids     map[string]uint16
+	specs   []algo.Spec
+	scripts atomic.Pointer[map[string]*rueidis.Lua] // copy on write
+}
 
-func scriptFor(specs []algo.Spec) *rueidis.Lua {
-	var kb strings.Builder
-	for _, sp := range specs {
-		fmt.Fprintf(&kb, "%s/%d/%d", sp.Name, sp.Words, sp.MaxLog)
-		kb.WriteByte(0)
-		kb.WriteString(sp.Lua.Source)
-		kb.WriteByte(1)
+// twinID returns the number of sp's twin.
+func twinID(sp algo.Spec) (uint16, error) {
+	k := sp.Name + "\x00" + sp.Lua.Source
+	twins.mu.Lock()
+	defer twins.mu.Unlock()
+	if id, ok := twins.ids[k]; ok {
+		return id, nil
 	}
-	key := kb.String()
-	if l, ok := scripts.Load(key); ok {
-		return l.(*rueidis.Lua)
+	if len(twins.specs) >= 1<<16 {
+		return 0, fmt.Errorf("%w: redisstore: more than %d distinct Lua twins", floodgate.ErrInvalidConfig, 1<<16)
+	}
+	if twins.ids == nil {
+		twins.ids = map[string]uint16{}
+	}
+	id := uint16(len(twins.specs))
+	twins.ids[k] = id
+	twins.specs = append(twins.specs, algo.Spec{Name: sp.Name, Lua: algo.Lua{Source: sp.Lua.Source}})
+	return id, nil
+}
+
+// scriptFor returns the script of kind embedding the twins ids, in that
+// order (for kindGroup, sorted: every group of the same twins shares one
+// script).
+func scriptFor(kind scriptKind, ids []uint16) *rueidis.Lua {
+	var buf [1 + 2*8]byte
+	key := append(buf[:0], byte(kind))
+	for _, id := range ids {
+		key = append(key, byte(id>>8), byte(id))
+	}
+	if m := twins.scripts.Load(); m != nil {
+		if l := (*m)[string(key)]; l != nil {
+			return l
+		}
+	}
+	twins.mu.Lock()
+	defer twins.mu.Unlock()
+	old := twins.scripts.Load()
+	if old != nil {
+		if l := (*old)[string(key)]; l != nil {
+			return l
+		}
+	}
+	specs := make([]algo.Spec, len(ids))
+	for i, id := range ids {
+		specs[i] = twins.specs[id]
 	}
 	// NewLuaScript (not NewLuaScriptRetryable): the EVALSHA/EVAL of a
 	// consuming script is never retried by rueidis after a connection error,
 	// because a command that was written may have run.
-	l, _ := scripts.LoadOrStore(key, rueidis.NewLuaScript(buildScript(specs)))
-	return l.(*rueidis.Lua)
+	l := rueidis.NewLuaScript(buildScript(kind, specs))
+	next := make(map[string]*rueidis.Lua, 1)
+	if old != nil {
+		next = make(map[string]*rueidis.Lua, len(*old)+1)
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[string(key)] = l
+	twins.scripts.Store(&next)
+	return l
 }
 
 // policy is an algorithm prepared for the Redis store: everything a call
 // needs that does not depend on the key, computed once.
 type policy struct {
-	alg    algo.Algorithm
-	spec   algo.Spec
-	nsHex  string   // the namespace in 16 hex digits: part of the Redis key
-	args   []string // ARGV for this policy: words, maxlog, len(params), params...
-	limit  int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
-	local  algo.Algorithm
-	script *rueidis.Lua
-	co     *coalescer // nil when the store does not coalesce
+	alg     algo.Algorithm
+	spec    algo.Spec
+	nsHex   string   // the namespace in 16 hex digits: part of the Redis key
+	args    []string // ARGV for this policy: words, maxlog, len(params), params...
+	limit   int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
+	local   algo.Algorithm
+	twin    uint16
+	oneWord bool         // Apply runs scriptOneWord, else scriptGroupBody
+	script  *rueidis.Lua // the script of Apply
+	co      *coalescer   // nil when the store does not coalesce
 }
 
 func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
@@ -245,24 +330,30 @@ func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
 		return nil, fmt.Errorf("%w: redisstore: nil algorithm", floodgate.ErrInvalidConfig)
 	}
 	sp := alg.Spec()
-	if sp.Words < 1 || sp.Words > algo.MaxWords {
-		return nil, fmt.Errorf("%w: redisstore: algorithm %q uses %d words, want 1..%d", floodgate.ErrInvalidConfig, sp.Name, sp.Words, algo.MaxWords)
+	if sp.Words < 1 || sp.Words > algo.MaxWords || sp.MaxLog < 0 {
+		return nil, fmt.Errorf("%w: redisstore: algorithm %q uses %d words and a log of %d, want 1..%d words", floodgate.ErrInvalidConfig, sp.Name, sp.Words, sp.MaxLog, algo.MaxWords)
 	}
 	if strings.TrimSpace(sp.Lua.Source) == "" {
 		return nil, fmt.Errorf("%w: redisstore: algorithm %q has no Lua twin", floodgate.ErrInvalidConfig, sp.Name)
 	}
-	args := []string{strconv.Itoa(sp.Words), strconv.Itoa(sp.MaxLog), strconv.Itoa(len(sp.Lua.Params))}
-	for _, p := range sp.Lua.Params {
-		args = append(args, strconv.FormatInt(p, 10))
+	id, err := twinID(sp)
+	if err != nil {
+		return nil, err
 	}
 	_, d := alg.Step(algo.State{}, floodgate.Nanotime()/1000, 0)
 	p := &policy{
-		alg:    alg,
-		spec:   sp,
-		nsHex:  hex16(sp.Namespace),
-		args:   args,
-		limit:  d.Limit,
-		script: scriptFor([]algo.Spec{sp}),
+		alg:     alg,
+		spec:    sp,
+		nsHex:   hex16(sp.Namespace),
+		args:    policyArgs(sp),
+		limit:   d.Limit,
+		twin:    id,
+		oneWord: sp.Words == 1 && sp.MaxLog == 0,
+	}
+	if p.oneWord {
+		p.script = scriptFor(kindOneWord, []uint16{id})
+	} else {
+		p.script = scriptFor(kindGroup, []uint16{id})
 	}
 	if fp.mode == modeFallback {
 		l, err := fp.derive(alg)
@@ -274,10 +365,22 @@ func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
 	return p, nil
 }
 
-// same reports whether alg is the algorithm p was prepared for (same
-// namespace, name and twin).
+// policyArgs is the ARGV that describes sp to every script: words, maxlog,
+// the number of Params, the Params.
+func policyArgs(sp algo.Spec) []string {
+	args := []string{strconv.Itoa(sp.Words), strconv.Itoa(sp.MaxLog), strconv.Itoa(len(sp.Lua.Params))}
+	for _, p := range sp.Lua.Params {
+		args = append(args, strconv.FormatInt(p, 10))
+	}
+	return args
+}
+
+// same reports whether sp describes the algorithm p was prepared for: same
+// namespace, twin, shape and parameters (a live change keeps the namespace
+// and changes the parameters).
 func (p *policy) same(sp *algo.Spec) bool {
-	return p.spec.Namespace == sp.Namespace && p.spec.Name == sp.Name && p.spec.Lua.Source == sp.Lua.Source
+	return p.spec.Namespace == sp.Namespace && p.spec.Words == sp.Words && p.spec.MaxLog == sp.MaxLog &&
+		p.spec.Name == sp.Name && p.spec.Lua.Source == sp.Lua.Source && slices.Equal(p.spec.Lua.Params, sp.Lua.Params)
 }
 
 const hexDigits = "0123456789abcdef"
@@ -304,4 +407,33 @@ func fnv64a(s string) uint64 {
 		h *= 1099511628211
 	}
 	return h
+}
+
+// crcTable is the table of CRC-16/XMODEM (polynomial 0x1021), the hash of
+// Redis Cluster's key slots.
+var crcTable = func() (t [256]uint16) {
+	for i := range t {
+		c := uint16(i) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+		t[i] = c
+	}
+	return t
+}()
+
+// slotOf returns the Redis Cluster slot of every Redis key of user key: the
+// CRC16 of its hash tag, modulo 16384.
+func slotOf(key string) uint16 {
+	var tag [16]byte
+	putHex16(tag[:], fnv64a(key))
+	var c uint16
+	for _, b := range tag {
+		c = c<<8 ^ crcTable[byte(c>>8)^b]
+	}
+	return c & 16383
 }

@@ -73,6 +73,16 @@
 //	storetest.Run(t, newStore, storetest.WithClock(clk),
 //		storetest.WithAlgorithms(leakyAlg, windowAlg))
 //
+// # Lua twins
+//
+// A store that runs algorithms as server-side scripts (the Redis store)
+// implements [TwinStepper]: it can run an algorithm's Lua twin on a given
+// state, time and cost. [RunAlgorithm] then also runs [RunEquivalence],
+// which requires the twin and the Go step to agree, decision by decision
+// and state by state, on random sequences of (now, n) with refunds, peeks
+// and time going back. Every algorithm package runs RunAlgorithm on a real
+// Redis when one is set up, so every twin is checked against its step.
+//
 // The checks run one after the other, never in parallel, so that a shared
 // [Clock] is safe. Every decision is also checked for the invariants of
 // [floodgate.Decision]: 0 <= Remaining <= Limit, RetryAfter == 0 exactly when

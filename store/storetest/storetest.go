@@ -50,10 +50,18 @@ func WithAlgorithms(algs ...algo.Algorithm) Option {
 type suite struct {
 	cfg      config
 	newStore func(t *testing.T) store.Store
+	luaTwins atomic.Bool // the stores implement TwinStepper
 }
 
 func newSuite(newStore func(t *testing.T) store.Store, opts []Option) *suite {
-	s := &suite{newStore: newStore}
+	s := &suite{}
+	s.newStore = func(t *testing.T) store.Store {
+		st := newStore(t)
+		if _, ok := st.(TwinStepper); ok {
+			s.luaTwins.Store(true)
+		}
+		return st
+	}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&s.cfg)
@@ -650,7 +658,8 @@ func (s *suite) clockJumps(t *testing.T) {
 // within a few seconds (the checks run on real time); with it, the suite also
 // compares every decision of the store, over a random sequence of times,
 // keys and costs, with alg's Step run directly, for single Applies and for
-// ApplyAll groups of alg and a token bucket.
+// ApplyAll groups of alg and a token bucket. On a store that runs Lua twins
+// ([TwinStepper], the Redis store) it also runs [RunEquivalence].
 func RunAlgorithm(t *testing.T, newStore func(t *testing.T) store.Store, alg algo.Algorithm, opts ...Option) {
 	newSuite(newStore, opts).runAlgorithm(t, alg)
 }
@@ -681,6 +690,9 @@ func (s *suite) runAlgorithm(t *testing.T, alg algo.Algorithm) {
 	if s.exact() {
 		t.Run("SameAsStep", func(t *testing.T) { s.algSameAsStep(t, alg) })
 		t.Run("ApplyAllSameAsStep", func(t *testing.T) { s.algGroupSameAsStep(t, alg) })
+	}
+	if s.luaTwins.Load() {
+		t.Run("LuaTwinSameAsStep", func(t *testing.T) { RunEquivalence(t, s.newStore(t).(TwinStepper), alg) })
 	}
 }
 
