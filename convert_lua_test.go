@@ -11,11 +11,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/bucket"
-	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/internal/livetest"
 	"github.com/floodgate-go/floodgate/store/algo"
-	"github.com/floodgate-go/floodgate/window"
 )
 
 // luaClient connects to the Redis of the test setup, or skips t when there
@@ -66,50 +63,6 @@ end
 return out
 `
 
-// liveVersions returns, per algorithm family, one limit under several
-// parameters.
-func liveVersions(t *testing.T) map[string][]algo.Algorithm {
-	t.Helper()
-	out := map[string][]algo.Algorithm{}
-	add := func(family string, a algo.Algorithm, err error) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[family] = append(out[family], a)
-	}
-	for _, c := range []bucket.Config{
-		{Rate: floodgate.PerSecond(100), Burst: 100}, {Rate: floodgate.PerSecond(200), Burst: 200},
-		{Rate: floodgate.PerSecond(30), Burst: 30}, {Rate: floodgate.PerHour(1), Burst: 1000},
-		{Rate: floodgate.Rate{N: 3, Per: 7 * time.Millisecond}, Burst: 5}, {Rate: floodgate.PerSecond(1_000_000), Burst: 1},
-	} {
-		c.Name = "pro"
-		a, err := c.Algorithm()
-		add("token-bucket", a, err)
-	}
-	for _, c := range []leaky.Config{
-		{Rate: floodgate.PerSecond(100), Burst: 99, NoDelay: true}, {Rate: floodgate.PerSecond(200), Burst: 199},
-		{Rate: floodgate.PerSecond(30), Burst: 29, Delay: 10}, {Rate: floodgate.PerMinute(1), Burst: 2},
-		{Rate: floodgate.PerSecond(2)}, {Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000, Delay: 400_000},
-	} {
-		c.Name = "pro"
-		a, err := c.Algorithm()
-		add("leaky-bucket", a, err)
-	}
-	for _, c := range []window.Config{
-		{Limit: 100, Window: time.Second}, {Limit: 200, Window: time.Second}, {Limit: 30, Window: time.Second},
-		{Limit: 100, Window: time.Minute}, {Limit: 7, Window: 300 * time.Millisecond}, {Limit: 1, Window: time.Hour},
-	} {
-		c.Name = "pro"
-		a, err := c.FixedAlgorithm()
-		add("fixed-window", a, err)
-		a, err = c.SlidingCounterAlgorithm()
-		add("sliding-counter", a, err)
-		a, err = c.SlidingLogAlgorithm()
-		add("sliding-log", a, err)
-	}
-	return out
-}
-
 // convertCase is one conversion: the state an old version left, the time,
 // and what the new version's Go Convert made of it.
 type convertCase struct {
@@ -127,7 +80,7 @@ type convertCase struct {
 func TestConvertLuaEquivalence(t *testing.T) {
 	client := luaClient(t)
 	rng := rand.New(rand.NewPCG(2026, 14))
-	for family, vs := range liveVersions(t) {
+	for family, vs := range livetest.Versions(t) {
 		src := vs[0].Spec().Lua.Source
 		script := rueidis.NewLuaScript("local step, convert = (function()\n" + src + "\nend)()\n" + convertHarness)
 		var cases []convertCase

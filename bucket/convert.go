@@ -113,11 +113,17 @@ func (r *gcraTwin) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
 // Predecessors implements [algo.Lineage] as the bucket's.
 func (r *gcraTwin) Predecessors() []algo.Algorithm { return r.g.preds }
 
-// convertLua is the Lua twin of gcra.Convert; op = {interval, burst, span}
-// of the old version, p the new one's Params.
+// convertLua is the Lua twin of gcra.Convert; op = {interval, burst} of
+// the old version (its span is computed as reserveHorizon does: 64 x tau
+// is exact, a power of two times an integer below 2^50), p the new one's
+// Params.
 const convertLua = luasrc.FloorDiv + `
 local function convert(s, now, op, p)
-  local ft, ftau, fspan = op[1], op[1] * op[2], op[3]
+  local ft, ftau = op[1], op[1] * op[2]
+  local h = 64 * ftau
+  if h < 900000000 then h = 900000000 end
+  if h > 1125899906842624 then h = 1125899906842624 end
+  local fspan = ftau + h
   local t, burst, span = p[1], p[2], p[3]
   local tau = t * burst
   local tat = s[1] or 0

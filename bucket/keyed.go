@@ -89,7 +89,9 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 		Undelayed: c.Burst,
 		Quota:     c.Rate.N,
 		Window:    c.Rate.Per,
-		Lua:       algo.Lua{Source: gcraLua, Params: []int64{t, c.Burst, g.span}, StateParams: 3},
+		// The state's parameters are the interval and the burst (the span
+		// follows from them): what a Redis value keeps beside its TAT.
+		Lua: algo.Lua{Source: gcraLua, Params: []int64{t, c.Burst, g.span}, StateParams: 2},
 	}
 	g.memNS = g.spec.Namespace
 	g.reserveSpec = g.spec

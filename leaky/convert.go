@@ -88,12 +88,18 @@ func (t *twin) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
 // Predecessors implements [algo.Lineage] as the bucket's.
 func (t *twin) Predecessors() []algo.Algorithm { return t.a.preds }
 
-// convertLua is the Lua twin of Algorithm.Convert: op = {rate, burst,
-// delay, msCap, limit, maxExc} of the old version, p the new one's Params.
+// convertLua is the Lua twin of Algorithm.Convert: op = {rate, burst} of
+// the old version, whose bounds it computes as maxExcess and Algorithm do
+// (a rate above 4000 milli-requests/s reaches 2^42 at once, so that the
+// product stays exact), p the new one's Params.
 const convertLua = luasrc.FloorDiv + `
 local function convert(s, now, op, p)
   if (s[1] or 0) <= now then return {0, 0, 0} end
-  local frate, fburst, fmscap, fmaxexc = op[1], op[2], op[4], op[6]
+  local frate, fburst = op[1], op[2]
+  local fmaxexc = 4398046511104
+  if frate <= 4000 then fmaxexc = frate * 1099511627 - 1000 end
+  if fmaxexc < fburst then fmaxexc = fburst end
+  local fmscap = fdiv(1000 * (fmaxexc + 1000) + frate - 1, frate) + 1
   local rate, burst, maxexc = p[1], p[2], p[6]
   local maxlast = 1125899906842624
   local w1, w2 = s[2] or 0, s[3] or 0
