@@ -84,11 +84,12 @@
 // a key it has not seen yet through the earlier ones (at most 8 of them),
 // converting and moving it; an earlier version is forgotten once all its
 // keys are full again (its algorithm's FullWithin after it was replaced:
-// 15 minutes for a token bucket, one or two windows for the windows). A
-// policy unchanged by a reload keeps its limiter, and one never changed
-// costs nothing. A change of algorithm under one name starts the keys
-// afresh: the states of two algorithms do not convert. A decision in flight
-// across a change may be decided on the old parameters.
+// from 15 minutes for a token bucket, its reservation horizon; one or two
+// windows for the windows). A policy unchanged by a reload keeps its
+// limiter, and one never changed costs nothing. A change of algorithm
+// under one name starts the keys afresh: the states of two algorithms do
+// not convert. A decision in flight across a change may be decided on the
+// old parameters.
 //
 // # Concurrency
 //
