@@ -218,7 +218,12 @@ func (l *Live) Take(ctx context.Context, key string, n int) (floodgate.Decision,
 	if err != nil || lim == nil {
 		return floodgate.Decision{Allowed: err == nil}, err
 	}
-	return lim.Take(ctx, key, n)
+	if n < 1 || int64(n) > lim.Capacity() {
+		return lim.Take(ctx, key, n) // its cost error
+	}
+	// Straight to the store: one call frame (and one copy of the Decision)
+	// less than through lim.Take, which is what it does.
+	return lim.Store().Apply(ctx, key, lim.Algorithm(), int64(n))
 }
 
 // Refund implements [floodgate.Refunder] for [Live.Take].
