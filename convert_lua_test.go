@@ -54,6 +54,11 @@ for j = 1, words do out[j] = s2[j] or 0 end
 local lg = s2.log or {}
 out[#out + 1] = #lg
 for j = 1, #lg do out[#out + 1] = lg[j] end
+` + luaExactReply
+
+// luaExactReply ends a harness: it returns out, refusing any value that is
+// not an exact integer of a double.
+const luaExactReply = `
 for j = 1, #out do
   local x = out[j]
   if type(x) ~= 'number' or x ~= math.floor(x) or math.abs(x) >= 9007199254740992 then

@@ -29,14 +29,7 @@ local s2, d = step(s, now, n, p)
 local out = {}
 for j = 1, 6 do out[j] = d[j] end
 for j = 1, words do out[6 + j] = s2[j] end
-for j = 1, #out do
-  local x = out[j]
-  if type(x) ~= 'number' or x ~= math.floor(x) or math.abs(x) >= 9007199254740992 then
-    return redis.error_reply('value ' .. j .. ' is not an exact integer: ' .. tostring(x))
-  end
-end
-return out
-`
+` + luaExactReply
 
 // luaCase is one step of an equivalence run: its inputs and what the Go
 // step returned.

@@ -52,7 +52,7 @@ func RunConverter(t *testing.T, versions ...algo.Algorithm) {
 			}
 			for seq := range 200 {
 				s, now := randomState(r, from, 1+r.IntN(40))
-				now = laterTime(r, now)
+				now = randomMove(r, now)
 				if msg := checkConvert(from, to, s, now); msg != "" {
 					t.Fatalf("%s params %v -> %v, sequence %d, state %v %v at %d: %s",
 						from.Spec().Name, from.Spec().Lua.Params, to.Spec().Lua.Params, seq, s.W[:from.Spec().Words], s.Log, now, msg)
@@ -111,7 +111,7 @@ func randomState(r *rand.Rand, alg algo.Algorithm, steps int) (algo.State, int64
 	now := int64(1_700_000_000_000_000) + r.Int64N(int64(time.Hour/time.Microsecond))
 	res, _ := alg.(algo.Reservable)
 	for range steps {
-		now = laterTime(r, now)
+		now = randomMove(r, now)
 		n := 1 + r.Int64N(min(capacity, 4))
 		switch x := r.IntN(100); {
 		case x < 8:
@@ -128,25 +128,6 @@ func randomState(r *rand.Rand, alg algo.Algorithm, steps int) (algo.State, int64
 		s, _ = a.Step(s, now, n)
 	}
 	return s, now
-}
-
-// laterTime moves a random sequence's time: mostly forward, at every scale,
-// sometimes not at all or a little back.
-func laterTime(r *rand.Rand, now int64) int64 {
-	switch x := r.IntN(100); {
-	case x < 15:
-		return now
-	case x < 40:
-		return now + r.Int64N(2_000)
-	case x < 70:
-		return now + r.Int64N(200_000)
-	case x < 90:
-		return now + r.Int64N(20_000_000)
-	case x < 95:
-		return now + r.Int64N(2*3_600_000_000)
-	default:
-		return now - r.Int64N(2_000_000)
-	}
 }
 
 // RunConversion checks how a store carries keys over a live change (see
