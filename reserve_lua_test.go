@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -30,14 +29,7 @@ local s2, d = step(s, now, n, p)
 local out = {}
 for j = 1, 6 do out[j] = d[j] end
 for j = 1, words do out[6 + j] = s2[j] end
-for j = 1, #out do
-  local x = out[j]
-  if type(x) ~= 'number' or x ~= math.floor(x) or math.abs(x) >= 9007199254740992 then
-    return redis.error_reply('value ' .. j .. ' is not an exact integer: ' .. tostring(x))
-  end
-end
-return out
-`
+` + luaExactReply
 
 // luaCase is one step of an equivalence run: its inputs and what the Go
 // step returned.
@@ -58,15 +50,7 @@ type luaCase struct {
 // Lua on a real Redis, and requires identical decisions and states. It
 // needs FLOODGATE_REDIS_ADDR (scripts/redis.sh start exports it).
 func TestReserveLuaEquivalence(t *testing.T) {
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		t.Skip("FLOODGATE_REDIS_ADDR is not set (eval \"$(scripts/redis.sh start)\")")
-	}
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := luaClient(t)
 	rng := rand.New(rand.NewPCG(2026, 12))
 
 	buckets := []bucket.Config{

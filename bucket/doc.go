@@ -64,6 +64,31 @@
 //     less by up to the Reserve call's); by one interval or more, it is
 //     taken for a later reservation and nothing comes back.
 //
+// # Live changes
+//
+// A change of a named bucket's rate or burst (a policy reloaded with new
+// numbers, see package policy) carries each key's state over by one rule:
+// the key keeps the tokens it has left, capped by the new burst. In the
+// bucket's units, with T the interval and tau = T x burst, at the change
+// (now):
+//
+//   - the whole tokens left, k = floor((tau_old - (TAT - now)) / T_old),
+//     are kept up to the new burst, and the token in progress keeps its
+//     time, at most one new interval: TAT' = now + tau_new - min(k,
+//     burst_new) x T_new - T_new + min(T_old - remainder, T_new);
+//   - a drained key (k == 0) so stays drained whichever way the limit
+//     moves; raising gives no burst (50 left of 100 stay 50 at 200/s), and
+//     lowering gives nothing (50 left become 30 at 30/s);
+//   - a debt (reservations queued beyond the burst, k < 0) stays a debt of
+//     the same whole tokens, each at the new interval, within the new
+//     reservation horizon;
+//   - a key back to full (no state) is full under the new burst, as a
+//     fresh key is.
+//
+// From the change on, the new rate refills. Stores apply the rule on a
+// key's first request after the change ([algo.Converter], whose Lua twin
+// runs in the Redis script); integers throughout, as the step.
+//
 // # Keyless limiter
 //
 // [NewLimiter](r, b) returns a bucket of b tokens, full, refilled at r tokens

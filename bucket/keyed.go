@@ -89,8 +89,11 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 		Undelayed: c.Burst,
 		Quota:     c.Rate.N,
 		Window:    c.Rate.Per,
-		Lua:       algo.Lua{Source: gcraLua, Params: []int64{t, c.Burst, g.span}},
+		// The state's parameters are the interval and the burst (the span
+		// follows from them): what a Redis value keeps beside its TAT.
+		Lua: algo.Lua{Source: gcraLua, Params: []int64{t, c.Burst, g.span}, StateParams: 2},
 	}
+	g.memNS = g.spec.Namespace
 	g.reserveSpec = g.spec
 	g.reserveSpec.Name = reserveName
 	return &g, nil
@@ -117,6 +120,11 @@ type gcra struct {
 	horizon, span int64
 	spec          algo.Spec
 	reserveSpec   algo.Spec // the reserving twin's, but for its Params
+	// memNS is the namespace in memory (see algo.Lineage): spec.Namespace,
+	// or the version's own once the algorithm succeeded others, whose
+	// states memory stores read through (preds, newest first).
+	memNS uint64
+	preds []algo.Algorithm
 }
 
 // reserveHorizon is the reservation horizon of a bucket whose TAT is at most
@@ -133,7 +141,7 @@ const usPerSecond = int64(time.Second / time.Microsecond)
 func (g *gcra) Spec() algo.Spec { return g.spec }
 
 // Layout implements [algo.Layout].
-func (g *gcra) Layout() (namespace uint64, words, maxLog int) { return g.spec.Namespace, 1, 0 }
+func (g *gcra) Layout() (namespace uint64, words, maxLog int) { return g.memNS, 1, 0 }
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepWord on W[0].
@@ -192,10 +200,10 @@ func (g *gcra) decide(d *floodgate.Decision, tat, now, retryAfter int64) {
 }
 
 // gcraLua is the Lua twin of gcra.Step and of its reserving twin (see
-// reserve.go). p = {interval, burst, span} for the bucket; the reserving
-// twin appends {maxWait, resetIn}.
+// reserve.go), then of gcra.Convert (convertLua). p = {interval, burst,
+// span} for the bucket; the reserving twin appends {maxWait, resetIn}.
 const gcraLua = `
-return function(s, now, n, p)
+local function step(s, now, n, p)
   local t, burst, span = p[1], p[2], p[3]
   local tau = t * burst
   local tat = s[1] or 0
@@ -240,4 +248,4 @@ return function(s, now, n, p)
   s[1] = newTat
   return s, decide(newTat, 0, 0)
 end
-`
+` + convertLua

@@ -46,7 +46,7 @@ func (r *gcraTwin) Spec() algo.Spec { return r.spec }
 
 // Layout implements [algo.Layout].
 func (r *gcraTwin) Layout() (namespace uint64, words, maxLog int) {
-	return r.spec.Namespace, 1, 0
+	return r.g.memNS, 1, 0
 }
 
 func (r *gcraTwin) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {

@@ -154,6 +154,11 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 	a.spec.Words = 3
 	a.spec.Lua.Source = stepLua
 	a.spec.Lua.Params = []int64{a.rate, a.burst, a.delay, a.msCap, a.limit, a.maxExc}
+	// The state's parameters are the rate and the burst (the bounds follow
+	// from them; the delay does not change what a state means): what a
+	// Redis value keeps beside its state.
+	a.spec.Lua.StateParams = 2
+	a.memNS = a.spec.Namespace
 	a.reserveSpec = a.spec
 	a.reserveSpec.Name = reserveName
 	return a, nil

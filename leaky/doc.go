@@ -131,6 +131,26 @@
 //     less by up to the Reserve call's), or not at all when that error
 //     reaches one request's leak.
 //
+// # Live changes
+//
+// A change of a named bucket's rate, burst or delay (a policy reloaded with
+// new numbers, see package policy) carries each key's state over by one
+// rule: the key keeps what it has left, capped by the new capacity. At the
+// change (now) the old excess is leaked to now at the old rate (leaked,
+// milli-requests; at least -1000, one request of credit); what is left is
+// burst_old - leaked milli-requests (up to Burst+1 requests, negative when
+// reservations are queued beyond the burst), and the new excess is
+//
+//	excess' = min(burst_new - min(burst_old - leaked, burst_new + 1000), maxExcess_new)
+//
+// with last = now (ms). A drained key stays drained whichever way the limit
+// moves, raising gives no burst, lowering gives nothing, a debt stays a
+// debt (within the new reservation bound), and the new rate leaks from the
+// change on; less than a milli-request of leak in progress is dropped
+// (never credited). A key back to idle (no state) is fresh under the new
+// parameters. Stores apply the rule on a key's first request after the
+// change ([algo.Converter], whose Lua twin runs in the Redis script).
+//
 // # Units, state, stores and concurrency
 //
 // Steps take time in Unix microseconds and keep three words of state: W[0] is

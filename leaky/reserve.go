@@ -48,7 +48,7 @@ func (t *twin) Spec() algo.Spec { return t.spec }
 
 // Layout implements [algo.Layout].
 func (t *twin) Layout() (namespace uint64, words, maxLog int) {
-	return t.spec.Namespace, t.spec.Words, t.spec.MaxLog
+	return t.a.memNS, t.spec.Words, t.spec.MaxLog
 }
 
 func (t *twin) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {

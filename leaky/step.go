@@ -29,6 +29,11 @@ type Algorithm struct {
 	msCap       int64 // elapsed ms beyond which every state is idle
 	spec        algo.Spec
 	reserveSpec algo.Spec // the reserving twin's, but for its Params
+	// memNS is the namespace in memory (see algo.Lineage): spec.Namespace,
+	// or the version's own once the algorithm succeeded others, whose
+	// states memory stores read through (preds, newest first).
+	memNS uint64
+	preds []algo.Algorithm
 }
 
 // reservation is the argument of a reserving twin's step: nil for the
@@ -52,7 +57,7 @@ func (a *Algorithm) Spec() algo.Spec { return a.spec }
 // Layout implements [algo.Layout]: Spec's namespace, words and log bound,
 // without copying the whole Spec.
 func (a *Algorithm) Layout() (namespace uint64, words, maxLog int) {
-	return a.spec.Namespace, a.spec.Words, a.spec.MaxLog
+	return a.memNS, a.spec.Words, a.spec.MaxLog
 }
 
 // Step implements [algo.Algorithm]: a request of cost n at now (Unix µs).
@@ -72,28 +77,8 @@ func (a *Algorithm) StepState(s *algo.State, now, n int64, d *floodgate.Decision
 
 // step is StepState, and with r the reserving twin's step.
 func (a *Algorithm) step(s *algo.State, now, n int64, d *floodgate.Decision, r *reservation) {
-	last := min(max(s.W[1], -maxLastMs), maxLastMs)
-	exc := min(max(s.W[2], -milli), a.maxExc)
 	n = min(max(n, -(a.limit+1)), a.limit+1)
-
-	nowMs := min(max(floorDiv(now, milli), -maxLastMs), maxLastMs)
-	ms := nowMs - last
-	switch {
-	case s.W[1] == 0 && s.W[2] == 0:
-		ms = a.msCap // the zero State: a fresh key, whatever the time
-	case ms < -backJumpMs:
-		// nginx counts 1 ms; we also re-base last (below, even on a
-		// denial) so that the key leaks normally from now on instead of
-		// waiting for the clock to catch up. This credits nothing now.
-		last, ms = nowMs-1, 1
-	case ms < 0:
-		ms = 0
-	case ms > a.msCap:
-		ms = a.msCap
-	}
-	// leaked is the excess left now, before this request; it may be
-	// negative (the bucket has been idle for a while).
-	leaked := exc - a.rate*ms/milli
+	last, exc, nowMs, ms, leaked := a.leak(s, now)
 	// base is the excess a request of cost 1 would have now: nginx's
 	// "excess - rate * ms / 1000 + 1000", floored at 0.
 	base := max(0, leaked+milli)
@@ -156,6 +141,31 @@ func (a *Algorithm) step(s *algo.State, now, n int64, d *floodgate.Decision, r *
 	d.RetryAfter = 0
 	d.ResetAfter = micros.Dur(reset)
 	d.Delay = micros.Dur(delay)
+}
+
+// leak normalises s at now: last and exc bounded, the milliseconds elapsed
+// since last (ms, bounded; nowMs is now in ms), and leaked, the excess left
+// now before any request, which may be negative (the bucket has been idle
+// for a while). A clock gone back by more than a minute re-bases last.
+func (a *Algorithm) leak(s *algo.State, now int64) (last, exc, nowMs, ms, leaked int64) {
+	last = min(max(s.W[1], -maxLastMs), maxLastMs)
+	exc = min(max(s.W[2], -milli), a.maxExc)
+	nowMs = min(max(floorDiv(now, milli), -maxLastMs), maxLastMs)
+	ms = nowMs - last
+	switch {
+	case s.W[1] == 0 && s.W[2] == 0:
+		ms = a.msCap // the zero State: a fresh key, whatever the time
+	case ms < -backJumpMs:
+		// nginx counts 1 ms; we also re-base last (below, even on a
+		// denial) so that the key leaks normally from now on instead of
+		// waiting for the clock to catch up. This credits nothing now.
+		last, ms = nowMs-1, 1
+	case ms < 0:
+		ms = 0
+	case ms > a.msCap:
+		ms = a.msCap
+	}
+	return last, exc, nowMs, ms, exc - a.rate*ms/milli
 }
 
 // hold is a peek (retry == 0) or a denial (retry > 0 µs): the state changes
@@ -221,13 +231,13 @@ func satSub(a, b int64) int64 {
 	return d
 }
 
-// stepLua is the Lua twin of Algorithm.Step and of its reserving twin, for
-// stores that run scripts. p = {rate, burst, delay, msCap, limit, maxExc}
+// stepLua is the Lua twin of Algorithm.Step and of its reserving twin, then
+// of Algorithm.Convert (convertLua), for stores that run scripts. p = {rate, burst, delay, msCap, limit, maxExc}
 // (milli-requests, ms); the reserving twin appends {maxWait, resetIn} (µs). Every value
 // stays an integer below 2^53; fdiv corrects the rounding of a/b so that it
 // is the exact floor, like Go's division on the same (non-negative) values.
 const stepLua = `
-return function(s, now, n, p)
+local function step(s, now, n, p)
   local rate, burst, dly, mscap, limit, maxexc = p[1], p[2], p[3], p[4], p[5], p[6]
   local maxwait, resetin = p[7], p[8]
   local function fdiv(a, b)
@@ -320,4 +330,4 @@ return function(s, now, n, p)
   if n > 0 and e1 > dly then d[6] = fdiv((e1 - dly) * 1000, rate) * 1000 end
   return s, d
 end
-`
+` + convertLua

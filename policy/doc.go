@@ -50,8 +50,46 @@
 // running one in place and is reported. Every applied change is reported as
 // a [Change] with its version and what changed, for an audit log.
 //
+// # Live changes
+//
 // A change of parameters under a policy name applies to every key at once
-// and keeps each key's state: the same limit, new numbers.
+// and keeps each key's state, by one rule for every algorithm: a key keeps
+// the units it has left, capped by the new capacity. A drained key stays
+// drained whichever way the limit moves; lowering never grants anything
+// (50 left of 100 become 30 at 30/s); raising never grants a burst (50
+// left of 100 stay 50 at 200/s); the new rate or window applies from the
+// change on. A key with no state (fresh, or back to full) is full under the
+// new parameters. Per algorithm (each package documents its arithmetic):
+//
+//   - token bucket: the whole tokens left, capped by the new burst, and the
+//     time to the next token, capped by the new interval; a reservation
+//     debt stays a debt in whole tokens;
+//   - leaky bucket: the milli-requests left (burst less the excess leaked
+//     to the change), capped by the new burst plus one; the excess is the
+//     new burst less them;
+//   - fixed window and sliding counter: the units left in the window,
+//     capped; what was used counts in the new window holding now (the
+//     counter keeps its previous window's count when the length is the
+//     same);
+//   - sliding log: the newest entries still in the new window, as many as
+//     were used, and entries at now to make up the count.
+//
+// The rule runs on a key's first request after the change, identically in
+// Go and in the Redis script. A Redis key keeps the parameters it was
+// written with beside its state, so processes that pick up a change at
+// different times each convert what the other wrote: together they never
+// admit more than the larger of the two configs would. A memory store
+// cannot keep parameters beside each key: the Live gives each version of a
+// policy's parameters a namespace of its own and the running version reads
+// a key it has not seen yet through the earlier ones (at most 8 of them),
+// converting and moving it; an earlier version is forgotten once all its
+// keys are full again (its algorithm's FullWithin after it was replaced:
+// from 15 minutes for a token bucket, its reservation horizon; one or two
+// windows for the windows). A policy unchanged by a reload keeps its
+// limiter, and one never changed costs nothing. A change of algorithm
+// under one name starts the keys afresh: the states of two algorithms do
+// not convert. A decision in flight across a change may be decided on the
+// old parameters.
 //
 // # Concurrency
 //

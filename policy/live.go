@@ -25,9 +25,12 @@ type Live struct {
 	hasher   *credkey.Hasher
 	onChange func(Change)
 
-	mu      sync.Mutex // serialises updates
-	cur     atomic.Pointer[Set]
-	version atomic.Uint64
+	mu       sync.Mutex // serialises updates
+	cur      atomic.Pointer[Set]
+	version  atomic.Uint64
+	lineages lineages    // under mu: see lineage.go
+	timer    *time.Timer // under mu: the next retire
+	now      func() time.Time
 }
 
 // Change describes one applied config change, for an audit log.
@@ -44,6 +47,13 @@ type Change struct {
 	// Details describes each changed policy: "pro: token-bucket 100/s
 	// burst 100 -> token-bucket 200/s burst 200".
 	Details []string
+	// Dropped lists the policies of which a version older than the last
+	// [github.com/floodgate-go/floodgate/store/algo.MaxPredecessors] was
+	// forgotten while its keys could still hold
+	// state (more changes than that within the algorithm's time to full):
+	// on a memory store, the keys it held start full. Empty in the normal
+	// course of things.
+	Dropped []string
 	// Err is set for a config that was refused; the running one stays.
 	Err error
 }
@@ -120,7 +130,7 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 			return nil, err
 		}
 	}
-	l := &Live{store: s, onChange: c.onChange, hasher: credkey.New(c.secret, "cred#")}
+	l := &Live{store: s, onChange: c.onChange, hasher: credkey.New(c.secret, "cred#"), lineages: lineages{}, now: time.Now}
 	if c.resolve != nil {
 		l.resolver = newResolver(c.resolve, c.ttl, c.max)
 	}
@@ -145,7 +155,10 @@ func (l *Live) Update(cfg Config, source string) (Change, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ch := Change{Source: source, At: time.Now()}
-	set, err := compile(cfg, l.store, l.resolver, l.hasher)
+	pl := &plan{now: l.now(), next: map[string]version{}}
+	set, err := compile(cfg, l.store, l.resolver, l.hasher, func(p Policy) (*store.Limiter, error) {
+		return l.lineages.limiter(p, l.store, pl)
+	})
 	if err != nil {
 		ch.Err = err
 		ch.Version = l.version.Load()
@@ -161,8 +174,10 @@ func (l *Live) Update(cfg Config, source string) (Change, error) {
 			ch.Added = append(ch.Added, p.Name)
 		}
 	}
+	ch.Dropped = l.lineages.commit(pl)
 	ch.Version = l.version.Add(1)
 	l.cur.Store(set)
+	l.schedule()
 	if l.onChange != nil {
 		l.onChange(ch)
 	}
@@ -203,7 +218,12 @@ func (l *Live) Take(ctx context.Context, key string, n int) (floodgate.Decision,
 	if err != nil || lim == nil {
 		return floodgate.Decision{Allowed: err == nil}, err
 	}
-	return lim.Take(ctx, key, n)
+	if n < 1 || int64(n) > lim.Capacity() {
+		return lim.Take(ctx, key, n) // its cost error
+	}
+	// Straight to the store: one call frame (and one copy of the Decision)
+	// less than through lim.Take, which is what it does.
+	return lim.Store().Apply(ctx, key, lim.Algorithm(), int64(n))
 }
 
 // Refund implements [floodgate.Refunder] for [Live.Take].

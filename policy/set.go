@@ -3,9 +3,8 @@ package policy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
@@ -81,16 +80,18 @@ type ResolveFunc func(ctx context.Context, key string) (policy string, err error
 // overrides, the rules. A Set is immutable and safe for concurrent use;
 // [Live] swaps Sets when the config changes.
 type Set struct {
-	cfg       Config
-	store     store.Store
-	limiters  map[string]*store.Limiter
-	policies  map[string]Policy
-	overrides map[string]*store.Limiter
-	deflt     *store.Limiter
-	rules     []*node
-	resolver  *resolver
-	hasher    *credkey.Hasher
-	dry       map[*store.Limiter]bool
+	cfg      Config
+	store    store.Store
+	limiters map[string]*store.Limiter
+	policies map[string]Policy
+	// plans maps keys to limiters: the overrides (until 0), then the
+	// resolver's answers as the Set's requests bring them.
+	plans    *snapshot[planEntry]
+	deflt    *store.Limiter
+	rules    []*node
+	resolver *resolver
+	hasher   *credkey.Hasher
+	dry      map[*store.Limiter]bool
 }
 
 type node struct {
@@ -105,12 +106,18 @@ type node struct {
 // work, two policies of one name, an override or a rule naming an unknown
 // policy, a rule without a key.
 func Compile(cfg Config, s store.Store) (*Set, error) {
-	return compile(cfg, s, nil, credkey.New(nil, "cred#"))
+	return compile(cfg, s, nil, credkey.New(nil, "cred#"), nil)
 }
 
-func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher) (*Set, error) {
+// compile is Compile with a resolver, a hasher and, when limiter is not
+// nil, the function that makes each (valid) policy's limiter.
+func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limiter func(Policy) (*store.Limiter, error)) (*Set, error) {
+	if limiter == nil {
+		limiter = func(p Policy) (*store.Limiter, error) { return p.Limiter(s) }
+	}
 	set := &Set{cfg: cfg, store: s, limiters: map[string]*store.Limiter{}, policies: map[string]Policy{},
-		overrides: map[string]*store.Limiter{}, resolver: res, hasher: h, dry: map[*store.Limiter]bool{}}
+		resolver: res, hasher: h, dry: map[*store.Limiter]bool{}}
+	overrides := map[string]planEntry{}
 	for _, p := range cfg.Policies {
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -118,7 +125,7 @@ func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher) (*Set,
 		if _, dup := set.limiters[p.Name]; dup {
 			return nil, fmt.Errorf("%w: two policies are named %q", floodgate.ErrInvalidConfig, p.Name)
 		}
-		l, err := p.Limiter(s)
+		l, err := limiter(p)
 		if err != nil {
 			return nil, err
 		}
@@ -150,8 +157,9 @@ func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher) (*Set,
 		if err != nil {
 			return nil, err
 		}
-		set.overrides[k] = l
+		overrides[k] = planEntry{lim: l}
 	}
+	set.plans = newSnapshot(overrides)
 	var build func(rs []Rule, path string) ([]*node, error)
 	build = func(rs []Rule, path string) ([]*node, error) {
 		var out []*node
@@ -213,23 +221,59 @@ func (s *Set) Policy(name string) (Policy, bool) {
 // Plan returns the limiter of key's plan: its override, else the
 // resolver's answer (cached), else the default plan. It returns nil when
 // none applies. With only the static table (no resolver, or a cached
-// answer) it allocates nothing.
+// answer) it takes no lock, reads no clock and allocates nothing.
 func (s *Set) Plan(ctx context.Context, key string) (*store.Limiter, error) {
-	if l, ok := s.overrides[key]; ok {
-		return l, nil
+	if e, ok := s.plans.load(key); ok && s.fresh(e) {
+		return e.lim, nil
 	}
-	if s.resolver != nil {
-		name, err := s.resolver.resolve(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		if name != "" {
-			if l, ok := s.limiters[name]; ok {
-				return l, nil
-			}
-		}
+	if s.resolver == nil {
+		return s.deflt, nil
 	}
-	return s.deflt, nil
+	return s.resolve(ctx, key)
+}
+
+// planEntry is a key's limiter in a Set, and until when it holds: 0 for
+// an override, the resolver's answer's expiry otherwise.
+type planEntry struct {
+	lim   *store.Limiter
+	until int64 // Nanotime
+}
+
+func (s *Set) fresh(e planEntry) bool {
+	return e.until == 0 || s.resolver.now.Load() < e.until
+}
+
+// resolve is Plan's slow path: an answer of the resolver the Set has not
+// seen yet, or one that expired.
+func (s *Set) resolve(ctx context.Context, key string) (*store.Limiter, error) {
+	if e, ok := s.plans.loadPending(key, s.trimPlans); ok && s.fresh(e) {
+		return e.lim, nil
+	}
+	name, until, err := s.resolver.resolve(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	lim := s.deflt
+	if l, ok := s.limiters[name]; ok && name != "" {
+		lim = l
+	}
+	s.plans.store(key, planEntry{lim: lim, until: until}, s.trimPlans)
+	return lim, nil
+}
+
+// trimPlans bounds a Set's merged plans like the resolver's answers: the
+// expired answers go, then, above the resolver's bound, all of them (the
+// resolver still has them); overrides stay.
+func (s *Set) trimPlans(m map[string]planEntry) {
+	if len(m) <= len(s.cfg.Overrides)+s.resolver.max {
+		return
+	}
+	now := s.resolver.now.Load()
+	maps.DeleteFunc(m, func(_ string, e planEntry) bool { return e.until != 0 && now >= e.until })
+	if len(m) <= len(s.cfg.Overrides)+s.resolver.max {
+		return
+	}
+	maps.DeleteFunc(m, func(_ string, e planEntry) bool { return e.until != 0 })
 }
 
 // Match appends to dst one check per descriptor that a rule limits, each of
@@ -326,53 +370,4 @@ func descriptorKey(d Descriptor) string {
 		fmt.Fprintf(&b, "%d:%s=%d:%s", len(e.Key), e.Key, len(e.Value), e.Value)
 	}
 	return b.String()
-}
-
-// resolver caches a ResolveFunc's answers: positive and negative answers
-// for ttl, at most max keys (when full, an arbitrary half is dropped: the
-// keys still in use come back on their next request).
-type resolver struct {
-	f   ResolveFunc
-	ttl time.Duration
-	max int
-
-	mu    sync.RWMutex
-	cache map[string]cached
-}
-
-type cached struct {
-	policy string
-	until  int64 // Nanotime
-}
-
-func newResolver(f ResolveFunc, ttl time.Duration, max int) *resolver {
-	return &resolver{f: f, ttl: ttl, max: max, cache: map[string]cached{}}
-}
-
-func (r *resolver) resolve(ctx context.Context, key string) (string, error) {
-	now := floodgate.Nanotime()
-	r.mu.RLock()
-	c, ok := r.cache[key]
-	r.mu.RUnlock()
-	if ok && now < c.until {
-		return c.policy, nil
-	}
-	name, err := r.f(ctx, key)
-	if err != nil {
-		return "", fmt.Errorf("policy: resolving a key's plan: %w", err)
-	}
-	r.mu.Lock()
-	if len(r.cache) >= r.max {
-		drop := len(r.cache) / 2
-		for k := range r.cache {
-			if drop == 0 {
-				break
-			}
-			delete(r.cache, k)
-			drop--
-		}
-	}
-	r.cache[key] = cached{policy: name, until: now + int64(r.ttl)}
-	r.mu.Unlock()
-	return name, nil
 }

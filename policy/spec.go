@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/window"
 )
 
@@ -53,23 +54,40 @@ type Policy struct {
 // Limiter returns the policy's keyed limiter on s. Two limiters of one
 // policy name on one store share each key's state.
 func (p Policy) Limiter(s store.Store) (*store.Limiter, error) {
+	alg, err := p.build()
+	if err != nil {
+		return nil, err
+	}
+	return store.NewLimiter(s, alg)
+}
+
+// build returns the policy's algorithm.
+func (p Policy) build() (algo.Algorithm, error) {
 	if err := p.validateName(); err != nil {
 		return nil, err
 	}
 	switch p.algorithm() {
 	case TokenBucket:
-		return bucket.NewKeyed(s, p.bucket())
+		return p.bucket().Algorithm()
 	case LeakyBucket:
-		return leaky.NewKeyed(s, p.leaky())
+		return p.leaky().Algorithm()
 	case FixedWindow:
-		return window.NewFixed(s, p.window())
+		return p.window().FixedAlgorithm()
 	case SlidingLog:
-		return window.NewSlidingLog(s, p.window())
+		return p.window().SlidingLogAlgorithm()
 	case SlidingCounter:
-		return window.NewSlidingCounter(s, p.window())
+		return p.window().SlidingCounterAlgorithm()
 	}
 	return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-log or sliding-counter)",
 		floodgate.ErrInvalidConfig, p.Name, p.Algorithm)
+}
+
+// sameLimit reports whether p and q are the same limit with the same
+// parameters: all but DryRun, which is the transports' business.
+func (p Policy) sameLimit(q Policy) bool {
+	p.DryRun, q.DryRun = false, false
+	p.Algorithm, q.Algorithm = p.algorithm(), q.algorithm()
+	return p == q
 }
 
 // Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the

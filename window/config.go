@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/luasrc"
 	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
@@ -167,29 +168,35 @@ func newLimiter(s store.Store, c Config, alg func(Config) (algo.Algorithm, error
 type params struct {
 	limit, w int64
 	spec     algo.Spec
+	// memNS is the namespace in memory (see algo.Lineage): spec.Namespace,
+	// or the version's own once the algorithm succeeded others, whose
+	// states memory stores read through (preds, newest first).
+	memNS uint64
+	preds []algo.Algorithm
 }
 
 // Spec implements [algo.Algorithm].
 func (p *params) Spec() algo.Spec { return p.spec }
 
 // Layout implements [algo.Layout].
-func (p *params) Layout() (uint64, int, int) { return p.spec.Namespace, p.spec.Words, p.spec.MaxLog }
+func (p *params) Layout() (uint64, int, int) { return p.memNS, p.spec.Words, p.spec.MaxLog }
 
 // params builds an algorithm's params; the namespace is the limit's
 // identity (see [algo.Identity]).
 func (c Config) params(name string, words, maxLog int, lua string) params {
 	limit, w := c.Limit, c.micros()
-	return params{limit: limit, w: w, spec: algo.Spec{
+	ns := algo.Identity(name, c.Name, fmt.Sprintf("%d/%d", limit, w))
+	return params{limit: limit, w: w, memNS: ns, spec: algo.Spec{
 		Name:      name,
 		Policy:    c.Name,
-		Namespace: algo.Identity(name, c.Name, fmt.Sprintf("%d/%d", limit, w)),
+		Namespace: ns,
 		Capacity:  limit,
 		Undelayed: limit,
 		Quota:     limit,
 		Window:    c.Window,
 		Words:     words,
 		MaxLog:    maxLog,
-		Lua:       algo.Lua{Source: lua, Params: []int64{limit, w}},
+		Lua:       algo.Lua{Source: lua, Params: []int64{limit, w}, StateParams: 2},
 	}}
 }
 
@@ -232,13 +239,7 @@ func windowStart(now, w int64) int64 { return floorDiv(now, w) * w }
 // luaPrelude defines fdiv, floor division exact for integers below 2^53
 // (math.floor(a/b) alone can round up when a/b is within an ulp of an
 // integer), shared by the three Lua twins.
-const luaPrelude = `
-local function fdiv(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then q = q - 1 elseif r >= b then q = q + 1 end
-  return q
-end
+const luaPrelude = luasrc.FloorDiv + `
 local function clampnow(now)
   if now > 1152921504606846976 then return 1152921504606846976 end
   if now < -1152921504606846976 then return -1152921504606846976 end

@@ -34,22 +34,8 @@ func (k *counter) StepState(s *algo.State, now, n int64, d *floodgate.Decision) 
 	now = clampNow(now)
 	w, limit := k.w, k.limit
 	n = max(n, -2*limit) // a larger refund empties both windows all the same
-	start := windowStart(now, w)
+	start, curr, prev := k.counts(s, now)
 	elapsed := now - start
-	curr := max(0, min(s.W[2], limit))
-	prev := max(0, min(s.W[3], limit))
-	switch c := s.W[1]; {
-	case c == start:
-	case c == start-w:
-		prev, curr = curr, 0
-	case c < start:
-		prev, curr = 0, 0
-	default:
-		// The clock went backwards past the current window: fold both counts
-		// into the window holding now, which credits nothing (the estimate
-		// does not drop).
-		curr, prev = min(limit, curr+prev), 0
-	}
 	allowed, retry := false, int64(0)
 	weighted := prev * (w - elapsed) // prev's share of the estimate, x w
 	switch avail := limit - curr - n; {
@@ -94,14 +80,32 @@ func (k *counter) StepState(s *algo.State, now, n int64, d *floodgate.Decision) 
 	setDecision(d, allowed, limit, rem, retry, reset)
 }
 
-// counterLua is the Lua twin of counter.Step. p = {limit, window}.
+// counts returns the start of the window holding now (clamped) and s's
+// counts of that window and of the previous one.
+func (k *counter) counts(s *algo.State, now int64) (start, curr, prev int64) {
+	start = windowStart(now, k.w)
+	curr = max(0, min(s.W[2], k.limit))
+	prev = max(0, min(s.W[3], k.limit))
+	switch c := s.W[1]; {
+	case c == start:
+	case c == start-k.w:
+		prev, curr = curr, 0
+	case c < start:
+		prev, curr = 0, 0
+	default:
+		// The clock went backwards past the current window: fold both counts
+		// into the window holding now, which credits nothing (the estimate
+		// does not drop).
+		curr, prev = min(k.limit, curr+prev), 0
+	}
+	return start, curr, prev
+}
+
+// counterLua is the Lua twin of counter.Step, then of counter.Convert. p =
+// {limit, window}.
 const counterLua = luaPrelude + `
-return function(s, now, n, p)
-  local limit, w = p[1], p[2]
-  now = clampnow(now)
-  if n < -2 * limit then n = -2 * limit end
+local function counts(s, now, limit, w)
   local start = fdiv(now, w) * w
-  local elapsed = now - start
   local curr, prev = s[3] or 0, s[4] or 0
   if curr < 0 then curr = 0 elseif curr > limit then curr = limit end
   if prev < 0 then prev = 0 elseif prev > limit then prev = limit end
@@ -115,6 +119,14 @@ return function(s, now, n, p)
     curr, prev = curr + prev, 0
     if curr > limit then curr = limit end
   end
+  return start, curr, prev
+end
+local function step(s, now, n, p)
+  local limit, w = p[1], p[2]
+  now = clampnow(now)
+  if n < -2 * limit then n = -2 * limit end
+  local start, curr, prev = counts(s, now, limit, w)
+  local elapsed = now - start
   local allowed, retry = 0, 0
   local weighted = prev * (w - elapsed)
   local avail = limit - curr - n
@@ -148,4 +160,4 @@ return function(s, now, n, p)
   end
   return s, {allowed, limit, rem, retry, reset, 0}
 end
-`
+` + counterConvertLua

@@ -121,6 +121,35 @@
 // Counter: W[0] the time to full, W[1] the current window's start, W[2] its
 // count, W[3] the previous window's count. A full key is the zero state.
 //
+// # Live changes
+//
+// A change of a named window's limit or length (a policy reloaded with new
+// numbers, see package policy) carries each key's state over by one rule:
+// the key keeps the units it has left in the window at the change, capped
+// by the new limit. A drained key stays drained whichever way the limit
+// moves, raising gives no burst (50 left of 100 stay 50 at 200), lowering
+// gives nothing (50 left become 30 at 30). Per algorithm, at the change
+// (now):
+//
+//   - Fixed: the units used (new limit less what is kept) are counted in
+//     the new window holding now, which resets as usual. With another
+//     window length that is the new window holding now: a drained key stays
+//     drained until it ends.
+//   - Counter: with the same length, the previous window's count is kept
+//     (lowered only as far as the key must not have more left than it
+//     had) and the current count is set so that the key has exactly what
+//     it keeps; with another length, the units used are counted in the new
+//     window holding now and the previous count is dropped.
+//   - Log: the newest entries that the new window still holds are kept, as
+//     many as the units used; when there are fewer (a raise, or a shorter
+//     window), entries at now make up the count (never more than the new
+//     limit), so that a drained key stays drained for one new window.
+//     Entries keep their times: a longer window holds them longer.
+//
+// A key back to full (no state) is full under the new limit, as a fresh key
+// is. Stores apply the rule on a key's first request after the change
+// ([algo.Converter], whose Lua twin runs in the Redis script).
+//
 // # Concurrency
 //
 // A [Config] is a plain value. The algorithms are immutable and safe for

@@ -52,8 +52,9 @@ func (f *fixed) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
 	setDecision(d, allowed, f.limit, f.limit-count, retry, reset)
 }
 
-// fixedLua is the Lua twin of fixed.Step. p = {limit, window}.
-const fixedLua = luaPrelude + `return function(s, now, n, p)
+// fixedLua is the Lua twin of fixed.Step, then of fixed.Convert. p =
+// {limit, window}.
+const fixedLua = luaPrelude + `local function step(s, now, n, p)
   local limit, w = p[1], p[2]
   now = clampnow(now)
   local e = fdiv(now, w) * w + w
@@ -78,4 +79,4 @@ const fixedLua = luaPrelude + `return function(s, now, n, p)
   end
   return s, {allowed, limit, limit - count, retry, reset, 0}
 end
-`
+` + fixedConvertLua

@@ -39,16 +39,7 @@ func (l *slidingLog) Step(s algo.State, now int64, n int64) (algo.State, floodga
 func (l *slidingLog) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
 	now = clampNow(now)
 	n = max(n, -l.limit) // a larger refund empties the log all the same
-	log := s.Log
-	i := 0
-	for i < len(log) && log[i] <= now-l.w {
-		i++ // expired
-	}
-	log = log[i:]
-	if len(log) > int(l.limit) {
-		log = log[len(log)-int(l.limit):] // not a state Step writes
-	}
-	log = clampFuture(log, now)
+	log := clampFuture(l.live(s.Log, now), now)
 	allowed, retry := false, int64(0)
 	count := int64(len(log))
 	switch {
@@ -88,6 +79,26 @@ func (l *slidingLog) StepState(s *algo.State, now, n int64, d *floodgate.Decisio
 	setDecision(d, allowed, l.limit, l.limit-count, retry, reset)
 }
 
+// live returns the entries of log that the window still holds at now, at
+// most limit of them (the newest: more is not a state Step writes).
+func (l *slidingLog) live(log []int64, now int64) []int64 {
+	log = unexpired(log, now, l.w)
+	if len(log) > int(l.limit) {
+		log = log[len(log)-int(l.limit):]
+	}
+	return log
+}
+
+// unexpired returns log without its entries that a window of w has left
+// behind at now (oldest first).
+func unexpired(log []int64, now, w int64) []int64 {
+	i := 0
+	for i < len(log) && log[i] <= now-w {
+		i++
+	}
+	return log[i:]
+}
+
 // clampFuture moves the newest entries that are after now to now: the clock
 // went backwards, and this credits nothing (the count is the same). The
 // entries are copied first: they belong to the input.
@@ -103,14 +114,12 @@ func clampFuture(log []int64, now int64) []int64 {
 	return log
 }
 
-// logLua is the Lua twin of slidingLog.Step. p = {limit, window}; s.log is
-// the array of entries.
+// logLua is the Lua twin of slidingLog.Step, then of slidingLog.Convert.
+// p = {limit, window}; s.log is the array of entries.
 const logLua = luaPrelude + `
-return function(s, now, n, p)
-  local limit, w = p[1], p[2]
-  now = clampnow(now)
-  if n < -limit then n = -limit end
-  local old = s.log or {}
+-- live returns a copy of the entries of old that the window holds at now,
+-- the newest limit of them, none after now.
+local function live(old, now, limit, w)
   local m = #old
   local i = 1
   while i <= m and old[i] <= now - w do i = i + 1 end
@@ -121,6 +130,13 @@ return function(s, now, n, p)
     if t > now then t = now end
     log[#log + 1] = t
   end
+  return log
+end
+local function step(s, now, n, p)
+  local limit, w = p[1], p[2]
+  now = clampnow(now)
+  if n < -limit then n = -limit end
+  local log = live(s.log or {}, now, limit, w)
   local count = #log
   local allowed, retry = 0, 0
   if n < 0 then
@@ -148,4 +164,4 @@ return function(s, now, n, p)
   end
   return s, {allowed, limit, limit - count, retry, reset, 0}
 end
-`
+` + logConvertLua

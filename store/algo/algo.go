@@ -74,9 +74,24 @@ type Spec struct {
 // d = {allowed (0 or 1), limit, remaining, retry_after_us, reset_after_us,
 // delay_us}. Given the same inputs it must return exactly what the Go Step
 // returns: every arithmetic operation stays in integers below 2^53.
+//
+// The chunk of a [Converter] evaluates to two functions, the step and
+//
+//	function(s, now, op, p) ... return s2 end
+//
+// its convert: s is a state that the version of the algorithm with Params
+// op left, and s2 is [Converter.Convert]'s state for it at now, for the
+// version with Params p. op holds the first StateParams of that version's
+// Params (a store keeps them beside the state); p is the caller's full
+// Params.
 type Lua struct {
 	Source string
 	Params []int64
+	// StateParams is how many of the leading Params describe the state:
+	// the version's parameters that a store keeps beside a state, for the
+	// convert. The reserving twins append arguments of one call beyond
+	// them. 0 means all of Params.
+	StateParams int
 }
 
 // Algorithm is a rate-limiting policy in the form a store runs: a pure,
@@ -99,8 +114,10 @@ type Algorithm interface {
 // Layout is an optional interface of an [Algorithm]: the part of its [Spec]
 // that a store needs on every call, returned in registers instead of the
 // whole Spec by value. When an algorithm implements it, the values must be
-// those of its Spec (Namespace, Words, MaxLog); stores that look for it may
-// then skip the Spec call on their hot path.
+// those of its Spec (Words, MaxLog) and its namespace in memory: the Spec's
+// Namespace, or [VersionNamespace] of the Spec for a [Lineage] (see
+// [MemoryNamespace]); stores that look for it may then skip the Spec call
+// on their hot path.
 type Layout interface {
 	Layout() (namespace uint64, words, maxLog int)
 }

@@ -23,6 +23,17 @@
 // [StateStepper] are optional fast paths a store may use; when implemented
 // they must agree exactly with Spec and Step.
 //
+// # Live changes
+//
+// An algorithm that is a [Converter] carries a key's state over a change of
+// its parameters under one name (see Converter for the rule: a key keeps the
+// units it has left, capped by the new capacity). [Succeed] makes the new
+// version a [Lineage] of the earlier ones, whose states a memory store keeps
+// apart (one namespace per version, [VersionNamespace]) and reads through on
+// a miss; a store that keeps the parameters beside each state (Redis, with
+// [StateParams]) converts in its script instead. storetest.RunConverter
+// checks the rule and storetest.RunConversion a store's carrying over.
+//
 // # Concurrency
 //
 // Algorithms are immutable and safe for concurrent use. [Identity] is safe

@@ -16,8 +16,32 @@ type entry struct {
 	sh      *shard
 	ti      int
 	id, chk uint64
+	op      int // the first op on it
 	slot    int // where the load found it (-1: absent)
-	st      algo.State
+	// pred is where the load found the state under a predecessor's
+	// namespace, when slot < 0 (see algo.Lineage).
+	pred struct {
+		ok      bool
+		ti      int
+		id, chk uint64
+	}
+	st algo.State
+}
+
+// loadEntry loads e's state into e.st: from its slot, else read through the
+// predecessors of its first op's algorithm (converted, not moved), else
+// fresh.
+func (s *Store) loadEntry(e *entry, ops []store.Op, now int64) {
+	t := &e.sh.tables[e.ti]
+	e.slot = t.find(e.id, e.chk)
+	t.load(e.slot, &e.st)
+	e.pred.ok = false
+	if e.slot < 0 {
+		o := &ops[e.op]
+		if p, ok := s.predecessor(e.sh, o.Key, o.Alg, now, &e.st); ok {
+			e.pred.ok, e.pred.ti, e.pred.id, e.pred.chk = true, p.ti, p.id, p.chk
+		}
+	}
 }
 
 // groupOnStack is the largest group whose bookkeeping lives on the stack.
@@ -63,7 +87,7 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		if err != nil {
 			return false, err
 		}
-		id, chk := s.ids(o.Key, ns)
+		id, chk, si := s.ids(o.Key, ns)
 		k := -1
 		for j := range ents {
 			if e := &ents[j]; e.id == id && e.chk == chk && e.ti == ti {
@@ -72,7 +96,6 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 			}
 		}
 		if k < 0 {
-			si := int(id & s.mask)
 			// In place: a composite literal would be built, then copied.
 			if len(ents) < cap(ents) {
 				ents = ents[:len(ents)+1]
@@ -81,10 +104,10 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 			}
 			k = len(ents) - 1
 			e := &ents[k]
-			e.sh, e.ti, e.id, e.chk = &s.shards[si].shard, ti, id, chk
+			e.sh, e.ti, e.id, e.chk, e.op = &s.shards[si].shard, ti, id, chk, i
 			keep = append(keep, id)
-			if !slices.Contains(shards, si) {
-				shards = append(shards, si)
+			if !slices.Contains(shards, int(si)) {
+				shards = append(shards, int(si))
 			}
 		}
 		refs = append(refs, k)
@@ -112,10 +135,7 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 	}
 	now := s.now()
 	for j := range ents {
-		e := &ents[j]
-		t := &e.sh.tables[e.ti]
-		e.slot = t.find(e.id, e.chk)
-		t.load(e.slot, &e.st)
+		s.loadEntry(&ents[j], ops, now)
 	}
 	// StepState steps in the first shard's scratch, which its lock owns:
 	// a pointer to the group's own states would move them to the heap.
@@ -134,7 +154,7 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 				continue
 			}
 			e := &ents[refs[i]]
-			e.sh.tables[e.ti].load(e.slot, &e.st)
+			s.loadEntry(e, ops, now)
 			stepInto(ops[i].Alg, e.ti == 0, &e.st, scratch, now, 0, &out[i])
 		}
 	}
@@ -152,6 +172,16 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 	// insertion in the shard (an eviction, a resize or a backward shift
 	// moves entries): from then on, each key is found again.
 	moved := false
+	for j := range ents {
+		// States read through a predecessor move: out of its namespace
+		// first, into the entry's below.
+		if e := &ents[j]; e.pred.ok {
+			if i := e.sh.tables[e.pred.ti].find(e.pred.id, e.pred.chk); i >= 0 {
+				e.sh.removeAt(predSlot{ti: e.pred.ti, slot: i, id: e.pred.id, chk: e.pred.chk})
+				moved = true
+			}
+		}
+	}
 	for j := range ents {
 		e := &ents[j]
 		t := &e.sh.tables[e.ti]

@@ -19,15 +19,17 @@
 //
 // # Keys and memory
 //
-// A key is never stored as a string. (key, Spec.Namespace) is hashed with
+// A key is never stored as a string. The key is hashed with
 // [hash/maphash] under a per-store random seed into a 64-bit id that picks
-// the shard and the slot, and a second, independent 64-bit check hash is
-// kept beside it. Two keys with the same id but different check hashes are
-// told apart (the table probes past the other one), so a 64-bit collision
-// changes nothing; two keys would share state only if both 64-bit hashes
-// collided (about 2^-128 per pair, with seeds an attacker cannot know).
-// Different namespaces never share state for one key: their ids differ by
-// construction.
+// the shard and the home slot, and a second, independent 64-bit hash of
+// the key, combined with the namespace (Spec.Namespace, or the version's,
+// see below), is kept beside it as a check hash. Entries with the same id
+// but different check hashes are told apart (the table probes past the
+// other one), so a 64-bit collision changes nothing; two keys would share
+// state only if both 64-bit hashes collided (about 2^-128 per pair, with
+// seeds an attacker cannot know). Different namespaces never share state
+// for one key: their check hashes differ by construction, and their
+// entries sit side by side in one cluster of slots.
 //
 // Each shard keeps one open-addressing table (Robin Hood probing, no
 // pointers, grown by half at 7/8 load) per state width, so a token bucket
@@ -49,6 +51,18 @@
 // BenchmarkTakeZipf1M measure a token bucket on one hot key and on a
 // million keys; the benchmarks module compares them with other libraries.
 // ApplyAll allocates nothing for groups of up to 8 ops (BenchmarkApplyAll).
+//
+// # Live changes
+//
+// The shard of a key depends on the key alone, so every namespace of one
+// key is under one lock. An algorithm that is a [algo.Lineage] (a version
+// of a limit after a live change, see package policy) keeps its states
+// under a namespace of its own; when a key has no state there, the store
+// looks it up under the predecessors' namespaces, newest first, converts
+// the first state it finds ([algo.Converter]) unless the parameters are the
+// same, and moves it (Apply; ApplyAll moves it only when it commits). That
+// is one probe per predecessor on a miss, and nothing at all on a hit or
+// for an algorithm without predecessors. The bytes per key do not change.
 //
 // # Bounds and expiry
 //

@@ -115,18 +115,28 @@ func micronow(clock floodgate.Clock) int64 {
 	return floodgate.Nanotime() / 1000
 }
 
-// ids returns the table id and the check hash of (key, ns): two maphash
-// values of the key under independent random seeds, each uniform over 64
-// bits, combined with the namespace without a further mix (a finaliser
-// cost a few ns a call and spread nothing that is not already uniform). For
-// one key, two namespaces always get different ids (x ^ ns is a bijection).
-func (s *Store) ids(key string, ns uint64) (id, chk uint64) {
-	id = maphash.String(s.seedA, key) ^ ns
+// ids returns the table id and the check hash of (key, ns), and the index
+// of the key's shard. They come from two maphash values of the key under
+// independent random seeds, each uniform over 64 bits: the first, of the
+// key alone, is the id (which picks the home slot) and picks the shard; the
+// second, combined with the namespace without a further mix (a finaliser
+// cost a few ns a call and spread nothing that is not already uniform), is
+// the check hash. So every namespace of a key lives in one shard and one
+// cluster of slots (a read-through to a predecessor's namespace, see
+// algo.Lineage, takes no other lock and stays in cache), and for one key,
+// two namespaces always get different check hashes (x ^ ns*k is a
+// bijection for odd k), which the table tells apart.
+func (s *Store) ids(key string, ns uint64) (id, chk, shard uint64) {
+	return idsOf(maphash.String(s.seedA, key), maphash.String(s.seedB, key), ns, s.mask)
+}
+
+// idsOf is ids from the key's two hashes.
+func idsOf(a, b, ns, mask uint64) (id, chk, shard uint64) {
+	id = a
 	if id == 0 {
 		id = 1 // 0 marks an empty slot
 	}
-	chk = maphash.String(s.seedB, key) ^ ns*0x9e3779b97f4a7c15
-	return id, chk
+	return id, b ^ ns*0x9e3779b97f4a7c15, a & mask
 }
 
 // Apply implements [store.Store]. It returns [floodgate.ErrClosed] after
@@ -160,8 +170,8 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 		return floodgate.Decision{}, fmt.Errorf("%w: memstore: algorithm %q needs %d words and a log of %d, want 1..%d words and a log >= 0",
 			floodgate.ErrInvalidConfig, alg.Spec().Name, words, maxLog, algo.MaxWords)
 	}
-	id, chk := s.ids(key, ns)
-	sh := &s.shards[id&s.mask].shard
+	id, chk, si := s.ids(key, ns)
+	sh := &s.shards[si].shard
 	var ws algo.WordStepper
 	if words == 1 && maxLog == 0 {
 		ws, _ = alg.(algo.WordStepper)
@@ -192,6 +202,8 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 		var w0 int64
 		if i >= 0 {
 			w0 = t.full0(uint64(i))
+		} else {
+			w0 = s.readThroughWord(sh, key, alg, now)
 		}
 		// The decision is written in place (see algo.WordStepper) into
 		// the shard, which the lock owns; it is read back field by field,
@@ -214,23 +226,29 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 		return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 			RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 	}
-	sh.step(t, ti, i, id, chk, alg, now, n)
+	sh.step(t, ti, i, id, chk, alg, now, n, s, key)
 	d := &sh.dec
 	return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 }
 
 // step runs alg on the state of slot i of table t (tables[ti]; i < 0 for a
-// fresh key (id, chk)) and keeps the new state; the decision is left in
-// sh.dec. The state is loaded into, stepped in and stored from the shard's
-// scratch: through StepState, nothing is copied by value through the call
-// (see algo.StateStepper). (A function of its own, out of line, so that
-// the one-word path in Apply stays as small as it was.)
+// key (id, chk) not there: then read through alg's predecessors, else
+// fresh) and keeps the new state; the decision is left in sh.dec. The state
+// is loaded into, stepped in and stored from the shard's scratch: through
+// StepState, nothing is copied by value through the call (see
+// algo.StateStepper). (A function of its own, out of line, so that the
+// one-word path in Apply stays as small as it was.)
 //
 //go:noinline
-func (sh *shard) step(t *table, ti, i int, id, chk uint64, alg algo.Algorithm, now, n int64) {
+func (sh *shard) step(t *table, ti, i int, id, chk uint64, alg algo.Algorithm, now, n int64, s *Store, key string) {
 	st := &sh.st
 	t.load(i, st)
+	if i < 0 {
+		if p, ok := s.predecessor(sh, key, alg, now, st); ok {
+			sh.removeAt(p)
+		}
+	}
 	if ss, ok := alg.(algo.StateStepper); ok {
 		ss.StepState(st, now, n, &sh.dec)
 	} else {

@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -200,4 +201,66 @@ func BenchmarkBytesPerKey(b *testing.B) {
 	}
 	b.ReportMetric(per, "bytes/key")
 	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(runs*benchKeys), "ns/insert")
+}
+
+// BenchmarkTakeNewKey is the miss path: every take is on a key the store
+// does not hold. "plain" is a never-changed limit; "changed" the same limit
+// after a live change (a Lineage with one predecessor, which holds none of
+// the keys: one more probe per miss); "moved" the first take of each key
+// after the change, which converts the predecessor's state and moves it.
+func BenchmarkTakeNewKey(b *testing.B) {
+	ctx := context.Background()
+	old, err := bucket.Config{Name: "pro", Rate: floodgate.PerSecond(100), Burst: 100}.Algorithm()
+	if err != nil {
+		b.Fatal(err)
+	}
+	next, err := bucket.Config{Name: "pro", Rate: floodgate.PerSecond(200), Burst: 200}.Algorithm()
+	if err != nil {
+		b.Fatal(err)
+	}
+	changed, err := algo.Succeed(next, []algo.Algorithm{old})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	for _, bc := range []struct {
+		name    string
+		alg     algo.Algorithm
+		prefill bool
+	}{{"plain", next, false}, {"changed", changed, false}, {"moved", changed, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, err := memstore.New(memstore.WithSweepInterval(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				if i == len(keys) {
+					b.StopTimer()
+					s.Close()
+					if s, err = memstore.New(memstore.WithSweepInterval(0)); err != nil {
+						b.Fatal(err)
+					}
+					i = 0
+					b.StartTimer()
+				}
+				if i%4096 == 0 && bc.prefill {
+					b.StopTimer()
+					for _, k := range keys[i:min(i+4096, len(keys))] {
+						s.Apply(ctx, k, old, 1)
+					}
+					b.StartTimer()
+				}
+				if _, err := s.Apply(ctx, keys[i], bc.alg, 1); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }

@@ -31,21 +31,23 @@ local test, now = clock(ARGV[1])
 local words, maxlog, np = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local p = {}
 for j = 1, np do p[j] = tonumber(ARGV[4 + j]) end
-local base = 4 + np
+local pstr = ARGV[5 + np]
+local q = {step, words, maxlog, p, pstr, convert}
+local base = 5 + np
 local out = {}
 local vals = redis.call('MGET', unpack(KEYS))
 local states = {} -- the latest state of each key of the batch
 for i = 1, #KEYS do
   local key = KEYS[i]
   local s = states[key]
-  if not s then s = decode(vals[i], words, maxlog) end
+  if not s then s = load(vals[i], q, now) end
   local s2, d = step(s, now, tonumber(ARGV[base + i]), p)
   states[key] = s2
   local o = (i - 1) * 6
   for j = 1, 6 do out[o + j] = d[j] end
 end
 for key, s in pairs(states) do
-  save(key, s, words, maxlog, now, test)
+  save(key, s, words, maxlog, now, test, pstr)
 end
 return out
 `
@@ -58,7 +60,7 @@ func batchScriptFor(sp algo.Spec) *rueidis.Lua {
 	if l, ok := batchScripts.Load(key); ok {
 		return l.(*rueidis.Lua)
 	}
-	src := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step = (function()\n%s\nend)()\n%s%s", sp.Name, sp.Lua.Source, luaCommon, scriptBatchBody)
+	src := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\n%s%s", sp.Name, sp.Lua.Source, luaCommon, scriptBatchBody)
 	// Not retryable, like every consuming script.
 	l, _ := batchScripts.LoadOrStore(key, rueidis.NewLuaScript(src))
 	return l.(*rueidis.Lua)

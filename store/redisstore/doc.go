@@ -67,6 +67,23 @@
 // binary, CR/LF, 64 KiB...). A key costs Redis memory for its length plus a
 // few decimal numbers, and disappears when its limit is full again.
 //
+// # Live changes
+//
+// The namespace of a named limit does not depend on its parameters, so a
+// change of rate, burst or window (package policy) finds every key's state
+// where it was. The value of a key holds the state and, after "|", the
+// parameters it was written with ([algo.StateParams]: a token bucket's
+// interval and burst, a leaky bucket's rate and burst, a window's limit and
+// length). A script that reads a state written with other parameters than
+// its caller's converts it first, with the twin's convert
+// ([algo.Converter]: a key keeps the units it has left, capped by the new
+// capacity), in Lua, exactly as the Go Convert does. Processes that pick up
+// a change at different moments so each convert what the other wrote, and
+// together never admit more than the larger of the two configs would. (The
+// parameters make a token bucket's value a string rather than an integer:
+// some 136 bytes of Redis memory a key instead of 104, measured with
+// MEMORY USAGE; the other algorithms' values were strings already.)
+//
 // # Several limits at once
 //
 // [Store.ApplyAll] decides several (key, algorithm, cost) ops in one script:

@@ -23,9 +23,15 @@ import (
 // retry_after_us, reset_after_us, delay_us}.
 //
 // State encoding in a key: the words as decimal integers joined by ",",
-// then, for algorithms with a log, ";" and the log entries joined by ",".
-// Redis 5 and later replicate the effects of scripts (not the scripts), so
-// calling TIME before writing is allowed.
+// then, for algorithms with a log, ";" and the log entries joined by ",",
+// then "|" and the parameters the state was written with (the algorithm's
+// algo.StateParams, joined by ","). A state read with other parameters
+// than the caller's (a live change, which another process may not have
+// picked up yet) is converted by the twin's convert (algo.Converter)
+// before it is stepped; a value without "|" (written before parameters
+// were kept) is taken as written with the caller's. Redis 5 and later
+// replicate the effects of scripts (not the scripts), so calling TIME
+// before writing is allowed.
 //
 // There are four bodies:
 //
@@ -86,9 +92,30 @@ local function encode(s, words, maxlog)
   end
   return v
 end
--- save writes s to key with a TTL equal to its time to full (at least a
--- minute with an injected time), or deletes key when s is full.
-local function save(key, s, words, maxlog, now, injected)
+-- load turns a key's value (or false) into a state for policy q =
+-- {step, words, maxlog, params, pstr, convert}: converted to q's parameters
+-- when it was written with others (pstr is q's, as a value holds them).
+local function load(v, q, now)
+  local ps
+  if v then
+    local bar = string.find(v, '|', 1, true)
+    if bar then
+      ps = string.sub(v, bar + 1)
+      v = string.sub(v, 1, bar - 1)
+    end
+  end
+  local s = decode(v, q[2], q[3])
+  if ps and ps ~= q[5] and q[6] then
+    local op = {}
+    for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
+    s = q[6](s, now, op, q[4])
+  end
+  return s
+end
+-- save writes s to key with the parameters pstr it was stepped with and a
+-- TTL equal to its time to full (at least a minute with an injected time),
+-- or deletes key when s is full.
+local function save(key, s, words, maxlog, now, injected, pstr)
   local w = s[1]
   if w <= now then
     redis.call('DEL', key)
@@ -96,7 +123,7 @@ local function save(key, s, words, maxlog, now, injected)
   end
   local ttl = math.floor((w - now + 999) / 1000)
   if injected and ttl < 60000 then ttl = 60000 end
-  redis.call('SET', key, encode(s, words, maxlog), 'PX', ttl)
+  redis.call('SET', key, encode(s, words, maxlog) .. '|' .. pstr, 'PX', ttl)
 end
 `
 
@@ -104,20 +131,23 @@ end
 // evaluate, keep nothing; '1': keep every state when every op admits; '2':
 // keep every state whatever the decisions, as a single Apply does); the
 // number of policies, then each policy: the index of its twin in steps,
-// words, maxlog, the number of Params, the Params; then each op: the index
-// of its key in KEYS, the index of its policy, the cost. The reply is
-// {all_admitted (0 or 1), then each op's 6 decision numbers}.
+// words, maxlog, the number of Params, the Params, the state's parameters
+// as a value holds them; then each op: the index of its key in KEYS, the
+// index of its policy, the cost. The reply is {all_admitted (0 or 1), then
+// each op's 6 decision numbers}. Ops on one key with policies of other
+// parameters (two versions of a limit) each convert the state the previous
+// one left.
 const scriptGroupBody = `
 local test, now = clock(ARGV[1])
 local mode = ARGV[2]
 local pol = {}
 local a = 4
 for i = 1, tonumber(ARGV[3]) do
-  local c = tonumber(ARGV[a + 3])
+  local t, c = tonumber(ARGV[a]), tonumber(ARGV[a + 3])
   local p = {}
   for j = 1, c do p[j] = tonumber(ARGV[a + 3 + j]) end
-  pol[i] = {steps[tonumber(ARGV[a])], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), p}
-  a = a + 4 + c
+  pol[i] = {steps[t], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), p, ARGV[a + 4 + c], converts[t]}
+  a = a + 5 + c
 end
 local states, shape, out = {}, {}, {1}
 local o = 1
@@ -125,9 +155,13 @@ for i = a, #ARGV, 3 do
   local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
   local s = states[k]
   if s == nil then
-    s = decode(redis.call('GET', KEYS[k]), q[2], q[3])
-    shape[k] = q
+    s = load(redis.call('GET', KEYS[k]), q, now)
+  elseif shape[k][5] ~= q[5] and q[6] then
+    local op = {}
+    for x in string.gmatch(shape[k][5], '[^,]+') do op[#op + 1] = tonumber(x) end
+    s = q[6](s, now, op, q[4])
   end
+  shape[k] = q
   local s2, d = q[1](s, now, tonumber(ARGV[i + 2]), q[4])
   states[k] = s2
   if d[1] == 0 then out[1] = 0 end
@@ -141,7 +175,7 @@ if out[1] == 0 and mode ~= '2' then
   for i = a, #ARGV, 3 do
     if out[o + 1] == 1 then
       local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
-      local _, d = q[1](decode(redis.call('GET', KEYS[k]), q[2], q[3]), now, 0, q[4])
+      local _, d = q[1](load(redis.call('GET', KEYS[k]), q, now), now, 0, q[4])
       for j = 1, 6 do out[o + j] = d[j] end
     end
     o = o + 6
@@ -150,22 +184,23 @@ end
 if mode == '2' or (mode == '1' and out[1] == 1) then
   for k, s in pairs(states) do
     local q = shape[k]
-    save(KEYS[k], s, q[2], q[3], now, test)
+    save(KEYS[k], s, q[2], q[3], now, test, q[5])
   end
 end
 return out
 `
 
 // scriptTwinBody steps the twin steps[1] on states given in ARGV, touching
-// no key. ARGV: words, maxlog, the number of Params, the Params, then each
-// step: the encoded state, now, the cost. The reply is, for each step, the
-// new encoded state and the 6 decision numbers.
+// no key. ARGV: words, maxlog, the number of Params, the Params, the
+// state's parameters (unused), then each step: the encoded state (without
+// parameters), now, the cost. The reply is, for each step, the new encoded
+// state and the 6 decision numbers.
 const scriptTwinBody = `
 local words, maxlog, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local p = {}
 for j = 1, c do p[j] = tonumber(ARGV[3 + j]) end
 local out = {}
-for i = 4 + c, #ARGV, 3 do
+for i = 5 + c, #ARGV, 3 do
   local s, d = steps[1](decode(ARGV[i], words, maxlog), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), p)
   out[#out + 1] = encode(s, words, maxlog)
   for j = 1, 6 do out[#out + 1] = d[j] end
@@ -175,10 +210,10 @@ return out
 
 // scriptOneWord is the script for the most common call, one policy whose
 // state is one word (the token bucket). ARGV: the cost, the injected time or the
-// empty string, words, maxlog, the number of Params, the Params. The reply is the
-// decision. It keeps the encoding of the other scripts and is written out
-// without luaCommon's helpers: every closure a script creates costs server
-// time on every call.
+// empty string, words, maxlog, the number of Params, the Params, the state's
+// parameters as a value holds them. The reply is the decision. It keeps the
+// encoding of the other scripts and is written out without luaCommon's
+// helpers: every closure a script creates costs server time on every call.
 const scriptOneWord = `
 local n = tonumber(ARGV[1])
 local test = ARGV[2] ~= ''
@@ -189,17 +224,34 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local np = tonumber(ARGV[5])
 local p = {}
-for j = 1, tonumber(ARGV[5]) do p[j] = tonumber(ARGV[5 + j]) end
+for j = 1, np do p[j] = tonumber(ARGV[5 + j]) end
+local pstr = ARGV[6 + np]
 local v = redis.call('GET', KEYS[1])
-local s, d = step({v and tonumber(v) or 0}, now, n, p)
-local w = s[1]
+local w = 0
+if v then
+  local bar = string.find(v, '|', 1, true)
+  if not bar then
+    w = tonumber(v)
+  else
+    w = tonumber(string.sub(v, 1, bar - 1))
+    local ps = string.sub(v, bar + 1)
+    if ps ~= pstr and convert then
+      local op = {}
+      for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
+      w = convert({w}, now, op, p)[1]
+    end
+  end
+end
+local s, d = step({w}, now, n, p)
+w = s[1]
 if w <= now then
   redis.call('DEL', KEYS[1])
 else
   local ttl = math.floor((w - now + 999) / 1000)
   if test and ttl < 60000 then ttl = 60000 end
-  redis.call('SET', KEYS[1], string.format('%d', w), 'PX', ttl)
+  redis.call('SET', KEYS[1], string.format('%d', w) .. '|' .. pstr, 'PX', ttl)
 end
 return d
 `
@@ -222,13 +274,15 @@ func buildScript(kind scriptKind, twins []algo.Spec) string {
 		names[i] = sp.Name
 	}
 	fmt.Fprintf(&b, "-- floodgate redisstore script (%s)\n", strings.Join(names, ", "))
+	// A twin's chunk evaluates to its step and, for an algo.Converter, its
+	// convert.
 	if kind == kindOneWord {
-		fmt.Fprintf(&b, "local step = (function()\n%s\nend)()\n%s", twins[0].Lua.Source, scriptOneWord)
+		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\n%s", twins[0].Lua.Source, scriptOneWord)
 		return b.String()
 	}
-	b.WriteString("local steps = {}\n")
+	b.WriteString("local steps, converts = {}, {}\n")
 	for i, sp := range twins {
-		fmt.Fprintf(&b, "-- twin %d: %s\nsteps[%d] = (function()\n%s\nend)()\n", i+1, sp.Name, i+1, sp.Lua.Source)
+		fmt.Fprintf(&b, "-- twin %d: %s\nsteps[%d], converts[%d] = (function()\n%s\nend)()\n", i+1, sp.Name, i+1, i+1, sp.Lua.Source)
 	}
 	b.WriteString(luaCommon)
 	if kind == kindTwin {
@@ -366,13 +420,27 @@ func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
 }
 
 // policyArgs is the ARGV that describes sp to every script: words, maxlog,
-// the number of Params, the Params.
+// the number of Params, the Params, and the state's parameters as a value
+// holds them ([stateParams]).
 func policyArgs(sp algo.Spec) []string {
 	args := []string{strconv.Itoa(sp.Words), strconv.Itoa(sp.MaxLog), strconv.Itoa(len(sp.Lua.Params))}
 	for _, p := range sp.Lua.Params {
 		args = append(args, strconv.FormatInt(p, 10))
 	}
-	return args
+	return append(args, stateParams(sp))
+}
+
+// stateParams is what a value holds after "|": the parameters its state was
+// written with (algo.StateParams), in decimal, joined by ",".
+func stateParams(sp algo.Spec) string {
+	var b strings.Builder
+	for i, p := range algo.StateParams(sp) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(p, 10))
+	}
+	return b.String()
 }
 
 // same reports whether sp describes the algorithm p was prepared for: same

@@ -1,0 +1,13 @@
+package policy
+
+import "time"
+
+// SetClock makes l read now for the lineages' expiry.
+func SetClock(l *Live, now func() time.Time) {
+	l.mu.Lock()
+	l.now = now
+	l.mu.Unlock()
+}
+
+// Retire runs what l's timer runs.
+func Retire(l *Live) { l.retire() }
