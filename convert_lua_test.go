@@ -3,7 +3,6 @@ package floodgate_test
 import (
 	"context"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -12,24 +11,12 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-go/floodgate/internal/livetest"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-// luaClient connects to the Redis of the test setup, or skips t when there
-// is none. The client is closed when t ends.
-func luaClient(t *testing.T) rueidis.Client {
-	t.Helper()
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		t.Skip("FLOODGATE_REDIS_ADDR is not set (eval \"$(scripts/redis.sh start)\")")
-	}
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	return client
-}
+// luaClient connects to the Redis of the test setup (see redistest.Addr).
+func luaClient(t *testing.T) rueidis.Client { return redistest.Client(t) }
 
 // convertHarness runs an algorithm's Lua convert on the state, time and
 // Params it is given, and returns the new state (the words, then the

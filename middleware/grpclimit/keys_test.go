@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,22 +19,12 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
 
-// redisClient connects to the Redis of FLOODGATE_REDIS_ADDR (scripts/redis.sh
-// start exports it), or skips the test.
-func redisClient(t *testing.T) rueidis.Client {
-	t.Helper()
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		t.Skip("FLOODGATE_REDIS_ADDR not set (eval \"$(scripts/redis.sh start)\")")
-	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	return c
-}
+// redisClient connects to the Redis of the test setup (see redistest.Addr).
+func redisClient(t *testing.T) rueidis.Client { return redistest.Client(t) }
 
 // redisKeys lists every key of the Redis server with SCAN.
 func redisKeys(t *testing.T, c rueidis.Client) []string {

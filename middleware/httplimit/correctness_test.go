@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -248,39 +246,8 @@ func TestFallbackIsReportedAsFallback(t *testing.T) {
 	}
 }
 
-// redisAddr returns the Redis the tests use: FLOODGATE_REDIS_ADDR (set by
-// scripts/test.sh), or a redis-server started for the test.
-func redisAddr(t *testing.T) string {
-	t.Helper()
-	if a := os.Getenv("FLOODGATE_REDIS_ADDR"); a != "" {
-		return a
-	}
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("no FLOODGATE_REDIS_ADDR and no redis-server: run scripts/redis.sh start")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(path, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	for range 200 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("redis-server did not start")
-	return ""
-}
+// redisAddr returns the Redis the tests use (see redistest.Addr).
+func redisAddr(t *testing.T) string { return redistest.Addr(t) }
 
 // A credential used as a key never reaches the store in clear: scan a real
 // Redis for it.
