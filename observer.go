@@ -27,6 +27,12 @@ const (
 	OutcomeShed
 	// OutcomeDelayed: a shaping limiter admitted the request after a delay.
 	OutcomeDelayed
+	// OutcomeConfigApplied: a config change was applied (an event of
+	// [SourceConfig], not a request).
+	OutcomeConfigApplied
+	// OutcomeConfigRefused: a config change was refused, the running
+	// config stays (an event of [SourceConfig], with the error in Err).
+	OutcomeConfigRefused
 )
 
 var outcomeNames = [...]string{
@@ -38,6 +44,9 @@ var outcomeNames = [...]string{
 	OutcomeFallback:    "fallback",
 	OutcomeShed:        "shed",
 	OutcomeDelayed:     "delayed",
+
+	OutcomeConfigApplied: "config_applied",
+	OutcomeConfigRefused: "config_refused",
 }
 
 // String returns the outcome's stable lower-case label, or "unknown".
@@ -62,16 +71,22 @@ const (
 	// reported by the store in addition to the request's event. Never
 	// count requests on these.
 	SourceStore
+	// SourceConfig: a config change, applied or refused (a policy set's
+	// reload), with the outcome OutcomeConfigApplied or
+	// OutcomeConfigRefused. Not a request.
+	SourceConfig
 )
 
 // String returns "request" (for SourceRequest and the zero Source, which
-// means it), "store" or "unknown".
+// means it), "store", "config" or "unknown".
 func (s Source) String() string {
 	switch s {
 	case SourceRequest, 0:
 		return "request"
 	case SourceStore:
 		return "store"
+	case SourceConfig:
+		return "config"
 	}
 	return "unknown"
 }

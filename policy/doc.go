@@ -47,8 +47,12 @@
 // holds the running config: [Live.Update], [Live.ReloadFile] (for a SIGHUP
 // handler or an admin endpoint) and [Live.WatchFile] (on every change of the
 // file) apply a new config atomically, all or nothing; a bad one leaves the
-// running one in place and is reported. Every applied change is reported as
-// a [Change] with its version and what changed, for an audit log.
+// running one in place and is reported: the error (file:line), a [Change]
+// with Err set to the change callback ([WithOnChange]), and an event to the
+// observer ([WithObserver]), which the Prometheus adapter counts
+// (floodgate_config_reloads_total, floodgate_config_last_reload_successful).
+// Every applied change is reported as a [Change] with its version and what
+// changed, for an audit log.
 //
 // # Live changes
 //

@@ -24,6 +24,7 @@ type Live struct {
 	resolver *resolver
 	hasher   *credkey.Hasher
 	onChange func(Change)
+	observer floodgate.Observer
 
 	mu       sync.Mutex // serialises updates
 	cur      atomic.Pointer[Set]
@@ -67,6 +68,7 @@ type liveConfig struct {
 	ttl      time.Duration
 	max      int
 	onChange func(Change)
+	observer floodgate.Observer
 }
 
 // WithResolver places keys without an override on a plan with f (e.g. from
@@ -115,6 +117,23 @@ func WithOnChange(f func(Change)) Option {
 	}}
 }
 
+// WithObserver reports every config change to o as an event of
+// [floodgate.SourceConfig]: [floodgate.OutcomeConfigApplied], or
+// [floodgate.OutcomeConfigRefused] with the error (file:line) in Err, so
+// that the observer adapters count reloads and a refused file shows in the
+// metrics and the logs (promobserver's floodgate_config_reloads_total and
+// floodgate_config_last_reload_successful). The change callback
+// ([WithOnChange]) gets the details.
+func WithObserver(o floodgate.Observer) Option {
+	return Option{func(c *liveConfig) error {
+		if nilcheck.Is(o) {
+			return fmt.Errorf("%w: policy: nil observer", floodgate.ErrInvalidConfig)
+		}
+		c.observer = o
+		return nil
+	}}
+}
+
 // NewLive compiles cfg on s and returns it running. Errors wrap
 // [floodgate.ErrInvalidConfig].
 func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
@@ -130,7 +149,7 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 			return nil, err
 		}
 	}
-	l := &Live{store: s, onChange: c.onChange, hasher: credkey.New(c.secret, "cred#"), lineages: lineages{}, now: time.Now}
+	l := &Live{store: s, onChange: c.onChange, observer: c.observer, hasher: credkey.New(c.secret, "cred#"), lineages: lineages{}, now: time.Now}
 	if c.resolve != nil {
 		l.resolver = newResolver(c.resolve, c.ttl, c.max)
 	}
@@ -162,9 +181,7 @@ func (l *Live) Update(cfg Config, source string) (Change, error) {
 	if err != nil {
 		ch.Err = err
 		ch.Version = l.version.Load()
-		if l.onChange != nil {
-			l.onChange(ch)
-		}
+		l.report(ch)
 		return ch, err
 	}
 	if old := l.cur.Load(); old != nil {
@@ -178,10 +195,23 @@ func (l *Live) Update(cfg Config, source string) (Change, error) {
 	ch.Version = l.version.Add(1)
 	l.cur.Store(set)
 	l.schedule()
+	l.report(ch)
+	return ch, nil
+}
+
+// report tells the change callback and the observer of a change, applied
+// or refused (ch.Err set).
+func (l *Live) report(ch Change) {
 	if l.onChange != nil {
 		l.onChange(ch)
 	}
-	return ch, nil
+	if l.observer != nil {
+		e := floodgate.Event{Source: floodgate.SourceConfig, Outcome: floodgate.OutcomeConfigApplied}
+		if ch.Err != nil {
+			e.Outcome, e.Err = floodgate.OutcomeConfigRefused, ch.Err
+		}
+		l.observer.Observe(e)
+	}
 }
 
 func diff(old, cur *Set) (added, removed, changed, details []string) {

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,10 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/observer/promobserver"
+	"github.com/floodgate-go/floodgate/observer/slogobserver"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -212,11 +217,14 @@ func TestWatchFileReloads(t *testing.T) {
 	s, _ := clocked(t)
 	var mu sync.Mutex
 	var changes []policy.Change
+	reg := prometheus.NewRegistry()
+	metrics, err := promobserver.New(reg)
+	require.NoError(t, err)
 	live, err := policy.NewLive(cfg, s, policy.WithOnChange(func(c policy.Change) {
 		mu.Lock()
 		changes = append(changes, c)
 		mu.Unlock()
-	}))
+	}), policy.WithObserver(metrics))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -262,6 +270,71 @@ func TestWatchFileReloads(t *testing.T) {
 	assert.Equal(t, uint64(2), live.Version(), "the bad file changed nothing")
 	p, _ = live.Set().Policy("free")
 	assert.Equal(t, int64(20), p.Rate.N, "the running config still serves")
+
+	// The refusal is in the metrics too (the initial config and the first
+	// reload were applied).
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP floodgate_config_last_reload_successful Whether the last config change of a policy set was applied (1) or refused (0).
+# TYPE floodgate_config_last_reload_successful gauge
+floodgate_config_last_reload_successful 0
+# HELP floodgate_config_reloads_total Config changes of policy sets, by outcome (config_applied, config_refused).
+# TYPE floodgate_config_reloads_total counter
+floodgate_config_reloads_total{outcome="config_applied"} 2
+floodgate_config_reloads_total{outcome="config_refused"} 1
+`), "floodgate_config_reloads_total", "floodgate_config_last_reload_successful"))
+
+	// And a good file again sets the gauge back.
+	write("default_plan: free\npolicies:\n  - {name: free, rate: 30/s}\n")
+	waitFor(4)
+	require.NoError(t, last().Err)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP floodgate_config_last_reload_successful Whether the last config change of a policy set was applied (1) or refused (0).
+# TYPE floodgate_config_last_reload_successful gauge
+floodgate_config_last_reload_successful 1
+`), "floodgate_config_last_reload_successful"))
+}
+
+// A refused config is an event for every observer: an slog record at
+// Error with the file and line.
+func TestRefusedConfigIsLogged(t *testing.T) {
+	cfg, err := policy.Parse("plans.yaml", []byte(plansYAML))
+	require.NoError(t, err)
+	s, _ := clocked(t)
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	obs, err := slogobserver.New(logger)
+	require.NoError(t, err)
+	live, err := policy.NewLive(cfg, s, policy.WithObserver(obs))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("policies:\n  - {name: a, rate: 1/s}\n  - {name: a, rate: 2/s}\n"), 0o644))
+	_, err = live.ReloadFile(path)
+	require.Error(t, err)
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	assert.Contains(t, out, "level=INFO")
+	assert.Contains(t, out, "outcome=config_applied source=config")
+	assert.Contains(t, out, "level=ERROR")
+	assert.Contains(t, out, "outcome=config_refused source=config")
+	assert.Contains(t, out, "limits.yaml:3: ")
+	_, err = policy.NewLive(cfg, s, policy.WithObserver(nil))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	var typedNil *slogobserver.Observer
+	_, err = policy.NewLive(cfg, s, policy.WithObserver(typedNil))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func TestParseRate(t *testing.T) {

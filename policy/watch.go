@@ -18,9 +18,7 @@ func (l *Live) ReloadFile(path string) (Change, error) {
 	cfg, err := LoadFile(path)
 	if err != nil {
 		ch := Change{Version: l.version.Load(), Source: path, At: time.Now(), Err: err}
-		if l.onChange != nil {
-			l.onChange(ch)
-		}
+		l.report(ch)
 		return ch, err
 	}
 	return l.Update(cfg, path)
@@ -82,9 +80,7 @@ func (l *Live) WatchFile(ctx context.Context, path string) error {
 				if !ok {
 					return
 				}
-				if l.onChange != nil {
-					l.onChange(Change{Version: l.version.Load(), Source: path, At: time.Now(), Err: fmt.Errorf("policy: watching %s: %w", path, err)})
-				}
+				l.report(Change{Version: l.version.Load(), Source: path, At: time.Now(), Err: fmt.Errorf("policy: watching %s: %w", path, err)})
 			}
 		}
 	}()

@@ -82,10 +82,23 @@ func WithConstLabels(l prometheus.Labels) Option {
 // the limiter, tier and route values to a small fixed set (route classes,
 // not raw URLs): every combination is a time series.
 //
+// Config changes ([floodgate.SourceConfig] events, from a policy set's
+// reloads) are not decisions; they go to two metrics of their own, as
+// Prometheus reports its own reloads:
+//
+//   - floodgate_config_reloads_total (counter), label outcome
+//     ("config_applied" or "config_refused"): one per change applied or
+//     refused;
+//   - floodgate_config_last_reload_successful (gauge): 1 when the last
+//     change was applied, 0 when it was refused (the running config is then
+//     older than the file: alert on it); absent before the first change.
+//
 // An Observer is safe for concurrent use; Observe does not block.
 type Observer struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	reloads   *prometheus.CounterVec
+	lastOK    *prometheus.GaugeVec // no labels: absent until the first change
 
 	mu     sync.RWMutex
 	series map[labelSet]series
@@ -135,18 +148,54 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		ConstLabels: c.constLabels,
 	}, Labels)
 
-	decisions, registered, err := register(reg, decisions)
-	if err != nil {
-		return nil, err
-	}
-	latency, _, err = register(reg, latency)
-	if err != nil {
-		if registered {
-			reg.Unregister(decisions)
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace:   c.namespace,
+		Subsystem:   c.subsystem,
+		Name:        "config_reloads_total",
+		Help:        "Config changes of policy sets, by outcome (config_applied, config_refused).",
+		ConstLabels: c.constLabels,
+	}, []string{"outcome"})
+	lastOK := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace:   c.namespace,
+		Subsystem:   c.subsystem,
+		Name:        "config_last_reload_successful",
+		Help:        "Whether the last config change of a policy set was applied (1) or refused (0).",
+		ConstLabels: c.constLabels,
+	}, nil)
+
+	var registered []prometheus.Collector
+	undo := func(err error) (*Observer, error) {
+		for _, c := range registered {
+			reg.Unregister(c)
 		}
 		return nil, err
 	}
-	return &Observer{decisions: decisions, latency: latency, series: map[labelSet]series{}}, nil
+	decisions, ok, err := register(reg, decisions)
+	if err != nil {
+		return undo(err)
+	}
+	if ok {
+		registered = append(registered, decisions)
+	}
+	latency, ok, err = register(reg, latency)
+	if err != nil {
+		return undo(err)
+	}
+	if ok {
+		registered = append(registered, latency)
+	}
+	reloads, ok, err = register(reg, reloads)
+	if err != nil {
+		return undo(err)
+	}
+	if ok {
+		registered = append(registered, reloads)
+	}
+	lastOK, _, err = register(reg, lastOK)
+	if err != nil {
+		return undo(err)
+	}
+	return &Observer{decisions: decisions, latency: latency, reloads: reloads, lastOK: lastOK, series: map[labelSet]series{}}, nil
 }
 
 // register registers c with reg, or returns the collector reg already holds
@@ -171,6 +220,15 @@ func (o *Observer) Observe(e floodgate.Event) {
 	src := e.Source
 	if src == 0 {
 		src = floodgate.SourceRequest
+	}
+	if src == floodgate.SourceConfig {
+		o.reloads.WithLabelValues(e.Outcome.String()).Inc()
+		if e.Outcome == floodgate.OutcomeConfigApplied {
+			o.lastOK.WithLabelValues().Set(1)
+		} else {
+			o.lastOK.WithLabelValues().Set(0)
+		}
+		return
 	}
 	s := o.seriesFor(labelSet{e.Policy, e.Tier, e.Route, e.Class, e.Outcome.String(), src.String()})
 	s.count.Inc()

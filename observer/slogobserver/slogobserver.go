@@ -23,14 +23,16 @@ const maxOutcome = 16
 //   - denied, would_deny: Info (the limiter doing its job);
 //   - shed, error_open, fallback: Warn (overload, or a limiter that could
 //     not decide and let traffic through);
-//   - error_closed: Error (a limiter failure that refused traffic).
+//   - error_closed, config_refused: Error (a limiter failure that refused
+//     traffic; a config change that was refused, the running one staying);
+//   - config_applied: Info (a config change, for the audit trail).
 func DefaultLevel(o floodgate.Outcome) slog.Level {
 	switch o {
 	case floodgate.OutcomeAllowed, floodgate.OutcomeDelayed:
 		return slog.LevelDebug
 	case floodgate.OutcomeShed, floodgate.OutcomeErrorOpen, floodgate.OutcomeFallback:
 		return slog.LevelWarn
-	case floodgate.OutcomeErrorClosed:
+	case floodgate.OutcomeErrorClosed, floodgate.OutcomeConfigRefused:
 		return slog.LevelError
 	}
 	return slog.LevelInfo
@@ -66,7 +68,8 @@ func WithMessage(msg string) Option {
 // Observer is a [floodgate.Observer] that writes one log record per
 // decision. A record's attributes are:
 //
-//   - policy, outcome: always (source when a store reports, class when set);
+//   - policy, outcome: always (source when a store or a config change
+//     reports, class when set);
 //   - tier, route: when not empty;
 //   - latency: the decision's latency (a duration);
 //   - limit, remaining: when the limiter gave a decision;
@@ -126,7 +129,7 @@ func (o *Observer) Observe(e floodgate.Event) {
 	attrs := append(buf[:0],
 		slog.String("policy", e.Policy),
 		slog.String("outcome", e.Outcome.String()))
-	if e.Source == floodgate.SourceStore {
+	if e.Source == floodgate.SourceStore || e.Source == floodgate.SourceConfig {
 		attrs = append(attrs, slog.String("source", e.Source.String()))
 	}
 	if e.Class != "" {
