@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/livetest"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/observer/slogobserver"
 	"github.com/floodgate-go/floodgate/policy"
@@ -52,37 +53,12 @@ func clocked(t *testing.T) (*memstore.Store, *storetest.Clock) {
 	return s, clk
 }
 
-// admitted sends one request for key every step for d, on the clock, and
-// counts the admissions.
-func admitted(t *testing.T, l floodgate.Limiter, clk *storetest.Clock, key string, d, step time.Duration) int {
-	t.Helper()
-	n := 0
-	for at := time.Duration(0); at < d; at += step {
-		dec, err := l.Take(context.Background(), key, 1)
-		require.NoError(t, err)
-		if dec.Allowed {
-			n++
-		}
-		clk.Advance(step)
-	}
-	return n
-}
-
 // Each key gets exactly its plan's admissions over 2 s: the burst (one
-// second's worth) plus two seconds of the rate.
+// second's worth) plus two seconds of the rate (Redis runs the same in
+// redisstore's tests).
 func TestPlansOnMemstore(t *testing.T) {
-	cfg, err := policy.Parse("plans.yaml", []byte(plansYAML))
-	require.NoError(t, err)
-	for _, tc := range []struct {
-		key  string
-		want int
-	}{{"key_free_1", 30}, {"key_pro_1", 300}, {"key_acme", 3000}} {
-		s, clk := clocked(t)
-		live, err := policy.NewLive(cfg, s)
-		require.NoError(t, err)
-		got := admitted(t, live, clk, tc.key, 2*time.Second, 250*time.Microsecond)
-		assert.InDelta(t, tc.want, got, 1, "%s", tc.key)
-	}
+	s, clk := clocked(t)
+	livetest.Plans(t, livetest.Env{Store: s, Advance: clk.Advance})
 }
 
 func TestPlanResolution(t *testing.T) {

@@ -410,3 +410,57 @@ func Bounded(t *testing.T, env Env, now func() int64, f Family, seed uint64) {
 		}
 	}
 }
+
+// PlansConfig is the issue's plans: free 10/s (the default plan), pro
+// 100/s, one enterprise key at 1,000/s, each a token bucket whose burst is
+// one second's worth.
+const PlansConfig = `domain: api
+default_plan: free
+policies:
+  - {name: free, rate: 10/s}
+  - {name: pro, rate: 100/s}
+  - {name: enterprise-acme, rate: 1000/s}
+overrides:
+  key_pro_1: pro
+  key_acme: enterprise-acme
+`
+
+// Plans sends each key of PlansConfig's three plans four requests per
+// token interval for 2 s, interleaved on one store, and requires that each
+// key gets exactly its plan's admissions (+-1): its burst plus 2 s of its
+// rate, 30, 300 and 3,000; and that two keys on one plan have a budget each.
+func Plans(t *testing.T, env Env) {
+	t.Helper()
+	live, err := policy.NewLive(parse(t, PlansConfig), env.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const step = 250 * time.Microsecond
+	keys := []struct {
+		key   string
+		every int // steps between requests
+		want  int
+	}{{"key_acme", 1, 3000}, {"key_pro_1", 10, 300}, {"key_free_1", 100, 30}, {"key_free_2", 100, 30}}
+	got := make([]int, len(keys))
+	ctx := context.Background()
+	for i := range int(2 * time.Second / step) {
+		for k, c := range keys {
+			if i%c.every != 0 {
+				continue
+			}
+			d, err := live.Take(ctx, c.key, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				got[k]++
+			}
+		}
+		env.Advance(step)
+	}
+	for k, c := range keys {
+		if got[k] < c.want-1 || got[k] > c.want+1 {
+			t.Errorf("%s: %d admitted over 2 s, want %d +-1", c.key, got[k], c.want)
+		}
+	}
+}

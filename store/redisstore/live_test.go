@@ -52,6 +52,10 @@ func TestLiveChanges(t *testing.T) {
 					livetest.KeepsTokens(t, e, ap)
 				})
 			}
+			t.Run("Plans", func(t *testing.T) {
+				e, _ := env(t)
+				livetest.Plans(t, e)
+			})
 			for _, f := range livetest.Families() {
 				t.Run("Bounded/"+f.Name, func(t *testing.T) {
 					e, clk := env(t)
