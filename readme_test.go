@@ -107,12 +107,12 @@ func readmeMiddleware(perClient floodgate.Limiter, apiHandler http.Handler) erro
 	return nil
 }
 
-func readmePolicies(ctx context.Context, s store.Store, secret []byte, audit func(policy.Change), mux http.Handler) error {
+func readmePolicies(ctx context.Context, s store.Store, secret []byte, audit func(policy.Change), metrics floodgate.Observer, mux http.Handler) error {
 	cfg, err := policy.LoadFile("limits.yaml")
 	if err != nil {
 		return err // file:line: what is wrong
 	}
-	live, err := policy.NewLive(cfg, s, policy.WithKeySecret(secret), policy.WithOnChange(audit))
+	live, err := policy.NewLive(cfg, s, policy.WithKeySecret(secret), policy.WithOnChange(audit), policy.WithObserver(metrics))
 	if err != nil {
 		return err
 	}
