@@ -74,6 +74,15 @@ type liveConfig struct {
 // WithResolver places keys without an override on a plan with f (e.g. from
 // an API key to its plan in a database), caching each answer for ttl
 // (1 s .. 24 h) and at most max keys (>= 1).
+//
+// f is called once at a time per key: requests that miss the cache for a
+// key together wait for one call. A failure of f (an error, a panic) is
+// remembered for a second: a key whose answer expired keeps its last plan
+// meanwhile (stale, until f answers again), a key never placed gets the
+// error (for the fail mode to decide) without f being called again, so
+// that a resolver's database going away costs it one call per key per
+// second, not one per request. A call whose caller's context ends is not
+// remembered.
 func WithResolver(f ResolveFunc, ttl time.Duration, max int) Option {
 	return Option{func(c *liveConfig) error {
 		if f == nil {
