@@ -101,9 +101,10 @@ func WithResolver(f ResolveFunc, ttl time.Duration, max int) Option {
 
 // WithKeySecret sets the secret of the keyed hash (HMAC-SHA256) that turns
 // descriptors holding a credential into store keys (at least 16 bytes).
-// Without it each process draws a random one: every node that shares a
-// store must be given the same secret, or each keeps its own budget per
-// credential.
+// Without it each process draws a random one, which only a store of its
+// own allows: on a shared store ([store.IsShared], e.g. Redis) NewLive
+// refuses to run without the secret, since nodes with different secrets
+// would each keep their own budget per credential.
 func WithKeySecret(secret []byte) Option {
 	return Option{func(c *liveConfig) error {
 		if len(secret) < 16 {
@@ -157,6 +158,9 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 		if err := o.apply(&c); err != nil {
 			return nil, err
 		}
+	}
+	if c.secret == nil && store.IsShared(s) {
+		return nil, fmt.Errorf("%w: policy: the store is shared by several processes: give every node the same secret with WithKeySecret (a random one per process would give each node its own budget per credential)", floodgate.ErrInvalidConfig)
 	}
 	l := &Live{store: s, onChange: c.onChange, observer: c.observer, hasher: credkey.New(c.secret, "cred#"), lineages: lineages{}, now: time.Now}
 	if c.resolve != nil {

@@ -9,8 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/livetest"
 	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
@@ -138,3 +140,22 @@ func parse(t *testing.T, text string) policy.Config {
 	require.NoError(t, err)
 	return cfg
 }
+
+// A shared store needs the secret that hashes credentials: a random one per
+// process would give each node its own budget per credential.
+func TestSharedStoreNeedsTheSecret(t *testing.T) {
+	cfg, err := policy.Parse("plans.yaml", []byte(plansYAML))
+	require.NoError(t, err)
+	s, _ := clocked(t)
+	_, err = policy.NewLive(cfg, sharedStore{s})
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "WithKeySecret")
+	_, err = policy.NewLive(cfg, sharedStore{s}, policy.WithKeySecret([]byte("sixteen bytes at least")))
+	require.NoError(t, err)
+	_, err = policy.NewLive(cfg, s)
+	require.NoError(t, err, "a store of the process's own draws its secret")
+}
+
+type sharedStore struct{ store.Store }
+
+func (sharedStore) Shared() bool { return true }

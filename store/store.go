@@ -49,6 +49,25 @@ type Store interface {
 	ApplyAll(ctx context.Context, ops []Op, out []floodgate.Decision, commit bool) (bool, error)
 }
 
+// Shared is implemented by a [Store] whose state several processes share
+// (redisstore: every node of a fleet on one Redis). What a process derives
+// on its own must then be the same on every node: the keyed hash that
+// turns a credential into a store key needs one secret across the fleet,
+// and constructors that would draw a random one refuse such a store
+// without it.
+type Shared interface {
+	Store
+	// Shared reports whether the store's state is shared by several
+	// processes.
+	Shared() bool
+}
+
+// IsShared reports whether s is a [Shared] store that says it is shared.
+func IsShared(s Store) bool {
+	sh, ok := s.(Shared)
+	return ok && sh.Shared()
+}
+
 // Op is one step of a [Store.ApplyAll] call.
 type Op struct {
 	// Key is the key whose state the step runs on.

@@ -12,6 +12,9 @@ import (
 	"hash"
 	"sync"
 	"unsafe"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // processSecret is the secret of hashers built without one: random, drawn
@@ -66,4 +69,19 @@ func (h *Hasher) Key(credential string) string {
 	base64.RawURLEncoding.Encode(out[len(h.prefix):], sum[:16])
 	h.pool.Put(st)
 	return unsafe.String(&out[0], len(out)) // out is never written again
+}
+
+// Shared reports whether any of ls decides on a store that several
+// processes share ([store.IsShared]): a transport hashing credentials with
+// the per-process random secret must then refuse to run, since each node
+// would keep its own budget per credential. A limiter that is not a
+// [store.Limiter] (or does not say which store it runs on) is taken for a
+// local one.
+func Shared(ls ...floodgate.Limiter) bool {
+	for _, l := range ls {
+		if sl, ok := l.(interface{ Store() store.Store }); ok && store.IsShared(sl.Store()) {
+			return true
+		}
+	}
+	return false
 }

@@ -20,6 +20,10 @@ import (
 	"github.com/floodgate-go/floodgate/store"
 )
 
+// Secret is the credential-hashing secret of the scenarios' Lives: every
+// process on a shared store must have the same one.
+var Secret = policy.WithKeySecret([]byte("livetest secret, the same on every node"))
+
 // Env is a store under test and the way to move its time.
 type Env struct {
 	Store   store.Store
@@ -41,7 +45,7 @@ func Appliers() []Applier {
 	return []Applier{
 		{Name: "api", Start: func(t *testing.T, st store.Store, text string) (*policy.Live, func(string)) {
 			t.Helper()
-			live, err := policy.NewLive(parse(t, text), st)
+			live, err := policy.NewLive(parse(t, text), st, Secret)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +62,7 @@ func Appliers() []Applier {
 			if err != nil {
 				t.Fatal(err)
 			}
-			live, err := policy.NewLive(cfg, st)
+			live, err := policy.NewLive(cfg, st, Secret)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +82,7 @@ func Appliers() []Applier {
 			}
 			var mu sync.Mutex
 			applied := uint64(0)
-			live, err := policy.NewLive(cfg, st, policy.WithOnChange(func(c policy.Change) {
+			live, err := policy.NewLive(cfg, st, Secret, policy.WithOnChange(func(c policy.Change) {
 				mu.Lock()
 				defer mu.Unlock()
 				if c.Err == nil {
@@ -328,7 +332,7 @@ type change struct {
 func Bounded(t *testing.T, env Env, now func() int64, f Family, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 12))
 	text := func(i int) string { return "default_plan: pro\npolicies:\n  - " + f.Policies[i] + "\n" }
-	live, err := policy.NewLive(parse(t, text(0)), env.Store)
+	live, err := policy.NewLive(parse(t, text(0)), env.Store, Secret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +435,7 @@ overrides:
 // rate, 30, 300 and 3,000; and that two keys on one plan have a budget each.
 func Plans(t *testing.T, env Env) {
 	t.Helper()
-	live, err := policy.NewLive(parse(t, PlansConfig), env.Store)
+	live, err := policy.NewLive(parse(t, PlansConfig), env.Store, Secret)
 	if err != nil {
 		t.Fatal(err)
 	}

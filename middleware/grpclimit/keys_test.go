@@ -61,7 +61,10 @@ func TestHeaderKeyNeverReachesRedis(t *testing.T) {
 	lim, err := bucket.NewKeyed(store, bucket.Config{Name: "per-token", Rate: floodgate.PerMinute(1), Burst: 2})
 	require.NoError(t, err)
 	obs := &events{}
-	ic, err := New(lim, WithHeaderKey("x-api-key"), WithObserver(obs))
+	_, err = New(lim, WithHeaderKey("x-api-key"), WithObserver(obs))
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "a shared store without the fleet's secret")
+	require.ErrorContains(t, err, "WithKeySecret")
+	ic, err := New(lim, WithHeaderKey("x-api-key"), WithKeySecret([]byte("the fleet's secret, 32 bytes long")), WithObserver(obs))
 	require.NoError(t, err)
 	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream())})
 	hc := healthpb.NewHealthClient(conn)

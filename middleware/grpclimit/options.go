@@ -126,20 +126,23 @@ type config struct {
 	observer   floodgate.Observer // nil: none
 	filter     func(ctx context.Context, fullMethod string) bool
 
-	keyKind   keyKind
-	keySet    bool
-	prefix    string
-	keys      *keyCache
-	header    string
-	hasher    *credkey.Hasher // nil: the process's
-	keyFunc   KeyFunc
-	cost      CostFunc
-	v4Bits    int
-	v6Bits    int
-	limits    []extraLimit
-	failMode  FailMode
-	delayMode DelayMode
-	dryRun    bool
+	keyKind keyKind
+	keySet  bool
+	prefix  string
+	keys    *keyCache
+	header  string
+	hasher  *credkey.Hasher // nil: the process's
+	// processSecret: the header key is hashed with the per-process random
+	// secret (no WithKeySecret), which a shared store refuses.
+	processSecret bool
+	keyFunc       KeyFunc
+	cost          CostFunc
+	v4Bits        int
+	v6Bits        int
+	limits        []extraLimit
+	failMode      FailMode
+	delayMode     DelayMode
+	dryRun        bool
 
 	shedRetry time.Duration
 	class     ClassFunc
@@ -180,7 +183,7 @@ func buildConfig(kind ctor, opts []Option) (config, error) {
 		}
 	}
 	if c.keyKind == keyHeader && c.hasher == nil {
-		c.hasher = processHasher()
+		c.hasher, c.processSecret = processHasher(), true
 	}
 	return c, nil
 }
@@ -299,9 +302,10 @@ func ExceptMethods(fullMethods ...string) func(ctx context.Context, fullMethod s
 // Fleets: with the default per-process secret, two processes hash one
 // token to two different keys. Every node that shares a store (a Redis
 // behind several servers) must be given the same secret with
-// WithKeySecret, or each node keeps its own budget per token (the fleet
-// admits a token N times its limit with N nodes) and a restart hands every
-// token a fresh budget.
+// WithKeySecret, or each node would keep its own budget per token (the
+// fleet admitting a token N times its limit with N nodes) and a restart
+// hand every token a fresh budget: New refuses WithHeaderKey without
+// WithKeySecret when a limiter runs on a shared store ([github.com/floodgate-go/floodgate/store.IsShared]).
 //
 // It applies to New.
 func WithHeaderKey(name string) Option {

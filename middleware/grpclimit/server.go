@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/policy"
 )
@@ -119,6 +120,9 @@ func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
 	limiters = append(limiters, l)
 	for _, x := range cfg.limits {
 		limiters = append(limiters, x.limiter)
+	}
+	if cfg.processSecret && credkey.Shared(limiters...) {
+		return nil, invalid("WithHeaderKey on a store shared by several processes needs WithKeySecret, the same secret on every node (a random one per process would give each node its own budget per credential)")
 	}
 	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun}
 	if cfg.failMode == FailClosed {

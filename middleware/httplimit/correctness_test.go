@@ -268,6 +268,9 @@ func TestCredentialsNeverReachTheStore(t *testing.T) {
 	}
 	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
 	secretKey := []byte("0123456789abcdef0123456789abcdef")
+	if _, err := Middleware(l, WithHeaderKey("X-Service-Token")); !errors.Is(err, floodgate.ErrInvalidConfig) || !strings.Contains(err.Error(), "WithKeySecret") {
+		t.Fatalf("a header key on Redis without the fleet's secret: %v", err)
+	}
 	srv := serve(t, mustMW(t, l, WithHeaderKey("X-Service-Token"), WithKeySecret(secretKey))(&okHandler{}))
 	c := clientFrom(t, "127.0.0.1")
 	statuses := map[int]int{}

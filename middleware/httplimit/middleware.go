@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
@@ -91,6 +92,9 @@ func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Ha
 	for _, e := range cfg.extra {
 		limiters = append(limiters, e.l)
 		m.keys = append(m.keys, e.key)
+	}
+	if cfg.keyKind == keyHeader && cfg.secret == nil && credkey.Shared(limiters...) {
+		return nil, invalid("a header key on a store shared by several processes needs WithKeySecret, the same secret on every node (a random one per process would give each node its own budget per credential)")
 	}
 	m.core, err = admit.New(admit.Config{
 		Name:      cfg.name,

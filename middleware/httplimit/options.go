@@ -282,8 +282,9 @@ func WithKeyPrefix(prefix string) Option {
 // Without it each process draws a random secret at start: safe, but two
 // processes then derive different keys from one credential. Every node
 // that shares a store (Redis) must be given the same secret, or each node
-// keeps its own budget per credential and the fleet admits N times the
-// limit.
+// would keep its own budget per credential and the fleet admit N times the
+// limit: Middleware refuses a header key without this option when a
+// limiter runs on a shared store ([github.com/floodgate-go/floodgate/store.IsShared]).
 func WithKeySecret(secret []byte) Option {
 	return option("WithKeySecret", forMiddleware, func(c *config) error {
 		if len(secret) < 16 {

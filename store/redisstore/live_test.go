@@ -139,7 +139,7 @@ func TestTwoProcessesReloadedApart(t *testing.T) {
 			require.NoError(t, err)
 			cfg, err := fgpolicy.Parse("limits.yaml", []byte(livetest.Pro(100)))
 			require.NoError(t, err)
-			live, err := fgpolicy.NewLive(cfg, s)
+			live, err := fgpolicy.NewLive(cfg, s, livetest.Secret)
 			require.NoError(t, err)
 			ctx := context.Background()
 			for {
@@ -209,7 +209,7 @@ func reloadChild(t *testing.T) {
 	require.NoError(t, err)
 	cfg, err := fgpolicy.Parse("limits.yaml", []byte(livetest.Pro(100)))
 	require.NoError(t, err)
-	live, err := fgpolicy.NewLive(cfg, s)
+	live, err := fgpolicy.NewLive(cfg, s, livetest.Secret)
 	require.NoError(t, err)
 	ms, err := strconv.Atoi(os.Getenv("FLOODGATE_RELOAD_AT"))
 	require.NoError(t, err)

@@ -18,11 +18,14 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// The tests run against real servers. scripts/test.sh (via scripts/redis.sh)
-// exports FLOODGATE_REDIS_ADDR and FLOODGATE_REDIS_CLUSTER; without them
-// TestMain starts a redis-server and a 3-master cluster itself, on free
-// loopback ports, and stops them at the end. The fault tests always start
-// (and kill) servers of their own.
+// The tests run against real servers of their own: TestMain starts a
+// redis-server and a 3-master cluster on free loopback ports, and stops
+// them at the end. They do not use the servers scripts/redis.sh exports
+// (FLOODGATE_REDIS_ADDR, FLOODGATE_REDIS_CLUSTER) unless
+// FLOODGATE_REDISSTORE_SHARED=1: several tests count the writes and script
+// calls the servers ran (INFO commandstats), which the tests of the other
+// packages, run by go test at the same time on the shared servers, would
+// disturb. The fault tests always start (and kill) servers of their own.
 const (
 	envSingle  = "FLOODGATE_REDIS_ADDR"
 	envCluster = "FLOODGATE_REDIS_CLUSTER"
@@ -41,9 +44,11 @@ func runMain(m *testing.M) int {
 		singleAddr = os.Getenv(envSingle)
 		return m.Run()
 	}
-	singleAddr = os.Getenv(envSingle)
-	if c := os.Getenv(envCluster); c != "" {
-		clusterAddrs = strings.Split(c, ",")
+	if os.Getenv("FLOODGATE_REDISSTORE_SHARED") == "1" {
+		singleAddr = os.Getenv(envSingle)
+		if c := os.Getenv(envCluster); c != "" {
+			clusterAddrs = strings.Split(c, ",")
+		}
 	}
 	var procs []*redisProc
 	defer func() {
