@@ -31,6 +31,10 @@ func TestLiveChangesOnMemstore(t *testing.T) {
 			})
 		})
 	}
+	t.Run("RaiseInGroup", func(t *testing.T) {
+		s, clk := clocked(t)
+		livetest.RaiseInGroup(t, livetest.Env{Store: s, Advance: clk.Advance})
+	})
 }
 
 // Random takes and config changes never admit more than the versions that

@@ -30,9 +30,13 @@ type Store interface {
 	// every op admitted.
 	//
 	// With commit true, the new states are kept when every op admits; when
-	// any op denies, no state changes at all, bit for bit. With commit
-	// false, no state ever changes: the call only tells what a commit would
-	// decide. Ops on the same key and namespace are stepped in order, each
+	// any op denies, no key is charged: no state changes, bit for bit,
+	// except that a key whose state was written under other parameters of
+	// its limit (a live change, see algo.Lineage) is kept converted to the
+	// op's parameters and stepped by nothing, as Apply would convert it, so
+	// that the new parameters apply from its first request after the change.
+	// With commit false, no state ever changes: the call only tells what a
+	// commit would decide. Ops on the same key and namespace are stepped in order, each
 	// on the state the previous one left.
 	//
 	// When every op admits, out[i] is op i's decision (the one a commit

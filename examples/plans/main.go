@@ -202,7 +202,7 @@ func runDemo(out io.Writer, base, path string, changes <-chan policy.Change, clo
 	}
 	fmt.Fprintln(out, "100 ms later:")
 	clock.advance(100 * time.Millisecond)
-	if err := burst("pro API key, 100 ms later:", 30, map[string]string{"X-API-Key": "key_pro_live_7"}); err != nil {
+	if err := burst("pro API key, refilled at 200/s:", 30, map[string]string{"X-API-Key": "key_pro_live_7"}); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "a bad edit (a negative rate):")

@@ -468,3 +468,95 @@ func Plans(t *testing.T, env Env) {
 		}
 	}
 }
+
+// groupConfig is a plan checked with a second limit on every request (the
+// README's layout: an API key's plan, and the origin's own budget).
+func groupConfig(rate string) string {
+	return fmt.Sprintf(`default_plan: free
+policies:
+  - {name: free, rate: %s}
+  - {name: origin, rate: 100000/s}
+rules:
+  - key: api_key
+    plan: true
+  - key: destination
+    policy: origin
+`, rate)
+}
+
+// RaiseInGroup is a live raise of a plan that every request checks
+// together with another limit, all or nothing: the drained key's refusals
+// after the raise keep its conversion, so it refills at the new rate from
+// its first request after the change, and the RetryAfter it is told is
+// the truth (waiting it, it is admitted).
+func RaiseInGroup(t *testing.T, env Env) {
+	t.Helper()
+	live, err := policy.NewLive(parse(t, groupConfig("2/m")), env.Store, Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	descs := []policy.Descriptor{{{Key: "api_key", Value: "k"}}, {{Key: "destination", Value: "image-origin"}}}
+	take := func() floodgate.Decision {
+		t.Helper()
+		checks, _, err := live.Match(ctx, descs, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(checks) != 2 {
+			t.Fatalf("%d checks, want the plan's and the origin's", len(checks))
+		}
+		d, err := floodgate.TakeAll(ctx, checks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for i := 0; take().Allowed; i++ {
+		if i > 2 {
+			t.Fatal("a 2/m plan admitted more than its burst")
+		}
+	}
+	if _, err := live.Update(parse(t, groupConfig("60/m")), "api"); err != nil {
+		t.Fatal(err)
+	}
+	d := take()
+	if d.Allowed {
+		t.Fatal("the drained key was admitted at once after the raise: a fresh burst")
+	}
+	if d.RetryAfter <= 0 || d.RetryAfter > time.Second {
+		t.Fatalf("RetryAfter %v after a raise to 60/m, want at most 1 s", d.RetryAfter)
+	}
+	for i := range 5 {
+		env.Advance(d.RetryAfter)
+		if d = take(); !d.Allowed {
+			t.Fatalf("retry %d: refused after waiting the RetryAfter it was told (now told %v)", i, d.RetryAfter)
+		}
+		if d = take(); d.Allowed {
+			t.Fatalf("retry %d: two admitted in a row at 1/s", i)
+		}
+	}
+
+	// A raise from 4/s to 40/s: 500 ms of requests every 10 ms after it
+	// admit the new rate's 20 (+-1), not the old rate's 2.
+	live, err = policy.NewLive(parse(t, groupConfig("4/s")), env.Store, Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	descs[0][0].Value = "k2"
+	for take().Allowed {
+	}
+	if _, err := live.Update(parse(t, groupConfig("40/s")), "api"); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 50 {
+		env.Advance(10 * time.Millisecond)
+		if take().Allowed {
+			admitted++
+		}
+	}
+	if admitted < 19 || admitted > 21 {
+		t.Fatalf("%d admitted in the 500 ms after a raise to 40/s, want 20 +-1", admitted)
+	}
+}

@@ -159,6 +159,19 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		}
 	}
 	scratch.Log = nil
+	if !all && commit {
+		// Refused, but keys read through an earlier version of a limit
+		// move now, converted and not stepped (the conversion credits
+		// nothing), as Apply moves them: the new parameters apply from the
+		// first call after a change, whatever the group decides.
+		for j := range ents {
+			if e := &ents[j]; e.pred.ok {
+				s.loadEntry(e, ops, now)
+			}
+		}
+		s.commitEntries(ents, now, keep, true)
+		return false, nil
+	}
 	if !all || !commit {
 		// The copies are dropped. A log's copy may have appended into the
 		// spare capacity of the log still in the table, never over its
@@ -168,6 +181,13 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		}
 		return all, nil
 	}
+	s.commitEntries(ents, now, keep, false)
+	return true, nil
+}
+
+// commitEntries writes the entries' states back (only those read through a
+// predecessor when movedOnly), under the group's locks.
+func (s *Store) commitEntries(ents []entry, now int64, keep []uint64, movedOnly bool) {
 	// Slots found by the load stay valid until the first removal or
 	// insertion in the shard (an eviction, a resize or a backward shift
 	// moves entries): from then on, each key is found again.
@@ -184,6 +204,10 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 	}
 	for j := range ents {
 		e := &ents[j]
+		if movedOnly && !e.pred.ok {
+			e.st.Log = nil
+			continue
+		}
 		t := &e.sh.tables[e.ti]
 		i := e.slot
 		if moved {
@@ -204,7 +228,6 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		}
 		e.st.Log = nil
 	}
-	return true, nil
 }
 
 // layout returns the namespace of alg and the index of the table that keeps

@@ -20,7 +20,10 @@ import (
 // in order (ops on the same key and namespace each on the state the
 // previous one left) and, when commit is set and every op admitted, writes
 // every state back with its own TTL (its time to full), else writes
-// nothing. It replies with every op's decision. It is atomic: no other call
+// nothing but the keys written with other parameters (a live change),
+// which a commit keeps converted and charged nothing so that the new
+// parameters apply from their first request after the change. It replies
+// with every op's decision. It is atomic: no other call
 // on any of the keys sees a partial group. The ops of floodgate.TakeAll
 // over several limits on one key are one such call.
 //
@@ -90,8 +93,9 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 // The modes of the group script (ARGV[2]).
 const (
 	modeEvaluate  = "0" // keep nothing
-	modeCommit    = "1" // keep every state when every op admits
+	modeCommit    = "1" // keep every state when every op admits, else the conversions
 	modeKeepEvery = "2" // keep every state (refunds; Apply)
+	modeMove      = "3" // evaluate for a commit: keep only the conversions
 )
 
 // group is the part of an ApplyAll call that one script runs: ops whose
@@ -244,7 +248,11 @@ func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, c
 		return s.exec(ctx, &gs[0], mode, out)
 	}
 	res := make([]result, len(gs))
-	s.execAll(ctx, gs, modeEvaluate, out, res)
+	eval := modeEvaluate
+	if commit {
+		eval = modeMove // a refusal keeps the conversions, as one script's does
+	}
+	s.execAll(ctx, gs, eval, out, res)
 	all := true
 	var errs []error
 	for _, r := range res {

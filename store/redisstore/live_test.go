@@ -64,6 +64,10 @@ func TestLiveChanges(t *testing.T) {
 				e, _ := env(t)
 				livetest.Plans(t, e)
 			})
+			t.Run("RaiseInGroup", func(t *testing.T) {
+				e, _ := env(t)
+				livetest.RaiseInGroup(t, e)
+			})
 			for _, f := range livetest.Families() {
 				t.Run("Bounded/"+f.Name, func(t *testing.T) {
 					e, clk := env(t)

@@ -128,8 +128,10 @@ end
 `
 
 // scriptGroupBody runs ops. ARGV: the injected time or the empty string; the mode ('0':
-// evaluate, keep nothing; '1': keep every state when every op admits; '2':
-// keep every state whatever the decisions, as a single Apply does); the
+// evaluate, keep nothing; '1': keep every state when every op admits, else
+// only the conversions of keys written with other parameters; '2': keep
+// every state whatever the decisions, as a single Apply does; '3':
+// evaluate for a commit, keeping only the conversions); the
 // number of policies, then each policy: the index of its twin in steps,
 // words, maxlog, the number of Params, the Params, the state's parameters
 // as a value holds them; then each op: the index of its key in KEYS, the
@@ -149,13 +151,27 @@ for i = 1, tonumber(ARGV[3]) do
   pol[i] = {steps[t], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), p, ARGV[a + 4 + c], converts[t]}
   a = a + 5 + c
 end
-local states, shape, out = {}, {}, {1}
+local states, shape, moved, out = {}, {}, {}, {1}
 local o = 1
 for i = a, #ARGV, 3 do
   local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
   local s = states[k]
   if s == nil then
-    s = load(redis.call('GET', KEYS[k]), q, now)
+    local v = redis.call('GET', KEYS[k])
+    s = load(v, q, now)
+    if v and q[6] then
+      local bar = string.find(v, '|', 1, true)
+      if bar and string.sub(v, bar + 1) ~= q[5] then
+        -- A copy: a step may change the state it is given.
+        local c = {}
+        for j = 1, #s do c[j] = s[j] end
+        if s.log then
+          c.log = {}
+          for j = 1, #s.log do c.log[j] = s.log[j] end
+        end
+        moved[k] = {c, q}
+      end
+    end
   elseif shape[k][5] ~= q[5] and q[6] then
     local op = {}
     for x in string.gmatch(shape[k][5], '[^,]+') do op[#op + 1] = tonumber(x) end
@@ -185,6 +201,15 @@ if mode == '2' or (mode == '1' and out[1] == 1) then
   for k, s in pairs(states) do
     local q = shape[k]
     save(KEYS[k], s, q[2], q[3], now, test, q[5])
+  end
+elseif mode == '3' or mode == '1' then
+  -- Refused, or evaluated for a commit: the keys written with other
+  -- parameters (a live change) are kept converted, charged nothing, so
+  -- that the new parameters apply from the first request after the change
+  -- whatever the group decides.
+  for k, m in pairs(moved) do
+    local q = m[2]
+    save(KEYS[k], m[1], q[2], q[3], now, test, q[5])
   end
 end
 return out

@@ -138,8 +138,9 @@ func randomState(r *rand.Rand, alg algo.Algorithm, steps int) (algo.State, int64
 // predecessors, newest first, at most [algo.MaxPredecessors]), every
 // decision the store makes, by Apply and by ApplyAll, must be the one of a
 // model that converts a key's state ([algo.Converter.Convert]) at the
-// key's first request after a change, unless the state was written with
-// the same parameters ([algo.StateParams]). It needs [WithClock] and 2 to
+// key's first request after a change (a refused group keeps the
+// conversion, charged nothing; an evaluation keeps nothing), unless the
+// state was written with the same parameters ([algo.StateParams]). It needs [WithClock] and 2 to
 // [algo.MaxPredecessors]-1 versions.
 func RunConversion(t *testing.T, newStore func(t *testing.T) store.Store, versions []algo.Algorithm, opts ...Option) {
 	t.Helper()
@@ -214,9 +215,18 @@ func RunConversion(t *testing.T, newStore func(t *testing.T) store.Store, versio
 			if all && (got[0] != d1 || got[1] != d2) {
 				t.Fatalf("step %d: group on %s, %s: store %+v %+v, model %+v %+v", i, key, k2, got[0], got[1], d1, d2)
 			}
-			if all && commit {
+			switch {
+			case all && commit:
 				keep(key, s1)
 				keep(k2, s2)
+			case commit:
+				// Refused: the keys written under other parameters are
+				// kept converted, charged nothing.
+				for _, k := range []string{key, k2} {
+					if kk, ok := model[k]; ok && !slices.Equal(algo.StateParams(kk.by.Spec()), algo.StateParams(cur.Spec())) {
+						keep(k, load(k))
+					}
+				}
 			}
 			continue
 		}
