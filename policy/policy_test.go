@@ -330,3 +330,59 @@ func TestParseRate(t *testing.T) {
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, bad)
 	}
 }
+
+// A Kubernetes ConfigMap volume: path is a link to ..data/limits.yaml and
+// an update swaps the ..data link to a new directory by a rename. The swap
+// is seen and applied within 1 s; rewriting the same content applies
+// nothing; a missing file is refused at once.
+func TestWatchFileFollowsConfigMapSwaps(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, text string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, name), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name, "limits.yaml"), []byte(text), 0o644))
+	}
+	version("..2026_12_02_00_00_01.1", "default_plan: free\npolicies:\n  - {name: free, rate: 10/s}\n")
+	require.NoError(t, os.Symlink("..2026_12_02_00_00_01.1", filepath.Join(dir, "..data")))
+	path := filepath.Join(dir, "limits.yaml")
+	require.NoError(t, os.Symlink(filepath.Join("..data", "limits.yaml"), path))
+
+	cfg, err := policy.LoadFile(path)
+	require.NoError(t, err)
+	s, _ := clocked(t)
+	applied := make(chan policy.Change, 8)
+	live, err := policy.NewLive(cfg, s, policy.WithOnChange(func(c policy.Change) { applied <- c }))
+	require.NoError(t, err)
+	<-applied
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, live.WatchFile(ctx, path))
+
+	// The kubelet's update: a new directory, a new link, renamed over ..data.
+	start := time.Now()
+	version("..2026_12_02_00_05_00.2", "default_plan: free\npolicies:\n  - {name: free, rate: 20/s}\n")
+	require.NoError(t, os.Symlink("..2026_12_02_00_05_00.2", filepath.Join(dir, "..data_tmp")))
+	require.NoError(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "..2026_12_02_00_00_01.1")))
+	select {
+	case c := <-applied:
+		require.NoError(t, c.Err)
+		assert.Equal(t, []string{"free"}, c.Changed)
+		assert.Less(t, time.Since(start), time.Second, "applied within 1 s")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the ConfigMap swap was not seen")
+	}
+	p, _ := live.Set().Policy("free")
+	assert.Equal(t, int64(20), p.Rate.N)
+
+	// The same content written again: nothing to apply.
+	version("..2026_12_02_00_05_00.2", "default_plan: free\npolicies:\n  - {name: free, rate: 20/s}\n")
+	select {
+	case c := <-applied:
+		t.Fatalf("a rewrite of the same content was applied: %+v", c)
+	case <-time.After(400 * time.Millisecond):
+	}
+	assert.Equal(t, uint64(2), live.Version())
+
+	err = live.WatchFile(ctx, filepath.Join(dir, "missing.yaml"))
+	assert.Error(t, err, "a file that is not there cannot be watched")
+}

@@ -2,7 +2,9 @@ package policy
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -29,26 +31,36 @@ func (l *Live) ReloadFile(path string) (Change, error) {
 const watchDebounce = 100 * time.Millisecond
 
 // WatchFile reloads the config file at path whenever it changes, until ctx
-// ends. It watches the file's directory, so that editors and deployment
-// tools that replace the file (write a new one, rename it over) are seen
-// too. A change is applied within about 100 ms of the last write; a file
-// that does not load is reported to the change callback and the running
+// ends. It watches the file's directory, and the directory of the file a
+// symbolic link at path points to, so that editors and deployment tools
+// that replace the file (write a new one, rename it over) or swap a link
+// (a Kubernetes ConfigMap volume: path -> ..data/file, ..data swapped to a
+// new directory) are seen too. Any change in those directories makes it
+// read the file again, and reload it when its content changed. A change is
+// applied within about 100 ms of the last write; a file that does not load
+// is reported to the change callback and the observer, and the running
 // config stays. WatchFile returns once the watch is set up, with an error
-// when it cannot be; the watching runs in a goroutine that ends with ctx.
+// when it cannot be (the file must exist); the watching runs in a
+// goroutine that ends with ctx.
 func (l *Live) WatchFile(ctx context.Context, path string) error {
-	w, err := fsnotify.NewWatcher()
+	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("policy: watching %s: %w", path, err)
 	}
-	abs, err := filepath.Abs(path)
+	content, err := os.ReadFile(abs)
 	if err != nil {
-		w.Close()
+		return fmt.Errorf("policy: watching %s: %w", path, err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
 		return fmt.Errorf("policy: watching %s: %w", path, err)
 	}
 	if err := w.Add(filepath.Dir(abs)); err != nil {
 		w.Close()
 		return fmt.Errorf("policy: watching %s: %w", path, err)
 	}
+	fw := &fileWatch{w: w, abs: abs, last: sha256.Sum256(content)}
+	fw.follow()
 	go func() {
 		defer w.Close()
 		var timer *time.Timer
@@ -64,7 +76,7 @@ func (l *Live) WatchFile(ctx context.Context, path string) error {
 				if !ok {
 					return
 				}
-				if filepath.Clean(ev.Name) != abs || ev.Op == fsnotify.Chmod {
+				if ev.Op == fsnotify.Chmod {
 					continue
 				}
 				if timer == nil {
@@ -75,7 +87,10 @@ func (l *Live) WatchFile(ctx context.Context, path string) error {
 				fire = timer.C
 			case <-fire:
 				fire = nil
-				_, _ = l.ReloadFile(abs)
+				fw.follow()
+				if fw.changed() {
+					_, _ = l.ReloadFile(abs)
+				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
@@ -85,4 +100,51 @@ func (l *Live) WatchFile(ctx context.Context, path string) error {
 		}
 	}()
 	return nil
+}
+
+// fileWatch is the state of one WatchFile.
+type fileWatch struct {
+	w      *fsnotify.Watcher
+	abs    string
+	target string   // the directory of the file a link at abs points to, when watched
+	last   [32]byte // the content last read (sha256)
+	gone   bool     // the file could not be read last time
+}
+
+// follow watches the directory of the file abs resolves to, when it is not
+// abs's own, and stops watching the previous one.
+func (fw *fileWatch) follow() {
+	real, err := filepath.EvalSymlinks(fw.abs)
+	if err != nil {
+		return
+	}
+	dir := filepath.Dir(real)
+	if dir == filepath.Dir(fw.abs) || dir == fw.target {
+		return
+	}
+	if fw.target != "" {
+		_ = fw.w.Remove(fw.target)
+	}
+	fw.target = ""
+	if fw.w.Add(dir) == nil {
+		fw.target = dir
+	}
+}
+
+// changed reports whether the file reads differently than last time (a
+// file that cannot be read counts as changed once, for its error to be
+// reported).
+func (fw *fileWatch) changed() bool {
+	b, err := os.ReadFile(fw.abs)
+	if err != nil {
+		was := fw.gone
+		fw.gone = true
+		return !was
+	}
+	sum := sha256.Sum256(b)
+	if !fw.gone && sum == fw.last {
+		return false
+	}
+	fw.gone, fw.last = false, sum
+	return true
 }
