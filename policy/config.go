@@ -298,6 +298,9 @@ func (p *parser) rules(n *yaml.Node, path string) ([]Rule, error) {
 				return nil, err
 			}
 		}
+		if r.Policy == "" && !r.Plan && len(r.Rules) == 0 {
+			return nil, p.errf(e, "rule %s limits nothing: give it a policy, plan: true, or nested rules", at)
+		}
 		out = append(out, r)
 	}
 	return out, nil

@@ -77,12 +77,14 @@ type liveConfig struct {
 //
 // f is called once at a time per key: requests that miss the cache for a
 // key together wait for one call. A failure of f (an error, a panic) is
-// remembered for a second: a key whose answer expired keeps its last plan
-// meanwhile (stale, until f answers again), a key never placed gets the
-// error (for the fail mode to decide) without f being called again, so
-// that a resolver's database going away costs it one call per key per
-// second, not one per request. A call whose caller's context ends is not
-// remembered.
+// remembered for a second, so that a resolver's database going away costs
+// it one call per key per second, not one per request: meanwhile a key
+// whose answer expired keeps its last plan (stale, until f answers again),
+// and a key never placed is on the DefaultPlan, or, without one, gets the
+// error (for the caller's fail mode to decide). A call whose caller's
+// context ends is not remembered. An answer that names no policy of the
+// running config is an error wrapping [floodgate.ErrInvalidConfig] (a
+// typo in the plans table must not put keys on another plan unnoticed).
 func WithResolver(f ResolveFunc, ttl time.Duration, max int) Option {
 	return Option{func(c *liveConfig) error {
 		if f == nil {
@@ -150,17 +152,9 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 	if nilcheck.Is(s) {
 		return nil, fmt.Errorf("%w: policy: nil store", floodgate.ErrInvalidConfig)
 	}
-	var c liveConfig
-	for i, o := range opts {
-		if o.apply == nil {
-			return nil, fmt.Errorf("%w: policy: option %d is the zero Option", floodgate.ErrInvalidConfig, i)
-		}
-		if err := o.apply(&c); err != nil {
-			return nil, err
-		}
-	}
-	if c.secret == nil && store.IsShared(s) {
-		return nil, fmt.Errorf("%w: policy: the store is shared by several processes: give every node the same secret with WithKeySecret (a random one per process would give each node its own budget per credential)", floodgate.ErrInvalidConfig)
+	c, err := liveOptions(s, opts)
+	if err != nil {
+		return nil, err
 	}
 	l := &Live{store: s, onChange: c.onChange, observer: c.observer, hasher: credkey.New(c.secret, "cred#"), lineages: lineages{}, now: time.Now}
 	if c.resolve != nil {
@@ -170,6 +164,23 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// liveOptions applies opts for a Live or a Set on s.
+func liveOptions(s store.Store, opts []Option) (liveConfig, error) {
+	var c liveConfig
+	for i, o := range opts {
+		if o.apply == nil {
+			return c, fmt.Errorf("%w: policy: option %d is the zero Option", floodgate.ErrInvalidConfig, i)
+		}
+		if err := o.apply(&c); err != nil {
+			return c, err
+		}
+	}
+	if c.secret == nil && store.IsShared(s) {
+		return c, fmt.Errorf("%w: policy: the store is shared by several processes: give every node the same secret with WithKeySecret (a random one per process would give each node its own budget per credential)", floodgate.ErrInvalidConfig)
+	}
+	return c, nil
 }
 
 // Set returns the running Set.

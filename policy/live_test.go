@@ -158,6 +158,15 @@ func TestSharedStoreNeedsTheSecret(t *testing.T) {
 	require.NoError(t, err)
 	_, err = policy.NewLive(cfg, s)
 	require.NoError(t, err, "a store of the process's own draws its secret")
+
+	// Compile too.
+	_, err = policy.Compile(cfg, sharedStore{s})
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "WithKeySecret")
+	_, err = policy.Compile(cfg, sharedStore{s}, policy.WithKeySecret([]byte("sixteen bytes at least")))
+	require.NoError(t, err)
+	_, err = policy.Compile(cfg, s, policy.WithOnChange(func(policy.Change) {}))
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "a compiled Set never changes")
 }
 
 type sharedStore struct{ store.Store }

@@ -87,8 +87,22 @@ func TestPlanResolution(t *testing.T) {
 	boom := errors.New("db down")
 	live2, err := policy.NewLive(cfg, s, policy.WithResolver(func(context.Context, string) (string, error) { return "", boom }, time.Second, 10))
 	require.NoError(t, err)
-	_, err = live2.Take(ctx, "someone", 1)
-	assert.ErrorIs(t, err, boom, "a resolver failure is an error of the limiter: the fail mode decides")
+	d, err := live2.Take(ctx, "someone", 1)
+	require.NoError(t, err, "a failing resolver puts an unknown key on the default plan")
+	assert.Equal(t, int64(10), d.Limit)
+	noDefault := cfg
+	noDefault.DefaultPlan = ""
+	live3, err := policy.NewLive(noDefault, s, policy.WithResolver(func(context.Context, string) (string, error) { return "", boom }, time.Second, 10))
+	require.NoError(t, err)
+	_, err = live3.Take(ctx, "someone", 1)
+	assert.ErrorIs(t, err, boom, "without a default plan, a resolver failure is an error of the limiter: the fail mode decides")
+
+	// An answer naming no policy (a typo) is an error, not another plan.
+	live4, err := policy.NewLive(cfg, s, policy.WithResolver(func(context.Context, string) (string, error) { return "Pro", nil }, time.Second, 10))
+	require.NoError(t, err)
+	_, err = live4.Take(ctx, "someone", 1)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	assert.ErrorContains(t, err, `"Pro"`)
 }
 
 func TestDescriptorRules(t *testing.T) {
@@ -152,6 +166,8 @@ func TestConfigErrorsHaveFileAndLine(t *testing.T) {
 		{"unknown field", "policies:\n  - {name: a, rate: 1/s, brust: 3}\n", 2, `unknown field "brust"`},
 		{"unknown default plan", "default_plan: gold\npolicies:\n  - {name: a, rate: 1/s}\n", 1, `unknown policy "gold"`},
 		{"rule to unknown policy", "policies:\n  - {name: a, rate: 1/s}\nrules:\n  - key: k\n    rules:\n      - key: r\n        policy: b\n", 6, `unknown policy "b"`},
+		{"rule limiting nothing", "policies:\n  - {name: a, rate: 1/s}\nrules:\n  - key: api_key\n", 4, "rule api_key limits nothing"},
+		{"nested rule limiting nothing", "policies:\n  - {name: a, rate: 1/s}\nrules:\n  - key: d\n    policy: a\n    rules:\n      - key: s\n        value: x\n", 7, "rule d > s=x limits nothing"},
 		{"burst too small", "policies:\n  - name: a\n    algorithm: fixed-window\n    limit: 0\n    window: 1s\n", 2, "limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

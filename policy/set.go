@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -101,12 +102,29 @@ type node struct {
 	children   []*node
 }
 
-// Compile checks cfg and builds its limiters on s. Errors wrap
+// Compile checks cfg and builds its limiters on s: a Set that no reload
+// changes (use [Live] for one that does). Errors wrap
 // [floodgate.ErrInvalidConfig] and name what is wrong: a policy that cannot
 // work, two policies of one name, an override or a rule naming an unknown
-// policy, a rule without a key.
-func Compile(cfg Config, s store.Store) (*Set, error) {
-	return compile(cfg, s, nil, credkey.New(nil, "cred#"), nil)
+// policy, a rule without a key. The options are those of [NewLive] that
+// concern a Set: [WithKeySecret] (required on a shared store, as for
+// NewLive) and [WithResolver]; the others are refused.
+func Compile(cfg Config, s store.Store, opts ...Option) (*Set, error) {
+	if nilcheck.Is(s) {
+		return nil, fmt.Errorf("%w: policy: nil store", floodgate.ErrInvalidConfig)
+	}
+	c, err := liveOptions(s, opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.onChange != nil || c.observer != nil {
+		return nil, fmt.Errorf("%w: policy: WithOnChange and WithObserver report changes, which a compiled Set never has: use NewLive", floodgate.ErrInvalidConfig)
+	}
+	var res *resolver
+	if c.resolve != nil {
+		res = newResolver(c.resolve, c.ttl, c.max)
+	}
+	return compile(cfg, s, res, credkey.New(c.secret, "cred#"), nil)
 }
 
 // compile is Compile with a resolver, a hasher and, when limiter is not
@@ -187,6 +205,9 @@ func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limite
 				}
 				n.limiter = l
 			}
+			if r.Policy == "" && !r.Plan && len(r.Rules) == 0 {
+				return nil, fmt.Errorf("%w: rule %s limits nothing: give it a policy, plan: true, or nested rules", floodgate.ErrInvalidConfig, at)
+			}
 			kids, err := build(r.Rules, at+" > ")
 			if err != nil {
 				return nil, err
@@ -251,10 +272,19 @@ func (s *Set) resolve(ctx context.Context, key string) (*store.Limiter, error) {
 	}
 	name, until, err := s.resolver.resolve(ctx, key)
 	if err != nil {
+		if s.deflt != nil && ctx.Err() == nil {
+			// The resolver fails (for a second at a time, see
+			// resolver): an unknown key is on the default plan meanwhile.
+			return s.deflt, nil
+		}
 		return nil, err
 	}
 	lim := s.deflt
-	if l, ok := s.limiters[name]; ok && name != "" {
+	if name != "" {
+		l, ok := s.limiters[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: policy: the resolver placed a key on %q, which is not a policy of the config", floodgate.ErrInvalidConfig, name)
+		}
 		lim = l
 	}
 	s.plans.store(key, planEntry{lim: lim, until: until}, s.trimPlans)
