@@ -61,7 +61,7 @@ func Parse(name string, b []byte) (Config, error) {
 	}
 	p := parser{file: name}
 	if len(doc.Content) == 0 {
-		return Config{}, p.errf(&doc, "empty config")
+		return Config{}, &ConfigError{File: name, Line: 1, Msg: "empty config: want at least policies"}
 	}
 	cfg, err := p.config(doc.Content[0])
 	if err != nil {

@@ -168,6 +168,12 @@ func TestConfigErrorsHaveFileAndLine(t *testing.T) {
 		{"rule to unknown policy", "policies:\n  - {name: a, rate: 1/s}\nrules:\n  - key: k\n    rules:\n      - key: r\n        policy: b\n", 6, `unknown policy "b"`},
 		{"rule limiting nothing", "policies:\n  - {name: a, rate: 1/s}\nrules:\n  - key: api_key\n", 4, "rule api_key limits nothing"},
 		{"nested rule limiting nothing", "policies:\n  - {name: a, rate: 1/s}\nrules:\n  - key: d\n    policy: a\n    rules:\n      - key: s\n        value: x\n", 7, "rule d > s=x limits nothing"},
+		{"zero rate", "policies:\n  - {name: a, rate: 0/s}\n", 2, "N must be at least 1"},
+		{"zero period", "policies:\n  - {name: a, rate: 10/0s}\n", 2, "must be longer than zero"},
+		{"unknown unit", "policies:\n  - {name: a, rate: 10/fortnight}\n", 2, "want ms, s, m, h, d"},
+		{"no rate", "policies:\n  - {name: a, burst: 5}\n", 2, "a token-bucket needs a rate"},
+		{"window without limit", "policies:\n  - {name: a, algorithm: fixed-window, rate: 10/s}\n", 2, "needs a limit and a window (limit: 100, window: 1m); rate and burst belong to the buckets"},
+		{"empty", "", 1, "empty config"},
 		{"burst too small", "policies:\n  - name: a\n    algorithm: fixed-window\n    limit: 0\n    window: 1s\n", 2, "limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -112,10 +112,19 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: policy %q: unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-log or sliding-counter)",
 			floodgate.ErrInvalidConfig, p.Name, p.Algorithm)
 	}
-	if err != nil {
+	isBucket := p.algorithm() == TokenBucket || p.algorithm() == LeakyBucket
+	switch {
+	case err != nil && isBucket && p.Rate == (floodgate.Rate{}):
+		return fmt.Errorf("%w: policy %q: a %s needs a rate (rate: 100/s)", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
+	case err != nil && !isBucket && p.Limit == 0 && p.Window == 0:
+		hint := ""
+		if p.Rate != (floodgate.Rate{}) || p.Burst != 0 {
+			hint = "; rate and burst belong to the buckets"
+		}
+		return fmt.Errorf("%w: policy %q: a %s needs a limit and a window (limit: 100, window: 1m)%s", floodgate.ErrInvalidConfig, p.Name, p.algorithm(), hint)
+	case err != nil:
 		return fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	isBucket := p.algorithm() == TokenBucket || p.algorithm() == LeakyBucket
 	switch {
 	case isBucket && (p.Limit != 0 || p.Window != 0):
 		return fmt.Errorf("%w: policy %q: limit and window belong to the window algorithms, not %s", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
@@ -187,16 +196,22 @@ func (p Policy) String() string {
 }
 
 // ParseRate parses a rate as config files write it: "100/s", "30/m",
-// "1000/h", "5/30s" (N per a duration), or "10r/s" as nginx writes it.
+// "1000/h", "2/d", "1/ms", "5/30s" (N per a duration), or "10r/s" as nginx
+// writes it. N is at least 1.
 func ParseRate(s string) (floodgate.Rate, error) {
 	n, per, ok := strings.Cut(strings.TrimSpace(s), "/")
 	n = strings.TrimSuffix(n, "r")
 	count, err := strconv.ParseInt(n, 10, 64)
-	if !ok || err != nil || count <= 0 {
+	switch {
+	case !ok || err != nil:
 		return floodgate.Rate{}, fmt.Errorf("%w: rate %q: want N/unit, e.g. 100/s, 30/m, 5/30s", floodgate.ErrInvalidConfig, s)
+	case count <= 0:
+		return floodgate.Rate{}, fmt.Errorf("%w: rate %q: N must be at least 1 (to stop traffic, refuse it; to stop limiting, remove the rule)", floodgate.ErrInvalidConfig, s)
 	}
 	var d time.Duration
 	switch per {
+	case "ms":
+		d = time.Millisecond
 	case "s", "sec", "second":
 		d = time.Second
 	case "m", "min", "minute":
@@ -207,8 +222,11 @@ func ParseRate(s string) (floodgate.Rate, error) {
 		d = 24 * time.Hour
 	default:
 		d, err = time.ParseDuration(per)
-		if err != nil || d <= 0 {
-			return floodgate.Rate{}, fmt.Errorf("%w: rate %q: unknown unit %q", floodgate.ErrInvalidConfig, s, per)
+		switch {
+		case err != nil:
+			return floodgate.Rate{}, fmt.Errorf("%w: rate %q: unknown unit %q (want ms, s, m, h, d, or a duration such as 30s or 5m)", floodgate.ErrInvalidConfig, s, per)
+		case d <= 0:
+			return floodgate.Rate{}, fmt.Errorf("%w: rate %q: the period %q must be longer than zero", floodgate.ErrInvalidConfig, s, per)
 		}
 	}
 	return floodgate.Rate{N: count, Per: d}, nil
