@@ -1,16 +1,22 @@
-// Package promobserver reports floodgate decisions to Prometheus: a
-// [floodgate.Observer] backed by one counter and one histogram, both
-// labelled by limiter name, tier, route class and outcome.
+// Package promobserver reports floodgate decisions and config changes to
+// Prometheus: a [floodgate.Observer] backed by a counter and a histogram of
+// decisions, labelled by policy, tier, route class, priority class,
+// outcome and source, and two metrics of config reloads.
 //
 //	reg := prometheus.NewRegistry()
 //	obs, err := promobserver.New(reg)
 //	ic, err := grpclimit.New(lim, grpclimit.WithObserver(obs))
+//	live, err := policy.NewLive(cfg, s, policy.WithObserver(obs))
 //
 // The metrics are floodgate_decisions_total and
-// floodgate_decision_duration_seconds (see [Observer]; the prefix is set by
-// [WithNamespace] and [WithSubsystem]). The outcome label takes the values
-// of [floodgate.Outcome.String]: allowed, denied, would_deny, error_open,
-// error_closed, fallback, shed, delayed.
+// floodgate_decision_duration_seconds, and, for the config changes of a
+// policy set ([floodgate.SourceConfig] events),
+// floodgate_config_reloads_total{outcome} and
+// floodgate_config_last_reload_successful (see [Observer]; the prefix is
+// set by [WithNamespace] and [WithSubsystem]). The outcome label takes the
+// values of [floodgate.Outcome.String]: allowed, denied, would_deny,
+// error_open, error_closed, fallback, shed, delayed for decisions;
+// config_applied, config_refused for reloads.
 //
 // # Units, zero values, concurrency
 //

@@ -8,9 +8,13 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// DefaultMessage is the message of every record unless [WithMessage] sets
-// another.
+// DefaultMessage is the message of every decision's record unless
+// [WithMessage] sets another.
 const DefaultMessage = "floodgate decision"
+
+// ConfigMessage is the message of the record of a config change (an event
+// of [floodgate.SourceConfig]: applied, or refused with its error).
+const ConfigMessage = "floodgate config change"
 
 // maxOutcome bounds the outcomes an Observer has a level for; larger values
 // (outcomes added to floodgate later) log at Info.
@@ -76,6 +80,9 @@ func WithMessage(msg string) Option {
 //   - retry_after, delay: when not zero;
 //   - error: the error's text, for the error and fallback outcomes.
 //
+// A config change is logged with [ConfigMessage] and only its outcome,
+// source ("config") and error (the file:line of a refused file).
+//
 // The key of the request is never logged (it may be a credential). When the
 // logger is not enabled at an outcome's level, Observe returns at once
 // without building the record, so Debug-level allowed decisions cost almost
@@ -126,6 +133,14 @@ func (o *Observer) Observe(e floodgate.Event) {
 		return
 	}
 	var buf [12]slog.Attr
+	if e.Source == floodgate.SourceConfig {
+		attrs := append(buf[:0], slog.String("outcome", e.Outcome.String()), slog.String("source", e.Source.String()))
+		if e.Err != nil {
+			attrs = append(attrs, slog.String("error", e.Err.Error()))
+		}
+		o.logger.LogAttrs(ctx, level, ConfigMessage, attrs...)
+		return
+	}
 	attrs := append(buf[:0],
 		slog.String("policy", e.Policy),
 		slog.String("outcome", e.Outcome.String()))
