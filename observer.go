@@ -75,10 +75,17 @@ const (
 	// reload), with the outcome OutcomeConfigApplied or
 	// OutcomeConfigRefused. Not a request.
 	SourceConfig
+	// SourceShadow: the verdict of the dry-run limits a request was
+	// checked against beside its enforcing ones (a policy set's dry_run
+	// policies), reported in addition to the request's event, which carries
+	// the enforcing verdict: OutcomeAllowed, or OutcomeWouldDeny with the
+	// dry-run policy that would have refused. Never count requests on
+	// these; count what a shadow limit would do.
+	SourceShadow
 )
 
 // String returns "request" (for SourceRequest and the zero Source, which
-// means it), "store", "config" or "unknown".
+// means it), "store", "config", "shadow" or "unknown".
 func (s Source) String() string {
 	switch s {
 	case SourceRequest, 0:
@@ -87,6 +94,8 @@ func (s Source) String() string {
 		return "store"
 	case SourceConfig:
 		return "config"
+	case SourceShadow:
+		return "shadow"
 	}
 	return "unknown"
 }

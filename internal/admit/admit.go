@@ -167,21 +167,28 @@ func NewDynamic(cfg Config) *Core {
 // dynamic core's), and its shadow checks: the checks of dry-run policies,
 // which are charged only when the request is admitted and never refuse it.
 // A request without checks is admitted, without headers: no limit applies
-// to it. The request gives one event: the enforcing verdict's outcome, or
-// would_deny (with the shadow policy's name) when the request is admitted
-// and a shadow check would have refused it.
+// to it. The request gives its event, with the enforcing verdict (its
+// counts per policy are those of the enforcing limits, whatever the
+// shadow ones say), and, when its shadow checks were charged, a
+// [floodgate.SourceShadow] event: allowed, or would_deny with the name of
+// the shadow policy that would have refused it.
 func (c *Core) DecideChecks(ctx context.Context, checks, shadow []floodgate.Check, ev floodgate.Event, start int64) Verdict {
 	v := Verdict{Kind: Admit, Outcome: floodgate.OutcomeAllowed}
 	if len(checks) > 0 {
 		v = c.verdict(ctx, checks)
 	}
+	c.observe(ev, start, v, checks)
 	if len(shadow) > 0 && v.Kind == Admit {
-		if d, err := c.take(ctx, shadow); err == nil && !d.Allowed {
-			v.Outcome = floodgate.OutcomeWouldDeny
+		d, err := c.take(ctx, shadow)
+		if err == nil && c.cfg.Observer != nil {
+			sv := Verdict{Outcome: floodgate.OutcomeAllowed, Decision: d}
+			if !d.Allowed {
+				sv.Outcome = floodgate.OutcomeWouldDeny
+			}
 			ev.Policy = c.deciding(shadow)
+			c.report(floodgate.SourceShadow, ev, start, sv, shadow)
 		}
 	}
-	c.observe(ev, start, v, checks)
 	return v
 }
 
@@ -399,17 +406,25 @@ func wait(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// observe reports a request's event.
 func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
+	c.report(floodgate.SourceRequest, ev, start, v, checks)
+}
+
+// report is observe for the events of a source.
+func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
 	o := c.cfg.Observer
 	if o == nil {
 		return
 	}
-	ev.Source = floodgate.SourceRequest
+	ev.Source = src
 	ev.Tier = c.cfg.Tier
 	ev.Outcome = v.Outcome
 	ev.Decision = v.Decision
 	ev.Err = v.Err
 	switch {
+	case src == floodgate.SourceShadow:
+		// The shadow policy's own name, whatever the transport's.
 	case c.cfg.Name != "":
 		ev.Policy = c.cfg.Name
 	case ev.Policy == "":

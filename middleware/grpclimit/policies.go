@@ -78,9 +78,10 @@ func WithDescriptor(entries ...Source) Option {
 // per key), and every matched policy is checked, all or nothing, through
 // the admission core [New] uses, with the same response contract. A call no
 // rule matches is not limited. The checks of dry-run policies never refuse:
-// they are charged when the call is admitted, and the call's one event says
-// would_deny when one of them would have refused it. A reload of the set
-// applies to the next call.
+// they are charged when the call is admitted, and reported in an event of
+// their own ([floodgate.SourceShadow]: allowed, or would_deny with the
+// dry-run policy's name), beside the call's event, which keeps the
+// enforcing verdict. A reload of the set applies to the next call.
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when live is
 // nil, no descriptor is given, or an option is invalid or does not apply.

@@ -104,11 +104,12 @@ type policyBufs struct {
 // set's rules map them to policies (plans resolved per key), and every
 // matched policy is checked, all or nothing, through the admission core
 // that [Middleware] uses, with the same response contract (one RateLimit
-// member per policy). A request no rule matches is not limited. The checks
-// of dry-run policies never refuse: they are charged when the request is
-// admitted, and the request's one event says would_deny (with the dry-run
-// policy's name) when one of them would have refused it. A reload of the
-// set applies to the next request.
+// member per enforcing policy). A request no rule matches is not limited.
+// The checks of dry-run policies never refuse: they are charged when the
+// request is admitted, and reported in an event of their own
+// ([floodgate.SourceShadow]: allowed, or would_deny with the dry-run
+// policy's name), beside the request's event, which keeps the enforcing
+// verdict. A reload of the set applies to the next request.
 //
 // A service's rate limiting becomes a config file and one line:
 //

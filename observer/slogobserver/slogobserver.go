@@ -72,8 +72,8 @@ func WithMessage(msg string) Option {
 // Observer is a [floodgate.Observer] that writes one log record per
 // decision. A record's attributes are:
 //
-//   - policy, outcome: always (source when a store or a config change
-//     reports, class when set);
+//   - policy, outcome: always (source when it is not the request's: a
+//     store's, a shadow limit's; class when set);
 //   - tier, route: when not empty;
 //   - latency: the decision's latency (a duration);
 //   - limit, remaining: when the limiter gave a decision;
@@ -144,7 +144,7 @@ func (o *Observer) Observe(e floodgate.Event) {
 	attrs := append(buf[:0],
 		slog.String("policy", e.Policy),
 		slog.String("outcome", e.Outcome.String()))
-	if e.Source == floodgate.SourceStore || e.Source == floodgate.SourceConfig {
+	if e.Source != 0 && e.Source != floodgate.SourceRequest {
 		attrs = append(attrs, slog.String("source", e.Source.String()))
 	}
 	if e.Class != "" {
