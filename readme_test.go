@@ -59,7 +59,7 @@ func readmeQuickstart(ctx context.Context, w http.ResponseWriter, clientIP strin
 func readmeRedis(ctx context.Context, local *memstore.Store) error {
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:  []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"}, // one node, or Cluster seeds
-		DisableCache: true, // the scripts need no client-side cache
+		DisableCache: true,
 	})
 	if err != nil {
 		return err
