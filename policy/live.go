@@ -25,6 +25,8 @@ type Live struct {
 	hasher   *credkey.Hasher
 	onChange func(Change)
 	observer floodgate.Observer
+	// ownSecret: credentials are hashed with the process's secret.
+	ownSecret bool
 
 	mu       sync.Mutex // serialises updates
 	cur      atomic.Pointer[Set]
@@ -104,9 +106,10 @@ func WithResolver(f ResolveFunc, ttl time.Duration, max int) Option {
 // WithKeySecret sets the secret of the keyed hash (HMAC-SHA256) that turns
 // descriptors holding a credential into store keys (at least 16 bytes).
 // Without it each process draws a random one, which only a store of its
-// own allows: on a shared store ([store.IsShared], e.g. Redis) NewLive
-// refuses to run without the secret, since nodes with different secrets
-// would each keep their own budget per credential.
+// own allows: on a shared store ([store.IsShared], e.g. Redis), credential
+// entries are refused without the secret (see [Live.CheckCredentials]),
+// since nodes with different secrets would each keep their own budget per
+// credential.
 func WithKeySecret(secret []byte) Option {
 	return Option{func(c *liveConfig) error {
 		if len(secret) < 16 {
@@ -156,7 +159,7 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Live{store: s, onChange: c.onChange, observer: c.observer, hasher: credkey.New(c.secret, "cred#"), lineages: lineages{}, now: time.Now}
+	l := &Live{store: s, onChange: c.onChange, observer: c.observer, ownSecret: c.secret == nil, hasher: credkey.New(c.secret, "cred#"), lineages: lineages{}, now: time.Now}
 	if c.resolve != nil {
 		l.resolver = newResolver(c.resolve, c.ttl, c.max)
 	}
@@ -177,11 +180,21 @@ func liveOptions(s store.Store, opts []Option) (liveConfig, error) {
 			return c, err
 		}
 	}
-	if c.secret == nil && store.IsShared(s) {
-		return c, fmt.Errorf("%w: policy: the store is shared by several processes: give every node the same secret with WithKeySecret (a random one per process would give each node its own budget per credential)", floodgate.ErrInvalidConfig)
-	}
 	return c, nil
 }
+
+// errNoFleetSecret is the error of credentials hashed with a per-process
+// secret on a shared store.
+var errNoFleetSecret = fmt.Errorf("%w: policy: credentials on a store shared by several processes need WithKeySecret, the same secret on every node (a random one per process would give each node its own budget per credential)", floodgate.ErrInvalidConfig)
+
+// CheckCredentials returns an error (wrapping [floodgate.ErrInvalidConfig])
+// when descriptor entries marked Credential would be hashed with a secret
+// of this process alone while its store is shared by several
+// ([store.IsShared], e.g. Redis): each node would keep its own budget per
+// credential. Transports whose descriptors hold credentials call it at
+// construction (httplimit.Policies, grpclimit.Policies); Match refuses such
+// entries with the same error.
+func (l *Live) CheckCredentials() error { return l.Set().CheckCredentials() }
 
 // Set returns the running Set.
 func (l *Live) Set() *Set { return l.cur.Load() }
@@ -202,6 +215,9 @@ func (l *Live) Update(cfg Config, source string) (Change, error) {
 	set, err := compile(cfg, l.store, l.resolver, l.hasher, func(p Policy) (*store.Limiter, error) {
 		return l.lineages.limiter(p, l.store, pl)
 	})
+	if set != nil {
+		set.ownSecret = l.ownSecret
+	}
 	if err != nil {
 		ch.Err = err
 		ch.Version = l.version.Load()

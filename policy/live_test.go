@@ -145,26 +145,46 @@ func parse(t *testing.T, text string) policy.Config {
 	return cfg
 }
 
-// A shared store needs the secret that hashes credentials: a random one per
-// process would give each node its own budget per credential.
+// Credentials on a shared store need the fleet's secret: a random one per
+// process would give each node its own budget per credential. Policies
+// without credentials run without it.
 func TestSharedStoreNeedsTheSecret(t *testing.T) {
 	cfg, err := policy.Parse("plans.yaml", []byte(plansYAML))
 	require.NoError(t, err)
 	s, _ := clocked(t)
-	_, err = policy.NewLive(cfg, sharedStore{s})
-	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "WithKeySecret")
-	_, err = policy.NewLive(cfg, sharedStore{s}, policy.WithKeySecret([]byte("sixteen bytes at least")))
+	ctx := context.Background()
+	cred := []policy.Descriptor{{{Key: "api_key", Value: "key_acme", Credential: true}}}
+	plain := []policy.Descriptor{{{Key: "api_key", Value: "key_acme"}}}
+
+	live, err := policy.NewLive(cfg, sharedStore{s})
+	require.NoError(t, err, "no credential yet: nothing to refuse")
+	require.ErrorIs(t, live.CheckCredentials(), floodgate.ErrInvalidConfig)
+	assert.Contains(t, live.CheckCredentials().Error(), "WithKeySecret")
+	_, _, err = live.Match(ctx, cred, 1, nil)
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "a credential entry is refused")
+	checks, _, err := live.Match(ctx, plain, 1, nil)
 	require.NoError(t, err)
-	_, err = policy.NewLive(cfg, s)
-	require.NoError(t, err, "a store of the process's own draws its secret")
+	require.Len(t, checks, 1)
+
+	live, err = policy.NewLive(cfg, sharedStore{s}, policy.WithKeySecret([]byte("sixteen bytes at least")))
+	require.NoError(t, err)
+	require.NoError(t, live.CheckCredentials())
+	checks, _, err = live.Match(ctx, cred, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, checks, 1)
+	assert.NotContains(t, checks[0].Key, "key_acme", "hashed")
+
+	live, err = policy.NewLive(cfg, s)
+	require.NoError(t, err)
+	require.NoError(t, live.CheckCredentials(), "a store of the process's own draws its secret")
 
 	// Compile too.
-	_, err = policy.Compile(cfg, sharedStore{s})
-	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "WithKeySecret")
-	_, err = policy.Compile(cfg, sharedStore{s}, policy.WithKeySecret([]byte("sixteen bytes at least")))
+	set, err := policy.Compile(cfg, sharedStore{s})
 	require.NoError(t, err)
+	require.ErrorIs(t, set.CheckCredentials(), floodgate.ErrInvalidConfig)
+	set, err = policy.Compile(cfg, sharedStore{s}, policy.WithKeySecret([]byte("sixteen bytes at least")))
+	require.NoError(t, err)
+	require.NoError(t, set.CheckCredentials())
 	_, err = policy.Compile(cfg, s, policy.WithOnChange(func(policy.Change) {}))
 	require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "a compiled Set never changes")
 }

@@ -92,6 +92,8 @@ type Set struct {
 	rules    []*node
 	resolver *resolver
 	hasher   *credkey.Hasher
+	// ownSecret: the hasher's secret is the process's (no WithKeySecret).
+	ownSecret bool
 	dry      map[*store.Limiter]bool
 }
 
@@ -124,7 +126,20 @@ func Compile(cfg Config, s store.Store, opts ...Option) (*Set, error) {
 	if c.resolve != nil {
 		res = newResolver(c.resolve, c.ttl, c.max)
 	}
-	return compile(cfg, s, res, credkey.New(c.secret, "cred#"), nil)
+	set, err := compile(cfg, s, res, credkey.New(c.secret, "cred#"), nil)
+	if err != nil {
+		return nil, err
+	}
+	set.ownSecret = c.secret == nil
+	return set, nil
+}
+
+// CheckCredentials is [Live.CheckCredentials] for the Set.
+func (s *Set) CheckCredentials() error {
+	if s.ownSecret && store.IsShared(s.store) {
+		return errNoFleetSecret
+	}
+	return nil
 }
 
 // compile is Compile with a resolver, a hasher and, when limiter is not
@@ -362,6 +377,9 @@ func (s *Set) match(ctx context.Context, descriptors []Descriptor, n int, dst []
 		key := s.cfg.Domain + "|" + descriptorKey(d)
 		for _, e := range d {
 			if e.Credential {
+				if err := s.CheckCredentials(); err != nil {
+					return dst, err
+				}
 				key = s.hasher.Key(key)
 				break
 			}

@@ -96,6 +96,15 @@ func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
 	if len(cfg.descriptors) == 0 {
 		return nil, invalid("Policies needs at least one WithDescriptor")
 	}
+	for _, d := range cfg.descriptors {
+		for _, src := range d {
+			if src.credential {
+				if err := live.CheckCredentials(); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun}
 	if cfg.failMode == FailClosed {
 		acfg.FailMode = admit.FailClosed

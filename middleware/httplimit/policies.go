@@ -129,6 +129,15 @@ func Policies(live *policy.Live, opts ...Option) (func(http.Handler) http.Handle
 	if len(cfg.descriptors) == 0 {
 		return nil, invalid("Policies needs at least one WithDescriptor")
 	}
+	for _, d := range cfg.descriptors {
+		for _, src := range d {
+			if src.credential {
+				if err := live.CheckCredentials(); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	ac := admit.Config{
 		Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer,
 		FailMode: admit.FailMode(cfg.failMode), DelayMode: admit.DelayMode(cfg.delayMode), DryRun: cfg.dryRun,

@@ -152,7 +152,18 @@ func TestPoliciesOptionsAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var nilLive *policy.Live
+	shared, err := policy.NewLive(cfg, sharedStore{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Policies(shared, WithDescriptor(MethodEntry("m"))); err != nil {
+		t.Fatalf("no credential on a shared store without the secret: %v", err)
+	}
 	for name, f := range map[string]func() error{
+		"credential on a shared store without the secret": func() error {
+			_, err := Policies(shared, WithDescriptor(HeaderEntry("X-API-Key", "api_key")))
+			return err
+		},
 		"nil live":      func() error { _, err := Policies(nilLive, WithDescriptor(MethodEntry("m"))); return err },
 		"no descriptor": func() error { _, err := Policies(live); return err },
 		"zero source":   func() error { _, err := Policies(live, WithDescriptor(Source{})); return err },
@@ -220,3 +231,8 @@ func TestPoliciesLiveChangeOnRedis(t *testing.T) {
 		}
 	}
 }
+
+// sharedStore is a store that says it is shared by several processes.
+type sharedStore struct{ store.Store }
+
+func (sharedStore) Shared() bool { return true }
