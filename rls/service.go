@@ -1,0 +1,792 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// FailureMode says what ShouldRateLimit answers when the store cannot
+// decide (Redis away, and the store's own failure policy returned the
+// error).
+type FailureMode int
+
+const (
+	// FailError answers the call with a gRPC Unavailable error, as the
+	// reference does: Envoy's failure_mode_deny then decides. The default.
+	FailError FailureMode = iota
+	// FailOpen answers OK, with no limit, for every descriptor.
+	FailOpen
+	// FailClosed answers OVER_LIMIT for every descriptor that has a limit.
+	FailClosed
+)
+
+// Option configures New.
+type Option struct {
+	apply func(*options) error
+}
+
+type options struct {
+	observer  floodgate.Observer
+	metrics   *Metrics
+	headers   HeaderSet
+	shadow    bool
+	failure   FailureMode
+	nearRatio float64
+	onReload  func(Reload)
+	now       func() time.Time
+}
+
+// WithObserver reports one event per ShouldRateLimit call to o: its
+// Policy is the floodgate policy name of the limit that decided (the one
+// with the fewest units left, or the refusing one), its Outcome allowed,
+// denied, would_deny (a shadow limit over its limit), error_open or
+// error_closed.
+func WithObserver(o floodgate.Observer) Option {
+	return Option{func(c *options) error {
+		if o == nil {
+			return fmt.Errorf("%w: rls: nil observer", floodgate.ErrInvalidConfig)
+		}
+		c.observer = o
+		return nil
+	}}
+}
+
+// WithMetrics counts every decision in m (see NewMetrics).
+func WithMetrics(m *Metrics) Option {
+	return Option{func(c *options) error {
+		if m == nil {
+			return fmt.Errorf("%w: rls: nil metrics", floodgate.ErrInvalidConfig)
+		}
+		c.metrics = m
+		return nil
+	}}
+}
+
+// WithHeaders adds the header groups of h to response_headers_to_add
+// (default none, as the reference).
+func WithHeaders(h HeaderSet) Option {
+	return Option{func(c *options) error {
+		if h&^(HeadersIETF|HeadersLegacy) != 0 {
+			return fmt.Errorf("%w: rls: unknown header set %d", floodgate.ErrInvalidConfig, h)
+		}
+		c.headers = h
+		return nil
+	}}
+}
+
+// WithGlobalShadowMode answers OK overall whatever the limits say, as the
+// reference's SHADOW_MODE setting (per-descriptor statuses still tell).
+func WithGlobalShadowMode(on bool) Option {
+	return Option{func(c *options) error { c.shadow = on; return nil }}
+}
+
+// WithFailureMode sets what is answered when the store cannot decide.
+func WithFailureMode(m FailureMode) Option {
+	return Option{func(c *options) error {
+		if m < FailError || m > FailClosed {
+			return fmt.Errorf("%w: rls: unknown failure mode %d", floodgate.ErrInvalidConfig, m)
+		}
+		c.failure = m
+		return nil
+	}}
+}
+
+// WithNearLimitRatio sets the share of a limit above which hits count as
+// near_limit (default 0.8, the reference's NEAR_LIMIT_RATIO).
+func WithNearLimitRatio(r float64) Option {
+	return Option{func(c *options) error {
+		if !(r > 0 && r <= 1) {
+			return fmt.Errorf("%w: rls: near-limit ratio %v outside (0, 1]", floodgate.ErrInvalidConfig, r)
+		}
+		c.nearRatio = r
+		return nil
+	}}
+}
+
+// WithOnReload calls f after every config change applied or refused
+// (Reload.Err set), from the goroutine that made it.
+func WithOnReload(f func(Reload)) Option {
+	return Option{func(c *options) error {
+		if f == nil {
+			return fmt.Errorf("%w: rls: nil reload callback", floodgate.ErrInvalidConfig)
+		}
+		c.onReload = f
+		return nil
+	}}
+}
+
+// WithClock sets the clock that duration_until_reset of a fixed window
+// counts from when the store did not say (a key at full capacity). The
+// default is floodgate.SystemClock. For tests.
+func WithClock(c floodgate.Clock) Option {
+	return Option{func(o *options) error {
+		if c == nil {
+			return fmt.Errorf("%w: rls: nil clock", floodgate.ErrInvalidConfig)
+		}
+		o.now = c.Now
+		return nil
+	}}
+}
+
+// Reload describes one config change, applied or refused.
+type Reload struct {
+	// Version counts the configs applied, from 1.
+	Version uint64
+	// Source says where the config came from (a directory, "api").
+	Source string
+	// Domains lists the domains of the config (of the refused one when Err
+	// is set).
+	Domains []string
+	// Policy is floodgate's account of the change (policies added,
+	// removed, changed).
+	Policy policy.Change
+	// Err is set when the config was refused: the running one stays.
+	Err error
+}
+
+// Service is an Envoy rate limit service (envoy.service.ratelimit.v3)
+// deciding with floodgate on a store. Register it on a *grpc.Server with
+// Register or rlspb.RegisterRateLimitServiceServer. It is safe for
+// concurrent use.
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+
+	store store.Store
+	live  *policy.Live
+	opts  options
+	cur   atomic.Pointer[compiled]
+	mu    sync.Mutex // serialises Update
+
+	ovMu      sync.Mutex
+	overrides map[overrideKey]*lim
+}
+
+type overrideKey struct {
+	rpu uint32
+	w   time.Duration
+}
+
+// maxOverrides bounds the limiters kept for the requests' own limits.
+const maxOverrides = 1024
+
+// New returns a Service running cfg on s.
+func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
+	svc := &Service{store: s, overrides: map[overrideKey]*lim{}}
+	svc.opts = options{nearRatio: 0.8, now: floodgate.SystemClock.Now}
+	for i, o := range opts {
+		if o.apply == nil {
+			return nil, fmt.Errorf("%w: rls: option %d is the zero Option", floodgate.ErrInvalidConfig, i)
+		}
+		if err := o.apply(&svc.opts); err != nil {
+			return nil, err
+		}
+	}
+	c, err := compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	live, err := policy.NewLive(policy.Config{Policies: c.policies}, s)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.bind(live.Set()); err != nil {
+		return nil, err
+	}
+	svc.live = live
+	svc.cur.Store(c)
+	if svc.opts.metrics != nil {
+		svc.opts.metrics.configLoad(true)
+	}
+	return svc, nil
+}
+
+// Register registers the service on g.
+func (s *Service) Register(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, s) }
+
+// Domains returns the domains of the running config.
+func (s *Service) Domains() []string {
+	var out []string
+	for d := range s.cur.Load().domains {
+		out = append(out, d)
+	}
+	return out
+}
+
+// Version returns the version of the running config (1 for the first).
+func (s *Service) Version() uint64 { return s.live.Version() }
+
+// Update makes cfg the running config, atomically: a request is decided
+// wholly on the old config or wholly on the new one. A config that does not
+// compile leaves the running one in place and is returned (a
+// *policy.ConfigError with file:line where it comes from a file). A limit
+// keeps its state across the change when its descriptor path stays (its
+// floodgate policy name), by floodgate's live-change rule.
+func (s *Service) Update(cfg Config, source string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := Reload{Source: source}
+	for _, d := range cfg.Domains {
+		r.Domains = append(r.Domains, d.Name)
+	}
+	c, err := compile(cfg)
+	if err == nil {
+		r.Policy, err = s.live.Update(policy.Config{Policies: c.policies}, source)
+	}
+	if err == nil {
+		err = c.bind(s.live.Set())
+	}
+	r.Version = s.live.Version()
+	if err != nil {
+		r.Err = err
+		s.report(r)
+		return err
+	}
+	s.cur.Store(c)
+	s.report(r)
+	return nil
+}
+
+func (s *Service) report(r Reload) {
+	if s.opts.metrics != nil {
+		s.opts.metrics.configLoad(r.Err == nil)
+	}
+	if s.opts.onReload != nil {
+		s.opts.onReload(r)
+	}
+}
+
+// ReloadDir loads the config directory dir (LoadDir) and applies it
+// (Update); a directory that does not load leaves the running config.
+func (s *Service) ReloadDir(dir string) error {
+	cfg, err := LoadDir(dir)
+	if err != nil {
+		r := Reload{Source: dir, Err: err, Version: s.live.Version()}
+		s.report(r)
+		return err
+	}
+	return s.Update(cfg, dir)
+}
+
+// dstatus is what one request descriptor came to.
+type dstatus struct {
+	lm       *limit
+	hits     int
+	neg      bool
+	checks   []floodgate.Check // one per lim (blocked ones too, Limiter nil)
+	stats    string
+	over     bool
+	precheck bool // refused before any store call (blocked, cost too large)
+}
+
+// ShouldRateLimit implements the Envoy rate limit service.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	start := time.Now()
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	c := s.cur.Load()
+	root := c.domains[req.Domain]
+	ds := make([]dstatus, len(req.Descriptors))
+	replacing := map[string]bool{}
+	var ents []entry
+	for i, d := range req.Descriptors {
+		if root == nil {
+			break // unknown domain: no limit at all, the request's own ones included
+		}
+		ents = ents[:0]
+		for _, e := range d.GetEntries() {
+			ents = append(ents, entry{e.GetKey(), e.GetValue()})
+		}
+		var lm *limit
+		if o := d.GetLimit(); o != nil {
+			var err error
+			if lm, err = s.override(req.Domain, o.GetRequestsPerUnit(), o.GetUnit().String(), o.GetUnitMultiplier().GetValue(), ents); err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+		} else if n := lookup(root, ents); n != nil {
+			lm = n.limit
+		}
+		if lm == nil {
+			continue
+		}
+		for _, r := range lm.replaces {
+			replacing[r] = true
+		}
+		ds[i].lm = lm
+		ds[i].stats = lm.statsKey
+		if lm.detailed {
+			ds[i].stats = detailedKey(req.Domain, ents)
+		}
+		hits := uint64(max(1, req.GetHitsAddend()))
+		if h := d.GetHitsAddend(); h != nil {
+			hits = h.GetValue()
+		}
+		ds[i].hits = int(min(hits, math.MaxInt32))
+		ds[i].neg = d.GetIsNegativeHits()
+	}
+	for i := range ds {
+		if lm := ds[i].lm; lm != nil && lm.name != "" && replacing[lm.name] {
+			ds[i].lm = nil
+		}
+	}
+	resp, lead, err := s.decide(ctx, req, ds)
+	outcome := floodgate.OutcomeAllowed
+	if err != nil {
+		switch s.opts.failure {
+		case FailOpen:
+			outcome = floodgate.OutcomeErrorOpen
+			resp = &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+			for i := range ds {
+				resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+			}
+		case FailClosed:
+			outcome = floodgate.OutcomeErrorClosed
+			resp = &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+			for i := range ds {
+				st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+				if ds[i].lm != nil && !ds[i].lm.unlimited {
+					st.Code, st.CurrentLimit = rlspb.RateLimitResponse_OVER_LIMIT, ds[i].lm.lims[0].pb
+					resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+				}
+				resp.Statuses[i] = st
+			}
+		}
+		if s.opts.observer != nil {
+			s.opts.observer.Observe(floodgate.Event{Policy: "rls", Outcome: outcome, Err: err, Latency: time.Since(start)})
+		}
+		if s.opts.metrics != nil {
+			s.opts.metrics.storeError()
+		}
+		if resp == nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		return resp, nil
+	}
+	if s.opts.observer != nil && lead != nil {
+		ev := floodgate.Event{Policy: lead.Limiter.(*store.Limiter).Name(), Decision: lead.Decision, Latency: time.Since(start), Outcome: outcome}
+		if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+			ev.Outcome = floodgate.OutcomeDenied
+		} else if !lead.Decision.Allowed {
+			ev.Outcome = floodgate.OutcomeWouldDeny
+		}
+		s.opts.observer.Observe(ev)
+	}
+	return resp, nil
+}
+
+// override returns the limit of a request's own limit (the descriptor's
+// "limit" field): a fixed window, with a limiter kept per (rate, window).
+func (s *Service) override(domain string, rpu uint32, unit string, mult uint32, ents []entry) (*limit, error) {
+	r := RateLimit{RequestsPerUnit: rpu, Unit: unit, UnitMultiplier: mult}
+	w, err := r.Window()
+	if err != nil {
+		return nil, fmt.Errorf("the descriptor's limit: %w", err)
+	}
+	lm := &limit{statsKey: detailedKey(domain, ents)}
+	k := overrideKey{rpu, w}
+	s.ovMu.Lock()
+	l, ok := s.overrides[k]
+	s.ovMu.Unlock()
+	if !ok {
+		name := fmt.Sprintf("rls-override:%d/%s", rpu, w)
+		l = &lim{policy: name, window: w, fixed: true, limit: int64(rpu), pb: currentLimit(rpu, w, "", mult)}
+		pol, err := r.policy(name)
+		if err != nil {
+			return nil, fmt.Errorf("the descriptor's limit: %w", err)
+		}
+		if pol.Name == "" {
+			l.blocked = true
+		} else if l.l, err = pol.Limiter(s.store); err != nil {
+			return nil, err
+		}
+		s.ovMu.Lock()
+		if len(s.overrides) < maxOverrides {
+			s.overrides[k] = l
+		}
+		s.ovMu.Unlock()
+	}
+	lm.lims = []lim{*l}
+	return lm, nil
+}
+
+// storeKey is the key of a descriptor in the store: the domain and every
+// entry, each part length-prefixed so that no two descriptors share one.
+func storeKey(domain string, ents []entry) string {
+	n := len(domain) + 8
+	for _, e := range ents {
+		n += len(e.key) + len(e.value) + 8
+	}
+	b := make([]byte, 0, n)
+	b = append(b, domain...)
+	for _, e := range ents {
+		b = append(b, '|')
+		b = appendLen(b, e.key)
+		b = append(b, '=')
+		b = appendLen(b, e.value)
+	}
+	return string(b)
+}
+
+func appendLen(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '|' || c == '=' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return b
+}
+
+// detailedKey is the reference's detailed stats key: the domain and every
+// entry of the request, key_value.
+func detailedKey(domain string, ents []entry) string {
+	k := domain
+	for _, e := range ents {
+		k += "." + e.key
+		if e.value != "" {
+			k += "_" + e.value
+		}
+	}
+	return k
+}
+
+// decide runs the checks of ds and writes the response. lead is the check
+// that decided, for the observer.
+func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []dstatus) (*rlspb.RateLimitResponse, *floodgate.Check, error) {
+	var enforcing []floodgate.Check
+	var ents []entry
+	quotaGroups := map[string]bool{} // group -> over
+	// Build every descriptor's checks.
+	for i := range ds {
+		d := &ds[i]
+		if d.lm == nil || d.lm.unlimited {
+			continue
+		}
+		ents = ents[:0]
+		for _, e := range req.Descriptors[i].GetEntries() {
+			ents = append(ents, entry{e.GetKey(), e.GetValue()})
+		}
+		key := storeKey(req.Domain, ents)
+		d.checks = make([]floodgate.Check, len(d.lm.lims))
+		for j := range d.lm.lims {
+			l := &d.lm.lims[j]
+			d.checks[j] = floodgate.Check{Key: key, N: d.hits}
+			if l.l != nil {
+				d.checks[j].Limiter = l.l
+				if d.hits > 0 && int64(d.hits) > l.l.Capacity() {
+					d.precheck = true
+				}
+			} else if d.hits > 0 {
+				d.precheck = true // blocked
+			}
+		}
+	}
+	// Negative hits give back; zero hits only look.
+	for i := range ds {
+		d := &ds[i]
+		if d.checks == nil || !(d.neg || d.hits == 0) {
+			continue
+		}
+		for j := range d.checks {
+			ch := &d.checks[j]
+			if ch.Limiter == nil {
+				ch.Decision = floodgate.Decision{Allowed: true}
+				continue
+			}
+			l := ch.Limiter.(*store.Limiter)
+			if d.neg && d.hits > 0 {
+				if err := l.Refund(ctx, ch.Key, d.hits); err != nil {
+					return nil, nil, err
+				}
+			}
+			dec, err := l.Peek(ctx, ch.Key)
+			if err != nil {
+				return nil, nil, err
+			}
+			dec.Allowed = true
+			ch.Decision = dec
+		}
+	}
+	refusedEarly := false
+	// Quota-mode descriptors: each decided on its own.
+	for i := range ds {
+		d := &ds[i]
+		if d.checks == nil || d.neg || d.hits == 0 || !d.lm.quota {
+			continue
+		}
+		ok, err := s.take(ctx, d.checks, !d.precheck)
+		if err != nil {
+			return nil, nil, err
+		}
+		d.over = !ok
+		g := quotaGroupKey(req.Descriptors[i].GetEntries())
+		prev, seen := quotaGroups[g]
+		quotaGroups[g] = !ok || (seen && prev)
+	}
+	quotaOver := len(quotaGroups) > 0
+	for _, over := range quotaGroups {
+		if !over {
+			quotaOver = false
+		}
+	}
+	// The enforcing descriptors: all or nothing.
+	for i := range ds {
+		d := &ds[i]
+		if d.checks == nil || d.neg || d.hits == 0 || d.lm.quota || d.lm.shadow {
+			continue
+		}
+		if d.precheck {
+			refusedEarly = true
+		}
+		enforcing = append(enforcing, d.checks...)
+	}
+	admitted := true
+	if len(enforcing) > 0 {
+		ok, err := s.take(ctx, enforcing, !refusedEarly && !quotaOver)
+		if err != nil {
+			return nil, nil, err
+		}
+		admitted = ok && !refusedEarly
+		// Copy the decisions back.
+		k := 0
+		for i := range ds {
+			d := &ds[i]
+			if d.checks == nil || d.neg || d.hits == 0 || d.lm.quota || d.lm.shadow {
+				continue
+			}
+			copy(d.checks, enforcing[k:k+len(d.checks)])
+			k += len(d.checks)
+		}
+	}
+	// Shadow descriptors: charged when the request is admitted.
+	for i := range ds {
+		d := &ds[i]
+		if d.checks == nil || d.neg || d.hits == 0 || !d.lm.shadow || d.lm.quota {
+			continue
+		}
+		if _, err := s.take(ctx, d.checks, admitted && !quotaOver && !d.precheck); err != nil {
+			return nil, nil, err
+		}
+	}
+	// Statuses.
+	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	overall := rlspb.RateLimitResponse_OK
+	var lead *floodgate.Check
+	var leadSt *rlspb.RateLimitResponse_DescriptorStatus
+	var leadLim *lim
+	now := s.opts.now()
+	for i := range ds {
+		d := &ds[i]
+		switch {
+		case d.lm == nil:
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+			continue
+		case d.lm.unlimited:
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		}
+		j := pick(d.checks)
+		ch, l := &d.checks[j], &d.lm.lims[j]
+		dec := ch.Decision
+		over := false
+		for k := range d.checks {
+			if !d.checks[k].Decision.Allowed {
+				over = true
+			}
+		}
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, CurrentLimit: l.pb}
+		if over {
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		} else {
+			st.LimitRemaining = uint32(min(max(dec.Remaining, 0), math.MaxUint32))
+		}
+		st.DurationUntilReset = durationpb.New(resetOf(l, dec, over, now))
+		if s.opts.metrics != nil && !d.neg && d.hits > 0 {
+			s.opts.metrics.record(req.Domain, d.stats, d.checks, d.lm, d.hits, s.opts.nearRatio, admitted && !quotaOver)
+		}
+		if over && d.lm.shadow {
+			st.Code = rlspb.RateLimitResponse_OK
+		}
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT && !d.lm.quota {
+			overall = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		resp.Statuses[i] = st
+		// The lead: a refusal first, then the fewest left.
+		if lead == nil || (over && !lead.Decision.Allowed && dec.RetryAfter > lead.Decision.RetryAfter) ||
+			(over && lead.Decision.Allowed) || (!over && lead.Decision.Allowed && dec.Remaining < lead.Decision.Remaining) {
+			if ch.Limiter != nil {
+				lead = ch
+			}
+			leadSt, leadLim = st, l
+		}
+	}
+	if quotaOver {
+		overall = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	if overall == rlspb.RateLimitResponse_OVER_LIMIT && s.opts.shadow {
+		overall = rlspb.RateLimitResponse_OK
+	}
+	resp.OverallCode = overall
+	if s.opts.headers != 0 && leadSt != nil {
+		resp.ResponseHeadersToAdd = s.headers(ds, leadSt, leadLim)
+	}
+	return resp, lead, nil
+}
+
+// take decides checks all or nothing: charged when commit, else only
+// evaluated. Checks without a limiter (blocked limits) refuse.
+func (s *Service) take(ctx context.Context, checks []floodgate.Check, commit bool) (bool, error) {
+	var group []floodgate.Check
+	blocked := false
+	for i := range checks {
+		if checks[i].Limiter == nil {
+			checks[i].Decision = floodgate.Decision{}
+			blocked = true
+		}
+	}
+	if blocked {
+		commit = false
+	}
+	group = checks
+	if commit {
+		if _, err := floodgate.TakeAll(ctx, group); err != nil {
+			if errors.Is(err, floodgate.ErrInvalidCost) {
+				return s.evaluate(ctx, checks)
+			}
+			return false, err
+		}
+		for i := range group {
+			if !group[i].Decision.Allowed {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	ok, err := s.evaluate(ctx, checks)
+	return ok && !blocked, err
+}
+
+// evaluate tells what checks would decide, changing nothing.
+func (s *Service) evaluate(ctx context.Context, checks []floodgate.Check) (bool, error) {
+	var fit []floodgate.Check
+	var idx []int
+	all := true
+	for i := range checks {
+		ch := &checks[i]
+		if ch.Limiter == nil {
+			all = false
+			continue
+		}
+		l := ch.Limiter.(*store.Limiter)
+		if int64(ch.N) > l.Capacity() {
+			d, err := l.Peek(ctx, ch.Key)
+			if err != nil {
+				return false, err
+			}
+			d.Allowed = false
+			ch.Decision = d
+			all = false
+			continue
+		}
+		fit = append(fit, *ch)
+		idx = append(idx, i)
+	}
+	if len(fit) == 0 {
+		return all, nil
+	}
+	l := fit[0].Limiter.(*store.Limiter)
+	ok, err := l.TakeGroup(ctx, fit, false)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, fmt.Errorf("rls: the store could not evaluate the group")
+	}
+	for k, i := range idx {
+		checks[i].Decision = fit[k].Decision
+		if !fit[k].Decision.Allowed {
+			all = false
+		}
+	}
+	return all, nil
+}
+
+// pick returns the index of the check that stands for a descriptor: the
+// refusing one with the longest wait, else the one with the fewest left.
+func pick(checks []floodgate.Check) int {
+	best := 0
+	for i := 1; i < len(checks); i++ {
+		a, b := checks[i].Decision, checks[best].Decision
+		switch {
+		case !a.Allowed && b.Allowed:
+			best = i
+		case !a.Allowed && !b.Allowed && a.RetryAfter > b.RetryAfter:
+			best = i
+		case a.Allowed && b.Allowed && a.Remaining < b.Remaining:
+			best = i
+		}
+	}
+	return best
+}
+
+// resetOf is a descriptor's duration_until_reset in whole seconds, rounded
+// up as the reference's (window - now % window): for a fixed window the end
+// of the window holding now; for the other algorithms the wait on a
+// refusal, else the time until full.
+func resetOf(l *lim, d floodgate.Decision, over bool, now time.Time) time.Duration {
+	var r time.Duration
+	switch {
+	case l.fixed || l.blocked:
+		r = d.ResetAfter
+		if over && d.RetryAfter > 0 {
+			r = d.RetryAfter
+		}
+		if r == 0 && l.window > 0 {
+			r = l.window - time.Duration(now.UnixNano()%int64(l.window))
+		}
+	case over:
+		r = d.RetryAfter
+	default:
+		r = d.ResetAfter
+	}
+	return (r + time.Second - 1) / time.Second * time.Second
+}
+
+// quotaGroupKey groups quota-mode descriptors as the reference does: by
+// their backend_name and model_name_override entries when they have them,
+// else by all their entries.
+func quotaGroupKey(es []*ratelimitpb.RateLimitDescriptor_Entry) string {
+	var backend, model, all string
+	for _, e := range es {
+		switch e.GetKey() {
+		case "backend_name":
+			backend = e.GetValue()
+		case "model_name_override":
+			model = e.GetValue()
+		}
+		all += e.GetKey() + "=" + e.GetValue() + ";"
+	}
+	if backend != "" || model != "" {
+		return backend + "|" + model
+	}
+	return all
+}
