@@ -305,3 +305,31 @@ func TestMetricsAndHeaders(t *testing.T) {
 		t.Errorf("shadow_mode %v, want 2 (3 hits, 1 within the limit)", got)
 	}
 }
+
+// The README's "Behind Envoy" shows testdata/example/edge.yaml verbatim, and
+// the directory loads and serves.
+func TestReadmeConfig(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile("testdata/example/edge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "## Behind Envoy") || !strings.Contains(string(readme), "```yaml\n"+string(file)+"```") {
+		t.Fatal("README.md does not show testdata/example/edge.yaml verbatim in its Behind Envoy section")
+	}
+	cfg, err := rls.LoadDir("testdata/example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := rls.New(stores[0].make(t, nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveService(t, svc, "testdata/example")
+	// The tenant's bucket holds 200; the hour's 1000 stays behind it.
+	want(t, srv.call(t, "edge", 150, desc("tenant", "acme")), ok, "OK 50")
+	want(t, srv.call(t, "edge", 60, desc("tenant", "acme")), over, "OVER")
+}
