@@ -270,12 +270,13 @@ func policyName(path string) string {
 func lookup(root *node, entries []entry) *node {
 	cur := root
 	var found *node
+	var arr [128]byte
 	for i, e := range entries {
-		kv := e.key + "_" + e.value
-		next := cur.children[kv]
+		kv := append(append(append(arr[:0], e.key...), '_'), e.value...)
+		next := cur.children[string(kv)]
 		if next == nil {
 			for _, w := range cur.wildcards {
-				if strings.HasPrefix(kv, w[:len(w)-1]) {
+				if p := w[:len(w)-1]; len(kv) >= len(p) && string(kv[:len(p)]) == p {
 					next = cur.children[w]
 					break
 				}

@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 
 var redisCmd *exec.Cmd
 
-func singleAddr(t *testing.T) string {
+func singleAddr(t testing.TB) string {
 	t.Helper()
 	redisOnce.Do(func() {
 		if a := os.Getenv("FLOODGATE_REDIS_ADDR"); a != "" {
@@ -87,7 +87,7 @@ func singleAddr(t *testing.T) string {
 	return redisAddr
 }
 
-func clusterAddrs(t *testing.T) []string {
+func clusterAddrs(t testing.TB) []string {
 	t.Helper()
 	c := os.Getenv("FLOODGATE_REDIS_CLUSTER")
 	if c == "" {
@@ -96,7 +96,7 @@ func clusterAddrs(t *testing.T) []string {
 	return strings.Split(c, ",")
 }
 
-func redisClient(t *testing.T, addrs []string) rueidis.Client {
+func redisClient(t testing.TB, addrs []string) rueidis.Client {
 	t.Helper()
 	k := strings.Join(addrs, ",")
 	clientsMu.Lock()
@@ -115,9 +115,9 @@ func redisClient(t *testing.T, addrs []string) rueidis.Client {
 // stores are the stores every behaviour test runs on.
 var stores = []struct {
 	name string
-	make func(t *testing.T, clock floodgate.Clock) store.Store
+	make func(t testing.TB, clock floodgate.Clock) store.Store
 }{
-	{"memstore", func(t *testing.T, clock floodgate.Clock) store.Store {
+	{"memstore", func(t testing.TB, clock floodgate.Clock) store.Store {
 		opts := []memstore.Option{}
 		if clock != nil {
 			opts = append(opts, memstore.WithClock(clock))
@@ -129,15 +129,15 @@ var stores = []struct {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}},
-	{"redis", func(t *testing.T, _ floodgate.Clock) store.Store {
+	{"redis", func(t testing.TB, _ floodgate.Clock) store.Store {
 		return redisStore(t, redisClient(t, []string{singleAddr(t)}))
 	}},
-	{"cluster", func(t *testing.T, _ floodgate.Clock) store.Store {
+	{"cluster", func(t testing.TB, _ floodgate.Clock) store.Store {
 		return redisStore(t, redisClient(t, clusterAddrs(t)))
 	}},
 }
 
-func redisStore(t *testing.T, c rueidis.Client, opts ...redisstore.Option) store.Store {
+func redisStore(t testing.TB, c rueidis.Client, opts ...redisstore.Option) store.Store {
 	t.Helper()
 	name := strings.NewReplacer("/", ":", "{", "(", "}", ")").Replace(t.Name())
 	opts = append([]redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("rlstest:%s:%d:", name, rand.Uint64())),

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,6 +30,22 @@ type Metrics struct {
 	totalHits, withinLimit, nearLimit, overLimit, shadowMode *prometheus.CounterVec
 	loadSuccess, loadError                                   prometheus.Counter
 	callError                                                *prometheus.CounterVec
+	// counters caches each (domain, key)'s counters: a label lookup per
+	// call is the dearest part of counting.
+	counters sync.Map // string -> *keyCounters
+}
+
+type keyCounters struct{ total, within, near, over, shadow prometheus.Counter }
+
+func (m *Metrics) of(domain, key string) *keyCounters {
+	id := domain + "\x00" + key
+	if c, ok := m.counters.Load(id); ok {
+		return c.(*keyCounters)
+	}
+	c := &keyCounters{m.totalHits.WithLabelValues(domain, key), m.withinLimit.WithLabelValues(domain, key),
+		m.nearLimit.WithLabelValues(domain, key), m.overLimit.WithLabelValues(domain, key), m.shadowMode.WithLabelValues(domain, key)}
+	got, _ := m.counters.LoadOrStore(id, c)
+	return got.(*keyCounters)
 }
 
 // NewMetrics registers the counters on reg.
@@ -78,7 +95,8 @@ func (m *Metrics) record(domain, stats string, checks []floodgate.Check, lm *lim
 		key = key[len(domain)+1:]
 	}
 	h := float64(hits)
-	m.totalHits.WithLabelValues(domain, key).Add(h)
+	c := m.of(domain, key)
+	c.total.Add(h)
 	j := pick(checks)
 	l := &lm.lims[j]
 	d := checks[j].Decision
@@ -106,17 +124,17 @@ func (m *Metrics) record(domain, stats string, checks []floodgate.Check, lm *lim
 		if o <= 0 {
 			o = int64(hits)
 		}
-		m.overLimit.WithLabelValues(domain, key).Add(float64(o))
+		c.over.Add(float64(o))
 		if before < limit {
-			m.nearLimit.WithLabelValues(domain, key).Add(float64(limit - max(near, before)))
+			c.near.Add(float64(limit - max(near, before)))
 		}
 		if lm.shadow {
-			m.shadowMode.WithLabelValues(domain, key).Add(float64(o))
+			c.shadow.Add(float64(o))
 		}
 		return
 	}
-	m.withinLimit.WithLabelValues(domain, key).Add(h)
+	c.within.Add(h)
 	if after > near {
-		m.nearLimit.WithLabelValues(domain, key).Add(float64(min(int64(hits), after-max(near, before))))
+		c.near.Add(float64(min(int64(hits), after-max(near, before))))
 	}
 }

@@ -305,9 +305,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	}
 	c := s.cur.Load()
 	root := c.domains[req.Domain]
-	ds := make([]dstatus, len(req.Descriptors))
-	replacing := map[string]bool{}
-	var ents []entry
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	ds := sc.statuses(len(req.Descriptors))
+	var replacing map[string]bool // made when a limit replaces another
+	ents := sc.ents[:0]
 	for i, d := range req.Descriptors {
 		if root == nil {
 			break // unknown domain: no limit at all, the request's own ones included
@@ -329,6 +331,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			continue
 		}
 		for _, r := range lm.replaces {
+			if replacing == nil {
+				replacing = map[string]bool{}
+			}
 			replacing[r] = true
 		}
 		ds[i].lm = lm
@@ -348,7 +353,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			ds[i].lm = nil
 		}
 	}
-	resp, lead, err := s.decide(ctx, req, ds)
+	sc.ents = ents[:0]
+	resp, lead, err := s.decide(ctx, req, ds, sc)
 	outcome := floodgate.OutcomeAllowed
 	if err != nil {
 		switch s.opts.failure {
@@ -471,10 +477,12 @@ func detailedKey(domain string, ents []entry) string {
 
 // decide runs the checks of ds and writes the response. lead is the check
 // that decided, for the observer.
-func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []dstatus) (*rlspb.RateLimitResponse, *floodgate.Check, error) {
-	var enforcing []floodgate.Check
-	var ents []entry
-	quotaGroups := map[string]bool{} // group -> over
+func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []dstatus, sc *scratch) (*rlspb.RateLimitResponse, *floodgate.Check, error) {
+	enforcing := sc.enforcing[:0]
+	defer func() { sc.enforcing = enforcing[:0] }()
+	ents := sc.ents[:0]
+	defer func() { sc.ents = ents[:0] }()
+	var quotaGroups map[string]bool // group -> over, made for quota-mode descriptors
 	// Build every descriptor's checks.
 	for i := range ds {
 		d := &ds[i]
@@ -486,7 +494,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 			ents = append(ents, entry{e.GetKey(), e.GetValue()})
 		}
 		key := storeKey(req.Domain, ents)
-		d.checks = make([]floodgate.Check, len(d.lm.lims))
+		d.checks = sc.checks(len(d.lm.lims))
 		for j := range d.lm.lims {
 			l := &d.lm.lims[j]
 			d.checks[j] = floodgate.Check{Key: key, N: d.hits}
@@ -539,6 +547,9 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 		}
 		d.over = !ok
 		g := quotaGroupKey(req.Descriptors[i].GetEntries())
+		if quotaGroups == nil {
+			quotaGroups = map[string]bool{}
+		}
 		prev, seen := quotaGroups[g]
 		quotaGroups[g] = !ok || (seen && prev)
 	}
@@ -789,4 +800,49 @@ func quotaGroupKey(es []*ratelimitpb.RateLimitDescriptor_Entry) string {
 		return backend + "|" + model
 	}
 	return all
+}
+
+// scratch holds the buffers of one call, pooled.
+type scratch struct {
+	ds        []dstatus
+	ents      []entry
+	enforcing []floodgate.Check
+	backing   []floodgate.Check
+}
+
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{ents: make([]entry, 0, 8), enforcing: make([]floodgate.Check, 0, 8), backing: make([]floodgate.Check, 0, 8)}
+}}
+
+func (sc *scratch) statuses(n int) []dstatus {
+	if cap(sc.ds) < n {
+		sc.ds = make([]dstatus, n)
+	}
+	sc.ds = sc.ds[:n]
+	clear(sc.ds)
+	return sc.ds
+}
+
+// checks returns n zeroed checks from the backing buffer (a full buffer
+// is left to the descriptors that hold it and a new one started).
+func (sc *scratch) checks(n int) []floodgate.Check {
+	if cap(sc.backing)-len(sc.backing) < n {
+		sc.backing = make([]floodgate.Check, 0, max(8, 2*n))
+	}
+	k := len(sc.backing)
+	sc.backing = sc.backing[:k+n]
+	out := sc.backing[k : k+n : k+n]
+	clear(out)
+	return out
+}
+
+func (sc *scratch) release() {
+	if len(sc.ds) > 64 || cap(sc.backing) > 256 {
+		return // an outsized call: let its buffers go
+	}
+	clear(sc.backing[:cap(sc.backing)])
+	sc.backing = sc.backing[:0]
+	clear(sc.ds)
+	clear(sc.enforcing[:cap(sc.enforcing)])
+	scratchPool.Put(sc)
 }
