@@ -33,7 +33,9 @@ descriptors:
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := func(k, v string) *ratelimitpb.RateLimitDescriptor_Entry { return &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v} }
+	e := func(k, v string) *ratelimitpb.RateLimitDescriptor_Entry {
+		return &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
 	reqs := make([]*rlspb.RateLimitRequest, 1024)
 	for i := range reqs {
 		reqs[i] = &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitpb.RateLimitDescriptor{
