@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,10 +116,11 @@ func main() {
 	targets := []struct {
 		name string
 		port int
+		pid  int
 	}{
-		{"envoyproxy/ratelimit, Redis", refPort},
-		{"floodgate-rls, Redis", fgRedisPort},
-		{"floodgate-rls, memstore", fgMemPort},
+		{"envoyproxy/ratelimit, Redis", refPort, ref.Process.Pid},
+		{"floodgate-rls, Redis", fgRedisPort, fgRedis.Process.Pid},
+		{"floodgate-rls, memstore", fgMemPort, fgMem.Process.Pid},
 	}
 	clients := make([]rlspb.RateLimitServiceClient, len(targets))
 	for i, t := range targets {
@@ -131,18 +134,20 @@ func main() {
 	}
 	fmt.Printf("ShouldRateLimit, %d callers, %d rounds of %v per target, interleaved; each request: the origin and purge-orchestrator descriptors and one of %d tenants\n\n",
 		*callers, *rounds, *duration, *tenants)
-	type res struct{ rps, p50, p99 float64 }
+	type res struct{ rps, p50, p99, cpu float64 }
 	results := make([][]res, len(targets))
 	for r := range *rounds {
 		for i := range targets {
 			// Alternate the order, so that no target always runs first.
 			k := (i + r) % len(targets)
+			cpu0 := cpuTime(targets[k].pid)
 			rps, p50, p99 := load(clients[k], *callers, *duration, *tenants)
-			results[k] = append(results[k], res{rps, p50, p99})
-			fmt.Printf("round %d  %-30s %9.0f calls/s  p50 %7.0f µs  p99 %7.0f µs\n", r+1, targets[k].name, rps, p50, p99)
+			cpu := float64((cpuTime(targets[k].pid) - cpu0).Microseconds()) / (rps * duration.Seconds())
+			results[k] = append(results[k], res{rps, p50, p99, cpu})
+			fmt.Printf("round %d  %-30s %9.0f calls/s  p50 %7.0f µs  p99 %7.0f µs  server CPU %5.1f µs/call\n", r+1, targets[k].name, rps, p50, p99, cpu)
 		}
 	}
-	fmt.Printf("\n%-30s %-28s %-24s %-24s\n", "target", "calls/s median (min-max)", "p50 µs median (min-max)", "p99 µs median (min-max)")
+	fmt.Printf("\n%-30s %-28s %-24s %-24s %-24s\n", "target", "calls/s median (min-max)", "p50 µs median (min-max)", "p99 µs median (min-max)", "server CPU µs/call")
 	for i, t := range targets {
 		col := func(f func(res) float64) string {
 			var v []float64
@@ -152,19 +157,39 @@ func main() {
 			m, lo, hi := stats(v)
 			return fmt.Sprintf("%.0f (%.0f-%.0f)", m, lo, hi)
 		}
-		fmt.Printf("%-30s %-28s %-24s %-24s\n", t.name, col(func(x res) float64 { return x.rps }), col(func(x res) float64 { return x.p50 }), col(func(x res) float64 { return x.p99 }))
+		fmt.Printf("%-30s %-28s %-24s %-24s %-24s\n", t.name, col(func(x res) float64 { return x.rps }), col(func(x res) float64 { return x.p50 }),
+			col(func(x res) float64 { return x.p99 }), col(func(x res) float64 { return x.cpu }))
 	}
 	fmt.Println("\nper-round ratios against the reference (throughput: higher is better; p99: lower is better)")
 	for i := 1; i < len(targets); i++ {
-		var th, lat []float64
+		var th, lat, cpu []float64
 		for r := range results[i] {
 			th = append(th, results[i][r].rps/results[0][r].rps)
 			lat = append(lat, results[i][r].p99/results[0][r].p99)
+			cpu = append(cpu, results[0][r].cpu/results[i][r].cpu)
 		}
 		m, lo, hi := stats(th)
 		m2, lo2, hi2 := stats(lat)
-		fmt.Printf("%-30s throughput %.2fx (%.2f-%.2f)%s   p99 %.2fx (%.2f-%.2f)%s\n", targets[i].name, m, lo, hi, crosses(lo, hi), m2, lo2, hi2, crosses(lo2, hi2))
+		m3, lo3, hi3 := stats(cpu)
+		fmt.Printf("%-30s throughput %.2fx (%.2f-%.2f)%s   p99 %.2fx (%.2f-%.2f)%s   calls per server CPU second %.2fx (%.2f-%.2f)%s\n", targets[i].name,
+			m, lo, hi, crosses(lo, hi), m2, lo2, hi2, crosses(lo2, hi2), m3, lo3, hi3, crosses(lo3, hi3))
 	}
+}
+
+// cpuTime is the user and system CPU time a process has used (Linux
+// /proc, in clock ticks of 10 ms).
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		fail(err)
+	}
+	// Fields after the command name (which is in parentheses): state is
+	// field 3, utime 14, stime 15.
+	rest := string(b[bytes.LastIndexByte(b, ')')+2:])
+	f := strings.Fields(rest)
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func crosses(lo, hi float64) string {
