@@ -73,7 +73,8 @@
 // (whole seconds to the end of the window, windows aligned to the epoch);
 // overall_code OVER_LIMIT when any enforcing descriptor is over; hits_addend
 // of the request (0 means 1) or of the descriptor (which wins; 0 there
-// checks without counting); the descriptor's own limit (a fixed window in
+// checks without counting: OVER_LIMIT when nothing is left, and the request
+// is then refused as a whole); the descriptor's own limit (a fixed window in
 // place of the config's; the domain must be known); an unlimited descriptor
 // answers OK with limit_remaining 2^32-1 and no current_limit; a descriptor
 // without a limit (unknown domain or descriptor, or replaced) OK with
@@ -93,7 +94,10 @@
 //     its counter being at 13), and the other descriptors of a refused request
 //     (the image origin's, when the purge orchestrator is over) keep their
 //     units. Statuses of a refused request tell each descriptor's state as
-//     it stands (limit_remaining uncharged) and 0 for those over.
+//     it stands (limit_remaining uncharged) and 0 for those over. A check
+//     without counting (hits_addend 0) is over when no unit is left, where
+//     the reference says over only once its counter has passed the limit
+//     (at exactly the limit it says OK with 0 left).
 //   - Shadow-mode descriptors are charged only when the request is admitted
 //     (floodgate's dry-run rule); quota-mode descriptors are each charged
 //     when they admit, before the others are decided.
@@ -110,6 +114,10 @@
 //   - Month is 30 days and year 365, as the reference without its
 //     calendar-month setting; the metric labels are domain and key (the
 //     descriptor path), not the mapping's key1/key2 split at dots.
+//   - rls/benchmarks (a module of its own) runs the reference, built from
+//     its module, and this service side by side on one Redis and checks
+//     that they answer a sequence of requests covering the above
+//     identically (TestConformanceWithReference).
 //   - No local over-limit cache: floodgate's memory store answers at memory
 //     speed and Redis in one script per request.
 //

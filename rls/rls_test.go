@@ -275,8 +275,12 @@ func TestHitsAddend(t *testing.T) {
 		want(t, srv.call(t, "edge", 0, withHits(tenant(), 0)), ok, "OK 2")
 		// The descriptor's own hits_addend wins over the request's.
 		want(t, srv.call(t, "edge", 9, withHits(tenant(), 2)), ok, "OK 0")
-		want(t, srv.call(t, "edge", 0, withHits(tenant(), 0)), ok, "OK 0")
+		want(t, srv.call(t, "edge", 0, withHits(tenant(), 0)), over, "OVER") // nothing left
 		want(t, srv.call(t, "edge", 0, tenant()), over, "OVER")
+		// Looking at a spent limit refuses the request: the other
+		// descriptor is not charged.
+		want(t, srv.call(t, "edge", 0, withHits(tenant(), 0), desc("tenant", "t3")), over, "OVER", "OK 10")
+		want(t, srv.call(t, "edge", 0, desc("tenant", "t3")), ok, "OK 9")
 		// A cost larger than the limit can never pass.
 		want(t, srv.call(t, "edge", 11, desc("tenant", "t2")), over, "OVER")
 		want(t, srv.call(t, "edge", 0, desc("tenant", "t2")), ok, "OK 9")

@@ -517,7 +517,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 		for j := range d.checks {
 			ch := &d.checks[j]
 			if ch.Limiter == nil {
-				ch.Decision = floodgate.Decision{Allowed: true}
+				ch.Decision = floodgate.Decision{Allowed: d.neg} // blocked: nothing is ever left
 				continue
 			}
 			l := ch.Limiter.(*store.Limiter)
@@ -530,11 +530,26 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 			if err != nil {
 				return nil, nil, err
 			}
-			dec.Allowed = true
+			// Looking: over the limit when no unit is left (a counted hit
+			// would be refused); a refund is always allowed.
+			dec.Allowed = d.neg || dec.Remaining > 0
 			ch.Decision = dec
 		}
 	}
+	// A request over a limit it only looks at is refused: it charges
+	// nothing elsewhere either.
 	refusedEarly := false
+	for i := range ds {
+		d := &ds[i]
+		if d.checks == nil || d.neg || d.hits != 0 || d.lm.shadow || d.lm.quota {
+			continue
+		}
+		for j := range d.checks {
+			if !d.checks[j].Decision.Allowed {
+				refusedEarly = true
+			}
+		}
+	}
 	// Quota-mode descriptors: each decided on its own.
 	for i := range ds {
 		d := &ds[i]
@@ -733,8 +748,14 @@ func (s *Service) evaluate(ctx context.Context, checks []floodgate.Check) (bool,
 		return false, fmt.Errorf("rls: the store could not evaluate the group")
 	}
 	for k, i := range idx {
-		checks[i].Decision = fit[k].Decision
-		if !fit[k].Decision.Allowed {
+		dec := fit[k].Decision
+		if ok {
+			// An admitting evaluation tells the state after a commit; what
+			// was not charged is the state before it.
+			dec.Remaining = min(dec.Remaining+int64(fit[k].N), max(dec.Limit, dec.Remaining))
+		}
+		checks[i].Decision = dec
+		if !dec.Allowed {
 			all = false
 		}
 	}

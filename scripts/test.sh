@@ -44,6 +44,9 @@ go test -race -count=1 -timeout 8m ./...
 log "rls module (the Envoy rate limit service): go test -race"
 (cd rls && go test -race -count=1 -timeout 5m ./...)
 
+log "rls answers as envoyproxy/ratelimit (built from its module), on the same Redis"
+(cd rls/benchmarks && go vet ./... && go test -count=1 -timeout 5m ./...)
+
 log "benchmarks module compiles and its benchmarks run once"
 (cd benchmarks && FLOODGATE_BENCH_KEYS=10000 go test -count=1 -run "^$" -bench . -benchtime 1x ./... >/dev/null)
 
