@@ -104,7 +104,9 @@ func steps() []step {
 	}
 	add(7, 0, func() *ratelimitpb.RateLimitDescriptor { return d("database", "users") })
 	add(1, 0, func() *ratelimitpb.RateLimitDescriptor { return d("database", "orders") })
-	add(6, 0, func() *ratelimitpb.RateLimitDescriptor { return d("message_type", "marketing", "to_number", "2061111111") })
+	add(6, 0, func() *ratelimitpb.RateLimitDescriptor {
+		return d("message_type", "marketing", "to_number", "2061111111")
+	})
 	add(1, 0, func() *ratelimitpb.RateLimitDescriptor { return d("message_type", "marketing") })
 	add(2, 0, func() *ratelimitpb.RateLimitDescriptor { return d("to_number", "2061111111") })
 	add(1, 0, func() *ratelimitpb.RateLimitDescriptor { return d("to_number", "2061111111", "extra", "x") })
