@@ -114,6 +114,7 @@ type node struct {
 	children  map[string]*node // by "key_value" and "key"
 	wildcards []string         // children keys ending in '*', in file order
 	limit     *limit
+	cred      bool // the entry matched here holds a credential
 }
 
 // compiled is one loaded Config: the trees of its domains.
@@ -163,7 +164,7 @@ func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, 
 		if _, dup := parent.children[final]; dup {
 			return errf("duplicate descriptor composite key '%s'", at)
 		}
-		n := &node{children: map[string]*node{}}
+		n := &node{children: map[string]*node{}, cred: d.Credential}
 		if d.RateLimit != nil {
 			lm := &limit{name: d.RateLimit.Name, replaces: d.RateLimit.Replaces, unlimited: d.RateLimit.Unlimited,
 				shadow: d.ShadowMode, quota: d.QuotaMode, detailed: d.DetailedMetric, statsKey: at}
@@ -265,11 +266,12 @@ func policyName(path string) string {
 // lookup finds the limit of a request descriptor's entries in the tree of
 // a domain, as the reference does: at each level the entry's key and value,
 // else a wildcard value that prefixes it, else the key alone; the limit
-// applies only at the descriptor's last entry. It also returns the stats key
-// of a detailed_metric limit.
-func lookup(root *node, entries []entry) *node {
+// applies only at the descriptor's last entry. It also returns the entries
+// that hold credentials, as bits (entry i: bit i; the first 64).
+func lookup(root *node, entries []entry) (*node, uint64) {
 	cur := root
 	var found *node
+	var cred uint64
 	var arr [128]byte
 	for i, e := range entries {
 		kv := append(append(append(arr[:0], e.key...), '_'), e.value...)
@@ -285,6 +287,9 @@ func lookup(root *node, entries []entry) *node {
 		if next == nil {
 			next = cur.children[e.key]
 		}
+		if next != nil && next.cred && i < 64 {
+			cred |= 1 << i
+		}
 		if next != nil && next.limit != nil && i == len(entries)-1 {
 			found = next
 		}
@@ -293,7 +298,7 @@ func lookup(root *node, entries []entry) *node {
 		}
 		cur = next
 	}
-	return found
+	return found, cred
 }
 
 type entry struct{ key, value string }

@@ -48,6 +48,10 @@ type Descriptor struct {
 	QuotaMode bool
 	// DetailedMetric labels the metrics with the request's values.
 	DetailedMetric bool
+	// Credential marks the entry's value as a credential (an API key, a
+	// token; a floodgate extension): the store key holds a keyed hash of
+	// it, and metrics and events never show it.
+	Credential bool
 	// ValueToMetric and ShareThreshold are accepted as the reference
 	// accepts them; see the package documentation.
 	ValueToMetric  bool
@@ -277,7 +281,7 @@ func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) 
 		d := Descriptor{Line: e.Line}
 		var nested *yaml.Node
 		err := p.fields(e, []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
-			"detailed_metric", "value_to_metric", "share_threshold"}, func(k string, v *yaml.Node) error {
+			"detailed_metric", "value_to_metric", "share_threshold", "credential"}, func(k string, v *yaml.Node) error {
 			var err error
 			switch k {
 			case "key":
@@ -307,6 +311,8 @@ func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) 
 				d.ValueToMetric, err = p.bool(v)
 			case "share_threshold":
 				d.ShareThreshold, err = p.bool(v)
+			case "credential":
+				d.Credential, err = p.bool(v)
 			}
 			return err
 		})

@@ -57,6 +57,12 @@
 //	  burst: 200                # a token bucket's capacity (default requests_per_unit), a leaky bucket's burst
 //	rate_limits:                # further limits of the descriptor, checked with rate_limit all or nothing
 //	  - {unit: hour, requests_per_unit: 1000}
+//	credential: true            # beside key: the entry's value is a credential (an API key, a token)
+//
+// A credential's value reaches neither the store nor the metrics in clear:
+// both see a keyed hash of it (HMAC-SHA256 under [WithKeySecret], which
+// every process sharing a Redis must be given alike), and observer events
+// name limits by their config path, never by a request's values.
 //
 // A token bucket runs at requests_per_unit per unit with its burst; a leaky
 // bucket in nginx's nodelay mode (Envoy cannot delay a request). A limit's

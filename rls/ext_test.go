@@ -2,6 +2,7 @@ package rls_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/store/redisstore"
 )
 
 var extensions = map[string]string{"ext.yaml": `
@@ -331,4 +333,71 @@ func TestReadmeConfig(t *testing.T) {
 	// The tenant's bucket holds 200; the hour's 1000 stays behind it.
 	want(t, srv.call(t, "edge", 150, desc("tenant", "acme")), ok, "OK 50")
 	want(t, srv.call(t, "edge", 60, desc("tenant", "acme")), over, "OVER")
+}
+
+// A credential's value never reaches the store or the metrics in clear.
+func TestCredential(t *testing.T) {
+	c := redisClient(t, []string{singleAddr(t)})
+	prefix := fmt.Sprintf("rlscred:%d:", time.Now().UnixNano())
+	st, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := rls.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "sk_live_do_not_leak_9f8e7d"
+	files := map[string]string{"cred.yaml": `
+domain: cred
+descriptors:
+  - key: api_key
+    credential: true
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`}
+	var events []floodgate.Event
+	var mu sync.Mutex
+	srv := serve(t, st, files, rls.WithMetrics(m), rls.WithKeySecret([]byte("0123456789abcdef0123")),
+		rls.WithObserver(floodgate.ObserverFunc(func(e floodgate.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })))
+	want(t, srv.call(t, "cred", 0, desc("api_key", secret)), ok, "OK 1")
+	want(t, srv.call(t, "cred", 0, desc("api_key", secret)), ok, "OK 0")
+	want(t, srv.call(t, "cred", 0, desc("api_key", secret)), over, "OVER")
+	want(t, srv.call(t, "cred", 0, desc("api_key", "another")), ok, "OK 1") // each credential its own budget
+	keys, err := c.Do(t.Context(), c.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("keys %v, want one per credential", keys)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, secret) || strings.Contains(k, "another") {
+			t.Errorf("store key %q holds a credential in clear", k)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				n++
+				if strings.Contains(lp.GetValue(), secret) {
+					t.Errorf("metric %s label %s=%q holds a credential in clear", mf.GetName(), lp.GetName(), lp.GetValue())
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no metric labels")
+	}
+	for _, e := range events {
+		if strings.Contains(e.Policy, secret) {
+			t.Errorf("event policy %q holds a credential", e.Policy)
+		}
+	}
 }

@@ -1,7 +1,12 @@
 package rls
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -50,6 +55,7 @@ type options struct {
 	nearRatio float64
 	onReload  func(Reload)
 	now       func() time.Time
+	secret    []byte
 }
 
 // WithObserver reports one event per ShouldRateLimit call to o: its
@@ -131,6 +137,21 @@ func WithOnReload(f func(Reload)) Option {
 	}}
 }
 
+// WithKeySecret sets the secret of the keyed hash (HMAC-SHA256, 128 bits
+// kept) that stands for a credential's value (a descriptor marked
+// credential: true) in store keys and metrics: at least 16 bytes. Without
+// it each Service draws a random one, so every process sharing a Redis
+// must be given the same secret to share a credential's budget.
+func WithKeySecret(secret []byte) Option {
+	return Option{func(c *options) error {
+		if len(secret) < 16 {
+			return fmt.Errorf("%w: rls: a key secret of %d bytes (want at least 16)", floodgate.ErrInvalidConfig, len(secret))
+		}
+		c.secret = bytes.Clone(secret)
+		return nil
+	}}
+}
+
 // WithClock sets the clock that duration_until_reset of a fixed window
 // counts from when the store did not say (a key at full capacity). The
 // default is floodgate.SystemClock. For tests.
@@ -195,6 +216,12 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 		}
 		if err := o.apply(&svc.opts); err != nil {
 			return nil, err
+		}
+	}
+	if svc.opts.secret == nil {
+		svc.opts.secret = make([]byte, 32)
+		if _, err := rand.Read(svc.opts.secret); err != nil {
+			return nil, fmt.Errorf("rls: %w", err)
 		}
 	}
 	c, err := compile(cfg)
@@ -290,6 +317,7 @@ type dstatus struct {
 	neg      bool
 	checks   []floodgate.Check // one per lim (blocked ones too, Limiter nil)
 	stats    string
+	cred     uint64 // entries holding credentials (lookup)
 	over     bool
 	precheck bool // refused before any store call (blocked, cost too large)
 }
@@ -324,8 +352,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			if lm, err = s.override(req.Domain, o.GetRequestsPerUnit(), o.GetUnit().String(), o.GetUnitMultiplier().GetValue(), ents); err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
-		} else if n := lookup(root, ents); n != nil {
+		} else if n, cred := lookup(root, ents); n != nil {
 			lm = n.limit
+			ds[i].cred = cred
 		}
 		if lm == nil {
 			continue
@@ -339,7 +368,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		ds[i].lm = lm
 		ds[i].stats = lm.statsKey
 		if lm.detailed {
-			ds[i].stats = detailedKey(req.Domain, ents)
+			ds[i].stats = s.detailedKey(req.Domain, ents, ds[i].cred)
 		}
 		hits := uint64(max(1, req.GetHitsAddend()))
 		if h := d.GetHitsAddend(); h != nil {
@@ -407,7 +436,7 @@ func (s *Service) override(domain string, rpu uint32, unit string, mult uint32, 
 	if err != nil {
 		return nil, fmt.Errorf("the descriptor's limit: %w", err)
 	}
-	lm := &limit{statsKey: detailedKey(domain, ents)}
+	lm := &limit{statsKey: s.detailedKey(domain, ents, 0)}
 	k := overrideKey{rpu, w}
 	s.ovMu.Lock()
 	l, ok := s.overrides[k]
@@ -435,26 +464,31 @@ func (s *Service) override(domain string, rpu uint32, unit string, mult uint32, 
 }
 
 // storeKey is the key of a descriptor in the store: the domain and every
-// entry, each part length-prefixed so that no two descriptors share one.
-func storeKey(domain string, ents []entry) string {
+// entry, each part escaped so that no two descriptors share one; a value
+// that is a credential (bit i of cred) is its keyed hash.
+func (s *Service) storeKey(domain string, ents []entry, cred uint64) string {
 	n := len(domain) + 8
 	for _, e := range ents {
 		n += len(e.key) + len(e.value) + 8
 	}
 	b := make([]byte, 0, n)
 	b = append(b, domain...)
-	for _, e := range ents {
+	for i, e := range ents {
 		b = append(b, '|')
-		b = appendLen(b, e.key)
+		b = appendEscaped(b, e.key)
 		b = append(b, '=')
-		b = appendLen(b, e.value)
+		if i < 64 && cred&(1<<i) != 0 {
+			b = s.appendHash(b, e.value)
+		} else {
+			b = appendEscaped(b, e.value)
+		}
 	}
 	return string(b)
 }
 
-func appendLen(b []byte, s string) []byte {
+func appendEscaped(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '|' || c == '=' || c == '\\' {
+		if c := s[i]; c == '|' || c == '=' || c == '\\' || c == '#' {
 			b = append(b, '\\')
 		}
 		b = append(b, s[i])
@@ -462,17 +496,32 @@ func appendLen(b []byte, s string) []byte {
 	return b
 }
 
+// appendHash appends '#' and 128 bits of HMAC-SHA256(secret, v) in hex.
+func (s *Service) appendHash(b []byte, v string) []byte {
+	m := hmac.New(sha256.New, s.opts.secret)
+	m.Write([]byte(v))
+	var sum [sha256.Size]byte
+	b = append(b, '#')
+	return hex.AppendEncode(b, m.Sum(sum[:0])[:16])
+}
+
 // detailedKey is the reference's detailed stats key: the domain and every
-// entry of the request, key_value.
-func detailedKey(domain string, ents []entry) string {
-	k := domain
-	for _, e := range ents {
-		k += "." + e.key
+// entry of the request, key_value (a credential as its keyed hash).
+func (s *Service) detailedKey(domain string, ents []entry, cred uint64) string {
+	b := []byte(domain)
+	for i, e := range ents {
+		b = append(b, '.')
+		b = append(b, e.key...)
 		if e.value != "" {
-			k += "_" + e.value
+			b = append(b, '_')
+			if i < 64 && cred&(1<<i) != 0 {
+				b = s.appendHash(b, e.value)
+			} else {
+				b = append(b, e.value...)
+			}
 		}
 	}
-	return k
+	return string(b)
 }
 
 // decide runs the checks of ds and writes the response. lead is the check
@@ -493,7 +542,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 		for _, e := range req.Descriptors[i].GetEntries() {
 			ents = append(ents, entry{e.GetKey(), e.GetValue()})
 		}
-		key := storeKey(req.Domain, ents)
+		key := s.storeKey(req.Domain, ents, d.cred)
 		d.checks = sc.checks(len(d.lm.lims))
 		for j := range d.lm.lims {
 			l := &d.lm.lims[j]

@@ -16,6 +16,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -71,6 +72,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		headers       = fs.String("headers", "", "response headers for Envoy to add: ietf, legacy or ietf,legacy")
 		shadow        = fs.Bool("shadow", false, "global shadow mode: answer OK whatever the limits say")
 		watch         = fs.Bool("watch", true, "reload the config directory when it changes")
+		secretFile    = fs.String("key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
 		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -93,6 +95,13 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		}
 	}
 	opts := []rls.Option{rls.WithHeaders(hs), rls.WithGlobalShadowMode(*shadow)}
+	if *secretFile != "" {
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, rls.WithKeySecret(bytes.TrimSpace(b)))
+	}
 
 	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes)
 	if err != nil {
