@@ -26,6 +26,7 @@ import (
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -134,20 +135,24 @@ func main() {
 	}
 	fmt.Printf("ShouldRateLimit, %d callers, %d rounds of %v per target, interleaved; each request: the origin and purge-orchestrator descriptors and one of %d tenants\n\n",
 		*callers, *rounds, *duration, *tenants)
-	type res struct{ rps, p50, p99, cpu float64 }
+	redisPid := redisPID(redis)
+	type res struct{ rps, p50, p99, cpu, rcpu float64 }
 	results := make([][]res, len(targets))
 	for r := range *rounds {
 		for i := range targets {
 			// Alternate the order, so that no target always runs first.
 			k := (i + r) % len(targets)
-			cpu0 := cpuTime(targets[k].pid)
+			cpu0, rcpu0 := cpuTime(targets[k].pid), cpuTime(redisPid)
 			rps, p50, p99 := load(clients[k], *callers, *duration, *tenants)
-			cpu := float64((cpuTime(targets[k].pid) - cpu0).Microseconds()) / (rps * duration.Seconds())
-			results[k] = append(results[k], res{rps, p50, p99, cpu})
-			fmt.Printf("round %d  %-30s %9.0f calls/s  p50 %7.0f µs  p99 %7.0f µs  server CPU %5.1f µs/call\n", r+1, targets[k].name, rps, p50, p99, cpu)
+			calls := rps * duration.Seconds()
+			cpu := float64((cpuTime(targets[k].pid) - cpu0).Microseconds()) / calls
+			rcpu := float64((cpuTime(redisPid) - rcpu0).Microseconds()) / calls
+			results[k] = append(results[k], res{rps, p50, p99, cpu, rcpu})
+			fmt.Printf("round %d  %-30s %9.0f calls/s  p50 %7.0f µs  p99 %7.0f µs  server CPU %5.1f µs/call  Redis CPU %5.1f µs/call\n",
+				r+1, targets[k].name, rps, p50, p99, cpu, rcpu)
 		}
 	}
-	fmt.Printf("\n%-30s %-28s %-24s %-24s %-24s\n", "target", "calls/s median (min-max)", "p50 µs median (min-max)", "p99 µs median (min-max)", "server CPU µs/call")
+	fmt.Printf("\n%-30s %-28s %-24s %-24s %-20s %-20s\n", "target", "calls/s median (min-max)", "p50 µs median (min-max)", "p99 µs median (min-max)", "server CPU µs/call", "Redis CPU µs/call")
 	for i, t := range targets {
 		col := func(f func(res) float64) string {
 			var v []float64
@@ -157,8 +162,8 @@ func main() {
 			m, lo, hi := stats(v)
 			return fmt.Sprintf("%.0f (%.0f-%.0f)", m, lo, hi)
 		}
-		fmt.Printf("%-30s %-28s %-24s %-24s %-24s\n", t.name, col(func(x res) float64 { return x.rps }), col(func(x res) float64 { return x.p50 }),
-			col(func(x res) float64 { return x.p99 }), col(func(x res) float64 { return x.cpu }))
+		fmt.Printf("%-30s %-28s %-24s %-24s %-20s %-20s\n", t.name, col(func(x res) float64 { return x.rps }), col(func(x res) float64 { return x.p50 }),
+			col(func(x res) float64 { return x.p99 }), col(func(x res) float64 { return x.cpu }), col(func(x res) float64 { return x.rcpu }))
 	}
 	fmt.Println("\nper-round ratios against the reference (throughput: higher is better; p99: lower is better)")
 	for i := 1; i < len(targets); i++ {
@@ -174,6 +179,30 @@ func main() {
 		fmt.Printf("%-30s throughput %.2fx (%.2f-%.2f)%s   p99 %.2fx (%.2f-%.2f)%s   calls per server CPU second %.2fx (%.2f-%.2f)%s\n", targets[i].name,
 			m, lo, hi, crosses(lo, hi), m2, lo2, hi2, crosses(lo2, hi2), m3, lo3, hi3, crosses(lo3, hi3))
 	}
+}
+
+// redisPID asks the Redis at addr for its process id (it must run on this
+// machine, for its CPU time to be read).
+func redisPID(addr string) int {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		fail(err)
+	}
+	defer c.Close()
+	info, err := c.Do(context.Background(), c.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		fail(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, err := strconv.Atoi(v)
+			if err == nil {
+				return pid
+			}
+		}
+	}
+	fail(fmt.Errorf("no process_id in the INFO of %s", addr))
+	return 0
 }
 
 // cpuTime is the user and system CPU time a process has used (Linux
