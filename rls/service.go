@@ -58,11 +58,12 @@ type options struct {
 	secret    []byte
 }
 
-// WithObserver reports one event per ShouldRateLimit call to o: its
-// Policy is the floodgate policy name of the limit that decided (the one
-// with the fewest units left, or the refusing one), its Outcome allowed,
-// denied, would_deny (a shadow limit over its limit), error_open or
-// error_closed.
+// WithObserver reports one event per ShouldRateLimit call that a limit
+// decided to o: its Policy is the floodgate policy name of the limit that
+// decided (the one with the fewest units left, or the refusing one), its
+// Outcome allowed, denied, would_deny (a shadow limit over its limit),
+// fallback (the Redis store's failure policy decided), or, when the store
+// could not decide, error_open / error_closed (Policy "rls").
 func WithObserver(o floodgate.Observer) Option {
 	return Option{func(c *options) error {
 		if o == nil {
@@ -418,9 +419,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	}
 	if s.opts.observer != nil && lead != nil {
 		ev := floodgate.Event{Policy: lead.Limiter.(*store.Limiter).Name(), Decision: lead.Decision, Latency: time.Since(start), Outcome: outcome}
-		if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		switch {
+		case lead.Decision.Fallback:
+			ev.Outcome = floodgate.OutcomeFallback // the store's failure policy decided
+		case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
 			ev.Outcome = floodgate.OutcomeDenied
-		} else if !lead.Decision.Allowed {
+		case !lead.Decision.Allowed:
 			ev.Outcome = floodgate.OutcomeWouldDeny
 		}
 		s.opts.observer.Observe(ev)
