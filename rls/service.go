@@ -63,7 +63,9 @@ type options struct {
 // decided (the one with the fewest units left, or the refusing one), its
 // Outcome allowed, denied, would_deny (a shadow limit over its limit),
 // fallback (the Redis store's failure policy decided), or, when the store
-// could not decide, error_open / error_closed (Policy "rls").
+// could not decide, error_open / error_closed (Policy "rls"; with
+// FailError, error_open: Envoy's failure_mode_deny decides, false by
+// default).
 func WithObserver(o floodgate.Observer) Option {
 	return Option{func(c *options) error {
 		if o == nil {
@@ -387,6 +389,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	resp, lead, err := s.decide(ctx, req, ds, sc)
 	outcome := floodgate.OutcomeAllowed
 	if err != nil {
+		// FailError: Envoy decides, by default (failure_mode_deny false)
+		// letting the request through.
+		outcome = floodgate.OutcomeErrorOpen
 		switch s.opts.failure {
 		case FailOpen:
 			outcome = floodgate.OutcomeErrorOpen
