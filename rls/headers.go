@@ -27,7 +27,7 @@ const (
 
 // headers writes the header groups of a response; lead is the status of
 // the descriptor closest to (or over) its limit.
-func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_DescriptorStatus, leadLim *lim) []*corepb.HeaderValue {
+func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
 	var out []*corepb.HeaderValue
 	if s.opts.headers&HeadersIETF != 0 {
 		var pol, rl strings.Builder
@@ -73,6 +73,5 @@ func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_Descriptor
 			&corepb.HeaderValue{Key: "X-RateLimit-Remaining", Value: strconv.FormatUint(uint64(lead.LimitRemaining), 10)},
 			&corepb.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(lead.GetDurationUntilReset().GetSeconds(), 10)})
 	}
-	_ = leadLim
 	return out
 }

@@ -676,7 +676,6 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 	overall := rlspb.RateLimitResponse_OK
 	var lead *floodgate.Check
 	var leadSt *rlspb.RateLimitResponse_DescriptorStatus
-	var leadLim *lim
 	now := s.opts.now()
 	for i := range ds {
 		d := &ds[i]
@@ -720,7 +719,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 			if ch.Limiter != nil {
 				lead = ch
 			}
-			leadSt, leadLim = st, l
+			leadSt = st
 		}
 	}
 	if quotaOver {
@@ -731,7 +730,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 	}
 	resp.OverallCode = overall
 	if s.opts.headers != 0 && leadSt != nil {
-		resp.ResponseHeadersToAdd = s.headers(ds, leadSt, leadLim)
+		resp.ResponseHeadersToAdd = s.headers(ds, leadSt)
 	}
 	return resp, lead, nil
 }

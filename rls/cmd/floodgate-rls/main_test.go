@@ -163,7 +163,7 @@ func TestRedisAway(t *testing.T) {
 	} {
 		t.Run(tc.failure, func(t *testing.T) {
 			addr, redis := startRedis(t)
-			client, _, _, _ := start(t, "-redis", addr, "-redis-failure", tc.failure)
+			client, _, _, _ := start(t, "-redis", addr, "-redis-failure", tc.failure, "-redis-timeout", "5s") // a loaded test machine
 			if r, err := client.ShouldRateLimit(context.Background(), req("a")); err != nil || r.OverallCode != rlspb.RateLimitResponse_OK {
 				t.Fatalf("with Redis up: %v %v", r, err)
 			}
@@ -185,7 +185,7 @@ func TestRedis(t *testing.T) {
 		t.Fatal("FLOODGATE_REDIS_ADDR is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
 	}
 	prefix := "rlscmd:" + time.Now().Format("150405.000000") + ":"
-	client, _, _, _ := start(t, "-redis", addr, "-redis-prefix", prefix)
+	client, _, _, _ := start(t, "-redis", addr, "-redis-prefix", prefix, "-redis-timeout", "5s")
 	var got []rlspb.RateLimitResponse_Code
 	for range 3 {
 		r, err := client.ShouldRateLimit(context.Background(), req("r"))
