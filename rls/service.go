@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,12 +250,13 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 // Register registers the service on g.
 func (s *Service) Register(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, s) }
 
-// Domains returns the domains of the running config.
+// Domains returns the domains of the running config, sorted.
 func (s *Service) Domains() []string {
 	var out []string
 	for d := range s.cur.Load().domains {
 		out = append(out, d)
 	}
+	slices.Sort(out)
 	return out
 }
 
