@@ -114,7 +114,10 @@ type node struct {
 	children  map[string]*node // by "key_value" and "key"
 	wildcards []string         // children keys ending in '*', in file order
 	limit     *limit
-	cred      bool // the entry matched here holds a credential
+	cred      bool   // the entry matched here holds a credential
+	vtm       bool   // value_to_metric
+	share     string // share_threshold: the wildcard value every match counts under
+	kv        string // how the config names the level: key_value, key_value*, or key
 }
 
 // compiled is one loaded Config: the trees of its domains.
@@ -164,7 +167,10 @@ func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, 
 		if _, dup := parent.children[final]; dup {
 			return errf("duplicate descriptor composite key '%s'", at)
 		}
-		n := &node{children: map[string]*node{}, cred: d.Credential}
+		n := &node{children: map[string]*node{}, cred: d.Credential, vtm: d.ValueToMetric, kv: final}
+		if d.ShareThreshold {
+			n.share = d.Value
+		}
 		if d.RateLimit != nil {
 			lm := &limit{name: d.RateLimit.Name, replaces: d.RateLimit.Replaces, unlimited: d.RateLimit.Unlimited,
 				shadow: d.ShadowMode, quota: d.QuotaMode, detailed: d.DetailedMetric, statsKey: at}
@@ -266,12 +272,11 @@ func policyName(path string) string {
 // lookup finds the limit of a request descriptor's entries in the tree of
 // a domain, as the reference does: at each level the entry's key and value,
 // else a wildcard value that prefixes it, else the key alone; the limit
-// applies only at the descriptor's last entry. It also returns the entries
-// that hold credentials, as bits (entry i: bit i; the first 64).
-func lookup(root *node, entries []entry) (*node, uint64) {
+// applies only at the descriptor's last entry. It records in path the node
+// each entry matched (nil past the last match).
+func lookup(root *node, entries []entry, path []*node) *node {
 	cur := root
 	var found *node
-	var cred uint64
 	var arr [128]byte
 	for i, e := range entries {
 		kv := append(append(append(arr[:0], e.key...), '_'), e.value...)
@@ -287,8 +292,8 @@ func lookup(root *node, entries []entry) (*node, uint64) {
 		if next == nil {
 			next = cur.children[e.key]
 		}
-		if next != nil && next.cred && i < 64 {
-			cred |= 1 << i
+		if i < len(path) {
+			path[i] = next
 		}
 		if next != nil && next.limit != nil && i == len(entries)-1 {
 			found = next
@@ -298,7 +303,7 @@ func lookup(root *node, entries []entry) (*node, uint64) {
 		}
 		cur = next
 	}
-	return found, cred
+	return found
 }
 
 type entry struct{ key, value string }

@@ -52,9 +52,11 @@ type Descriptor struct {
 	// token; a floodgate extension): the store key holds a keyed hash of
 	// it, and metrics and events never show it.
 	Credential bool
-	// ValueToMetric and ShareThreshold are accepted as the reference
-	// accepts them; see the package documentation.
-	ValueToMetric  bool
+	// ValueToMetric puts the request's value of this entry in the metric
+	// key (where the config has a wildcard or no value).
+	ValueToMetric bool
+	// ShareThreshold makes every value matching this wildcard value share
+	// one counter (the store key holds the pattern, not the value).
 	ShareThreshold bool
 	// Descriptors are the nested descriptors.
 	Descriptors []Descriptor

@@ -39,9 +39,9 @@
 // requests_per_unit, unit_multiplier, unlimited, name and replaces (a limit
 // whose name another matched limit of the request replaces is not applied);
 // beside it shadow_mode (decided and counted, never refusing),
-// detailed_metric (metrics per request value), quota_mode, and
-// value_to_metric and share_threshold (accepted; they only shape the
-// reference's metric names). Unknown keys, empty keys, duplicate
+// detailed_metric (metrics per request value), value_to_metric (the
+// request's value of that level in the metric key), share_threshold (every
+// value matching that wildcard counts in one counter) and quota_mode. Unknown keys, empty keys, duplicate
 // descriptors, bad units, a unit with unlimited, empty or self replaces and
 // two files of one domain are refused, each as a *policy.ConfigError
 // "file:line: what".

@@ -401,3 +401,44 @@ descriptors:
 		}
 	}
 }
+
+// share_threshold: every value matching the wildcard counts in one
+// counter; value_to_metric: the metric key holds the request's value.
+func TestShareThresholdAndValueToMetric(t *testing.T) {
+	files := map[string]string{"s.yaml": `
+domain: s
+descriptors:
+  - key: file
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: doc
+    value: docs/*
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: route
+    value_to_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m, err := rls.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := serve(t, st.make(t, nil), files, rls.WithMetrics(m))
+			want(t, srv.call(t, "s", 0, desc("file", "files/a.pdf")), ok, "OK 2")
+			want(t, srv.call(t, "s", 0, desc("file", "files/b.csv")), ok, "OK 1") // one counter
+			want(t, srv.call(t, "s", 0, desc("doc", "docs/a")), ok, "OK 2")
+			want(t, srv.call(t, "s", 0, desc("doc", "docs/b")), ok, "OK 2") // each its own
+			srv.call(t, "s", 0, desc("route", "/img"))
+			srv.call(t, "s", 0, desc("route", "/img"))
+			srv.call(t, "s", 0, desc("route", "/css"))
+			for key, w := range map[string]float64{"file_files/*": 2, "doc_docs/*": 2, "route_/img": 2, "route_/css": 1} {
+				if got := testutil.ToFloat64(metric(t, reg, "ratelimit_service_rate_limit_total_hits", "domain", "s", "key", key)); got != w {
+					t.Errorf("total_hits{key=%q} %v, want %v", key, got, w)
+				}
+			}
+		})
+	}
+}

@@ -321,8 +321,8 @@ type dstatus struct {
 	hits     int
 	neg      bool
 	checks   []floodgate.Check // one per lim (blocked ones too, Limiter nil)
-	stats    string
-	cred     uint64 // entries holding credentials (lookup)
+	key      string // the store key
+	stats    string // the metric key
 	over     bool
 	precheck bool // refused before any store call (blocked, cost too large)
 }
@@ -357,12 +357,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			if lm, err = s.override(req.Domain, o.GetRequestsPerUnit(), o.GetUnit().String(), o.GetUnitMultiplier().GetValue(), ents); err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
-		} else if n, cred := lookup(root, ents); n != nil {
-			lm = n.limit
-			ds[i].cred = cred
+		} else {
+			path := sc.path(len(ents))
+			if n := lookup(root, ents, path); n != nil {
+				lm = n.limit
+				ds[i].key, ds[i].stats = s.keys(req.Domain, ents, path, lm)
+			}
 		}
 		if lm == nil {
 			continue
+		}
+		if ds[i].key == "" {
+			ds[i].key = s.storeKey(req.Domain, ents, nil)
+			ds[i].stats = lm.statsKey
 		}
 		for _, r := range lm.replaces {
 			if replacing == nil {
@@ -371,10 +378,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			replacing[r] = true
 		}
 		ds[i].lm = lm
-		ds[i].stats = lm.statsKey
-		if lm.detailed {
-			ds[i].stats = s.detailedKey(req.Domain, ents, ds[i].cred)
-		}
 		hits := uint64(max(1, req.GetHitsAddend()))
 		if h := d.GetHitsAddend(); h != nil {
 			hits = h.GetValue()
@@ -447,7 +450,7 @@ func (s *Service) override(domain string, rpu uint32, unit string, mult uint32, 
 	if err != nil {
 		return nil, fmt.Errorf("the descriptor's limit: %w", err)
 	}
-	lm := &limit{statsKey: s.detailedKey(domain, ents, 0)}
+	lm := &limit{statsKey: s.metricKey(domain, ents, nil, true)}
 	k := overrideKey{rpu, w}
 	s.ovMu.Lock()
 	l, ok := s.overrides[k]
@@ -474,10 +477,34 @@ func (s *Service) override(domain string, rpu uint32, unit string, mult uint32, 
 	return lm, nil
 }
 
+// keys returns the store key and the metric key of a descriptor whose
+// entries matched the nodes of path, as the reference makes them: the
+// store key holds every entry's value (a share_threshold wildcard's
+// pattern instead, a credential's keyed hash); the metric key is the
+// limit's config path, or the request's values for detailed_metric, or the
+// config path with the values of value_to_metric levels.
+func (s *Service) keys(domain string, ents []entry, path []*node, lm *limit) (key, stats string) {
+	key = s.storeKey(domain, ents, path)
+	vtm := false
+	for i := range ents {
+		if n := path[i]; n != nil && (n.vtm || n.share != "") {
+			vtm = true
+		}
+	}
+	switch {
+	case lm.detailed:
+		stats = s.metricKey(domain, ents, path, true)
+	case vtm:
+		stats = s.metricKey(domain, ents, path, false)
+	default:
+		stats = lm.statsKey
+	}
+	return key, stats
+}
+
 // storeKey is the key of a descriptor in the store: the domain and every
-// entry, each part escaped so that no two descriptors share one; a value
-// that is a credential (bit i of cred) is its keyed hash.
-func (s *Service) storeKey(domain string, ents []entry, cred uint64) string {
+// entry, each part escaped so that no two descriptors share one.
+func (s *Service) storeKey(domain string, ents []entry, path []*node) string {
 	n := len(domain) + 8
 	for _, e := range ents {
 		n += len(e.key) + len(e.value) + 8
@@ -488,9 +515,17 @@ func (s *Service) storeKey(domain string, ents []entry, cred uint64) string {
 		b = append(b, '|')
 		b = appendEscaped(b, e.key)
 		b = append(b, '=')
-		if i < 64 && cred&(1<<i) != 0 {
+		var nd *node
+		if i < len(path) {
+			nd = path[i]
+		}
+		switch {
+		case nd != nil && nd.share != "":
+			b = append(b, '*')
+			b = appendEscaped(b, nd.share)
+		case nd != nil && nd.cred:
 			b = s.appendHash(b, e.value)
-		} else {
+		default:
 			b = appendEscaped(b, e.value)
 		}
 	}
@@ -499,7 +534,7 @@ func (s *Service) storeKey(domain string, ents []entry, cred uint64) string {
 
 func appendEscaped(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '|' || c == '=' || c == '\\' || c == '#' {
+		if c := s[i]; c == '|' || c == '=' || c == '\\' || c == '#' || c == '*' {
 			b = append(b, '\\')
 		}
 		b = append(b, s[i])
@@ -516,20 +551,36 @@ func (s *Service) appendHash(b []byte, v string) []byte {
 	return hex.AppendEncode(b, m.Sum(sum[:0])[:16])
 }
 
-// detailedKey is the reference's detailed stats key: the domain and every
-// entry of the request, key_value (a credential as its keyed hash).
-func (s *Service) detailedKey(domain string, ents []entry, cred uint64) string {
+// metricKey is the reference's metric key of a request: the domain, then
+// per entry key_value (detailed, or a value_to_metric level), the
+// wildcard pattern (a share_threshold level, or a wildcard level without
+// value_to_metric), or what the config names the level; a credential's
+// value as its keyed hash.
+func (s *Service) metricKey(domain string, ents []entry, path []*node, detailed bool) string {
 	b := []byte(domain)
 	for i, e := range ents {
 		b = append(b, '.')
-		b = append(b, e.key...)
-		if e.value != "" {
+		var nd *node
+		if i < len(path) {
+			nd = path[i]
+		}
+		switch {
+		case nd != nil && nd.share != "":
+			b = append(b, e.key...)
 			b = append(b, '_')
-			if i < 64 && cred&(1<<i) != 0 {
-				b = s.appendHash(b, e.value)
-			} else {
-				b = append(b, e.value...)
+			b = append(b, nd.share...)
+		case detailed || nd == nil || nd.vtm:
+			b = append(b, e.key...)
+			if e.value != "" {
+				b = append(b, '_')
+				if nd != nil && nd.cred {
+					b = s.appendHash(b, e.value)
+				} else {
+					b = append(b, e.value...)
+				}
 			}
+		default:
+			b = append(b, nd.kv...)
 		}
 	}
 	return string(b)
@@ -540,8 +591,6 @@ func (s *Service) detailedKey(domain string, ents []entry, cred uint64) string {
 func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []dstatus, sc *scratch) (*rlspb.RateLimitResponse, *floodgate.Check, error) {
 	enforcing := sc.enforcing[:0]
 	defer func() { sc.enforcing = enforcing[:0] }()
-	ents := sc.ents[:0]
-	defer func() { sc.ents = ents[:0] }()
 	var quotaGroups map[string]bool // group -> over, made for quota-mode descriptors
 	// Build every descriptor's checks.
 	for i := range ds {
@@ -549,11 +598,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 		if d.lm == nil || d.lm.unlimited {
 			continue
 		}
-		ents = ents[:0]
-		for _, e := range req.Descriptors[i].GetEntries() {
-			ents = append(ents, entry{e.GetKey(), e.GetValue()})
-		}
-		key := s.storeKey(req.Domain, ents, d.cred)
+		key := d.key
 		d.checks = sc.checks(len(d.lm.lims))
 		for j := range d.lm.lims {
 			l := &d.lm.lims[j]
@@ -885,6 +930,7 @@ func quotaGroupKey(es []*ratelimitpb.RateLimitDescriptor_Entry) string {
 // scratch holds the buffers of one call, pooled.
 type scratch struct {
 	ds        []dstatus
+	nodes     []*node
 	ents      []entry
 	enforcing []floodgate.Check
 	backing   []floodgate.Check
@@ -893,6 +939,16 @@ type scratch struct {
 var scratchPool = sync.Pool{New: func() any {
 	return &scratch{ents: make([]entry, 0, 8), enforcing: make([]floodgate.Check, 0, 8), backing: make([]floodgate.Check, 0, 8)}
 }}
+
+// path returns n cleared node slots for lookup.
+func (sc *scratch) path(n int) []*node {
+	if cap(sc.nodes) < n {
+		sc.nodes = make([]*node, n)
+	}
+	p := sc.nodes[:n]
+	clear(p)
+	return p
+}
 
 func (sc *scratch) statuses(n int) []dstatus {
 	if cap(sc.ds) < n {

@@ -66,6 +66,15 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
   - key: blocked
     rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: file
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: hour, requests_per_unit: 2}
 `
 
 type step struct {
@@ -135,6 +144,11 @@ func steps() []step {
 	})
 	add(2, 0, func() *ratelimitpb.RateLimitDescriptor { return d("blocked", "x") })
 	add(1, 0, func() *ratelimitpb.RateLimitDescriptor { return hits(d("blocked", "x"), 0) })
+	// share_threshold: the values of a wildcard share one counter.
+	add(2, 0, func() *ratelimitpb.RateLimitDescriptor { return d("file", "files/a.pdf") })
+	add(2, 0, func() *ratelimitpb.RateLimitDescriptor { return d("file", "files/b.csv") })
+	add(3, 0, func() *ratelimitpb.RateLimitDescriptor { return d("route", "/img", "method", "GET") })
+	add(1, 0, func() *ratelimitpb.RateLimitDescriptor { return d("route", "/img", "method", "POST") })
 	return s
 }
 

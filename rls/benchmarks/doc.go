@@ -9,6 +9,7 @@
 // TestConformanceWithReference sends one sequence of requests (the
 // reference's README examples, nested and wildcard descriptors, unlimited,
 // shadow mode, replaces, hits_addend of the request and of descriptors, a
-// request's own limit, requests_per_unit 0) to the reference and to rls on
+// request's own limit, requests_per_unit 0, share_threshold,
+// value_to_metric) to the reference and to rls on
 // one Redis, and requires identical answers.
 package benchmarks
