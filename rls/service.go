@@ -321,8 +321,8 @@ type dstatus struct {
 	hits     int
 	neg      bool
 	checks   []floodgate.Check // one per lim (blocked ones too, Limiter nil)
-	key      string // the store key
-	stats    string // the metric key
+	key      string            // the store key
+	stats    string            // the metric key
 	over     bool
 	precheck bool // refused before any store call (blocked, cost too large)
 }
