@@ -3,6 +3,7 @@ package rls_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -440,5 +441,28 @@ descriptors:
 				}
 			}
 		})
+	}
+}
+
+func TestConstructionErrors(t *testing.T) {
+	s := stores[0].make(t, nil)
+	for name, f := range map[string]func() error{
+		"nil store":      func() error { _, err := rls.New(nil, rls.Config{}); return err },
+		"short secret":   func() error { _, err := rls.New(s, rls.Config{}, rls.WithKeySecret([]byte("short"))); return err },
+		"NaN ratio":      func() error { _, err := rls.New(s, rls.Config{}, rls.WithNearLimitRatio(math.NaN())); return err },
+		"nil observer":   func() error { _, err := rls.New(s, rls.Config{}, rls.WithObserver(nil)); return err },
+		"zero option":    func() error { _, err := rls.New(s, rls.Config{}, rls.Option{}); return err },
+		"bad header set": func() error { _, err := rls.New(s, rls.Config{}, rls.WithHeaders(rls.HeaderSet(64))); return err },
+		"bad fail mode":  func() error { _, err := rls.New(s, rls.Config{}, rls.WithFailureMode(rls.FailureMode(9))); return err },
+		"nil registerer": func() error { _, err := rls.NewMetrics(nil); return err },
+		"empty domain":   func() error { _, err := rls.New(s, rls.Config{Domains: []rls.Domain{{}}}); return err },
+		"duplicate domain": func() error {
+			_, err := rls.New(s, rls.Config{Domains: []rls.Domain{{Name: "a"}, {Name: "a"}}})
+			return err
+		},
+	} {
+		if err := f(); !errors.Is(err, floodgate.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want an error wrapping ErrInvalidConfig", name, err)
+		}
 	}
 }

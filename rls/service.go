@@ -323,8 +323,7 @@ type dstatus struct {
 	checks   []floodgate.Check // one per lim (blocked ones too, Limiter nil)
 	key      string            // the store key
 	stats    string            // the metric key
-	over     bool
-	precheck bool // refused before any store call (blocked, cost too large)
+	precheck bool              // refused before any store call (blocked, cost too large)
 }
 
 // ShouldRateLimit implements the Envoy rate limit service.
@@ -665,7 +664,6 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 		if err != nil {
 			return nil, nil, err
 		}
-		d.over = !ok
 		g := quotaGroupKey(req.Descriptors[i].GetEntries())
 		if quotaGroups == nil {
 			quotaGroups = map[string]bool{}
