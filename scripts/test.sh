@@ -4,7 +4,8 @@
 # It installs what the tests need (redis-server, via apt-get, when missing),
 # starts a single Redis and a 3-master Redis Cluster on loopback, checks
 # formatting and vet, runs every test with the race detector (fuzz seed corpora
-# included), compiles the benchmarks module, and stops the servers on exit.
+# included), those of the rls module too (on the same servers), compiles the
+# benchmarks module, and stops the servers on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,9 +36,16 @@ fi
 log "go vet"
 go vet ./...
 (cd benchmarks && go vet ./...)
+(cd rls && go vet ./...)
 
 log "go test -race"
 go test -race -count=1 -timeout 8m ./...
+
+log "rls module (the Envoy rate limit service): go test -race"
+(cd rls && go test -race -count=1 -timeout 5m ./...)
+
+log "rls answers as envoyproxy/ratelimit (built from its module), on the same Redis"
+(cd rls/benchmarks && go vet ./... && go test -count=1 -timeout 5m ./...)
 
 log "benchmarks module compiles and its benchmarks run once"
 (cd benchmarks && FLOODGATE_BENCH_KEYS=10000 go test -count=1 -run "^$" -bench . -benchtime 1x ./... >/dev/null)

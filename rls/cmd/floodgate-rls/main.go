@@ -1,0 +1,247 @@
+// Command floodgate-rls runs an Envoy rate limit service
+// (envoy.service.ratelimit.v3) on floodgate: envoyproxy/ratelimit's config
+// files, unchanged, decided by floodgate's algorithms on its embedded memory
+// store or on Redis / Redis Cluster.
+//
+//	go run ./rls/cmd/floodgate-rls -config ./ratelimit -addr :8081 -metrics :9090
+//	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis 127.0.0.1:6379
+//	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
+//
+// It reloads the config directory on every change (a bad file is refused,
+// logged with file:line, and the running config stays), serves the gRPC
+// health service (SERVING once a config is loaded, NOT_SERVING while
+// shutting down), Prometheus metrics on -metrics at /metrics, and stops
+// gracefully on SIGINT or SIGTERM (in-flight calls finish, within
+// -shutdown-timeout).
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
+	"github.com/floodgate-go/floodgate/store/redisstore"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "floodgate-rls:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the command: it returns when ctx ends (after a graceful
+// shutdown) or on an error. ready, when not nil, receives the gRPC address
+// and then the metrics address ("" when off) once both listen.
+func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]string) error {
+	fs := flag.NewFlagSet("floodgate-rls", flag.ContinueOnError)
+	fs.SetOutput(logw)
+	var (
+		configDir     = fs.String("config", "", "the config directory: one envoyproxy/ratelimit YAML file per domain (required)")
+		addr          = fs.String("addr", ":8081", "the gRPC address")
+		metricsAddr   = fs.String("metrics", "", "the address of the Prometheus /metrics endpoint (empty: none)")
+		redisAddr     = fs.String("redis", "", "a Redis node (host:port); default: the embedded memory store")
+		redisCluster  = fs.String("redis-cluster", "", "Redis Cluster nodes, comma-separated")
+		redisPrefix   = fs.String("redis-prefix", "floodgate-rls:", "the prefix of the keys written to Redis")
+		redisTimeout  = fs.Duration("redis-timeout", 50*time.Millisecond, "the timeout of one Redis decision")
+		redisFailure  = fs.String("redis-failure", "error", "when Redis is away: error (the call fails, Envoy's failure_mode_deny decides), open, closed, or local (decide on a local memory store, the rate divided by -nodes)")
+		nodes         = fs.Int("nodes", 1, "with -redis-failure local: the number of floodgate-rls processes sharing the limits")
+		headers       = fs.String("headers", "", "response headers for Envoy to add: ietf, legacy or ietf,legacy")
+		shadow        = fs.Bool("shadow", false, "global shadow mode: answer OK whatever the limits say")
+		watch         = fs.Bool("watch", true, "reload the config directory when it changes")
+		secretFile    = fs.String("key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
+		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(logw, nil))
+	if *configDir == "" {
+		return errors.New("-config is required")
+	}
+	var hs rls.HeaderSet
+	for _, h := range strings.Split(*headers, ",") {
+		switch strings.TrimSpace(h) {
+		case "":
+		case "ietf":
+			hs |= rls.HeadersIETF
+		case "legacy":
+			hs |= rls.HeadersLegacy
+		default:
+			return fmt.Errorf("-headers: unknown group %q (want ietf, legacy)", h)
+		}
+	}
+	opts := []rls.Option{rls.WithHeaders(hs), rls.WithGlobalShadowMode(*shadow)}
+	if *secretFile != "" {
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, rls.WithKeySecret(bytes.TrimSpace(b)))
+	}
+
+	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	reg := prometheus.NewRegistry()
+	m, err := rls.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, rls.WithMetrics(m), rls.WithOnReload(func(r rls.Reload) {
+		if r.Err != nil {
+			log.Error("config refused; the running one stays", "source", r.Source, "err", r.Err)
+			return
+		}
+		log.Info("config applied", "version", r.Version, "domains", r.Domains, "added", len(r.Policy.Added),
+			"changed", r.Policy.Changed, "removed", len(r.Policy.Removed))
+	}))
+	cfg, err := rls.LoadDir(*configDir)
+	if err != nil {
+		return err
+	}
+	svc, err := rls.New(st, cfg, opts...)
+	if err != nil {
+		return err
+	}
+	log.Info("config loaded", "dir", *configDir, "domains", svc.Domains())
+	if *watch {
+		if err := svc.WatchDir(ctx, *configDir); err != nil {
+			return err
+		}
+	}
+
+	lis, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer()
+	svc.Register(g)
+	hsrv := health.NewServer()
+	healthpb.RegisterHealthServer(g, hsrv)
+	hsrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hsrv.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- g.Serve(lis) }()
+
+	var msrv *http.Server
+	var mAddr string
+	if *metricsAddr != "" {
+		ml, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			g.Stop()
+			return err
+		}
+		mAddr = ml.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := msrv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
+	log.Info("serving", "grpc", lis.Addr().String(), "metrics", mAddr)
+	if ready != nil {
+		ready <- [2]string{lis.Addr().String(), mAddr}
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		g.Stop()
+		return err
+	}
+	// Graceful shutdown: tell the health checkers first, then let the calls
+	// in flight finish, within the timeout.
+	log.Info("shutting down")
+	hsrv.Shutdown()
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(*shutdownAfter):
+		g.Stop()
+	}
+	if msrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), *shutdownAfter)
+		defer cancel()
+		_ = msrv.Shutdown(sctx)
+	}
+	return nil
+}
+
+func openStore(addr, cluster, prefix string, timeout time.Duration, failure string, nodes int) (store.Store, func(), error) {
+	if addr == "" && cluster == "" {
+		s, err := memstore.New()
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() { s.Close() }, nil
+	}
+	if addr != "" && cluster != "" {
+		return nil, nil, errors.New("-redis and -redis-cluster: choose one")
+	}
+	addrs := []string{addr}
+	if cluster != "" {
+		addrs = strings.Split(cluster, ",")
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis: %w", err)
+	}
+	var fp redisstore.FailurePolicy
+	closeLocal := func() {}
+	switch failure {
+	case "error":
+		fp = redisstore.FailError()
+	case "open":
+		fp = redisstore.FailOpen()
+	case "closed":
+		fp = redisstore.FailClosed(time.Second)
+	case "local":
+		local, err := memstore.New()
+		if err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+		closeLocal = func() { local.Close() }
+		fp = redisstore.Fallback(local, nodes)
+	default:
+		client.Close()
+		return nil, nil, fmt.Errorf("-redis-failure: unknown %q (want error, open, closed, local)", failure)
+	}
+	s, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp))
+	if err != nil {
+		client.Close()
+		closeLocal()
+		return nil, nil, err
+	}
+	return s, func() { client.Close(); closeLocal() }, nil
+}

@@ -1,0 +1,309 @@
+package rls
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// policy returns the floodgate policy that runs r under name. A
+// requests_per_unit of 0 on a window is no policy at all (every counted
+// request is over the limit, as in the reference): the zero Policy, nil.
+func (r RateLimit) policy(name string) (policy.Policy, error) {
+	w, err := r.Window()
+	if err != nil {
+		return policy.Policy{}, err
+	}
+	p := policy.Policy{Name: name, Algorithm: r.Algorithm}
+	switch r.Algorithm {
+	case "", policy.FixedWindow, policy.SlidingLog, policy.SlidingCounter:
+		if p.Algorithm == "" {
+			p.Algorithm = policy.FixedWindow
+		}
+		if r.Burst != 0 {
+			return policy.Policy{}, fmt.Errorf("burst belongs to token-bucket and leaky-bucket, not %s", p.Algorithm)
+		}
+		if r.RequestsPerUnit == 0 {
+			return policy.Policy{}, nil
+		}
+		p.Limit, p.Window = int64(r.RequestsPerUnit), w
+	case policy.TokenBucket, policy.LeakyBucket:
+		if r.RequestsPerUnit == 0 {
+			return policy.Policy{}, fmt.Errorf("requests_per_unit must be at least 1 with %s", r.Algorithm)
+		}
+		p.Rate = floodgate.Rate{N: int64(r.RequestsPerUnit), Per: w}
+		p.Burst = r.Burst
+		p.NoDelay = r.Algorithm == policy.LeakyBucket // Envoy cannot delay a request
+	default:
+		return policy.Policy{}, fmt.Errorf("unknown algorithm %q (want fixed-window, token-bucket, leaky-bucket, sliding-log or sliding-counter)", r.Algorithm)
+	}
+	if err := p.Validate(); err != nil {
+		return policy.Policy{}, err
+	}
+	return p, nil
+}
+
+// units are the reference's units, largest first, for CurrentLimit.
+var units = []struct {
+	d time.Duration
+	u rlspb.RateLimitResponse_RateLimit_Unit
+}{
+	{365 * 24 * time.Hour, rlspb.RateLimitResponse_RateLimit_YEAR},
+	{30 * 24 * time.Hour, rlspb.RateLimitResponse_RateLimit_MONTH},
+	{7 * 24 * time.Hour, rlspb.RateLimitResponse_RateLimit_WEEK},
+	{24 * time.Hour, rlspb.RateLimitResponse_RateLimit_DAY},
+	{time.Hour, rlspb.RateLimitResponse_RateLimit_HOUR},
+	{time.Minute, rlspb.RateLimitResponse_RateLimit_MINUTE},
+	{time.Second, rlspb.RateLimitResponse_RateLimit_SECOND},
+}
+
+// currentLimit describes a limit of requests per window as the protocol
+// does: the largest unit that divides the window, times a multiplier.
+func currentLimit(rpu uint32, w time.Duration, name string, multiplier uint32) *rlspb.RateLimitResponse_RateLimit {
+	out := &rlspb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rpu, Unit: rlspb.RateLimitResponse_RateLimit_SECOND}
+	if multiplier > 1 {
+		w /= time.Duration(multiplier)
+	}
+	for _, u := range units {
+		if w >= u.d && w%u.d == 0 {
+			out.Unit = u.u
+			if m := uint32(w / u.d); m > 1 {
+				multiplier = max(multiplier, 1) * m
+			}
+			break
+		}
+	}
+	if multiplier > 1 {
+		out.UnitMultiplier = wrapperspb.UInt32(multiplier)
+	}
+	return out
+}
+
+// lim is one compiled rate limit.
+type lim struct {
+	policy  string // its floodgate policy name
+	l       *store.Limiter
+	blocked bool // requests_per_unit 0 on a window: nothing is admitted
+	fixed   bool // a fixed window: duration_until_reset is the window's end
+	window  time.Duration
+	pb      *rlspb.RateLimitResponse_RateLimit
+	limit   int64 // requests_per_unit, for the near-limit threshold
+}
+
+// limit is what a descriptor ending at a node gets.
+type limit struct {
+	name      string
+	replaces  []string
+	unlimited bool
+	shadow    bool
+	quota     bool
+	detailed  bool
+	statsKey  string // domain.key_value.key: the reference's stats key
+	lims      []lim
+}
+
+type node struct {
+	children  map[string]*node // by "key_value" and "key"
+	wildcards []string         // children keys ending in '*', in file order
+	limit     *limit
+	cred      bool   // the entry matched here holds a credential
+	vtm       bool   // value_to_metric
+	share     string // share_threshold: the wildcard value every match counts under
+	kv        string // how the config names the level: key_value, key_value*, or key
+}
+
+// compiled is one loaded Config: the trees of its domains.
+type compiled struct {
+	domains  map[string]*node
+	policies []policy.Policy
+	// named lists every lim, to bind limiters once policy.Live has them.
+	named []*lim
+}
+
+// compile builds the trees of cfg and the policies they need; limiters are
+// bound by bind once the policies are live.
+func compile(cfg Config) (*compiled, error) {
+	c := &compiled{domains: map[string]*node{}}
+	seen := map[string]bool{}
+	for _, d := range cfg.Domains {
+		p := parser{file: d.File}
+		if d.Name == "" {
+			return nil, &policy.ConfigError{File: d.File, Line: 1, Msg: "config file cannot have empty domain"}
+		}
+		if _, dup := c.domains[d.Name]; dup {
+			return nil, &policy.ConfigError{File: d.File, Line: 1, Msg: fmt.Sprintf("duplicate domain '%s' in config file", d.Name)}
+		}
+		root := &node{children: map[string]*node{}}
+		if err := c.build(&p, root, d.Descriptors, d.Name, seen); err != nil {
+			return nil, err
+		}
+		c.domains[d.Name] = root
+	}
+	return c, nil
+}
+
+func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, seen map[string]bool) error {
+	for i := range ds {
+		d := &ds[i]
+		errf := func(format string, args ...any) error {
+			return &policy.ConfigError{File: p.file, Line: max(d.Line, 1), Msg: fmt.Sprintf(format, args...)}
+		}
+		if d.Key == "" {
+			return errf("descriptor has empty key")
+		}
+		final := d.Key
+		if d.Value != "" {
+			final += "_" + d.Value
+		}
+		at := path + "." + final
+		if _, dup := parent.children[final]; dup {
+			return errf("duplicate descriptor composite key '%s'", at)
+		}
+		n := &node{children: map[string]*node{}, cred: d.Credential, vtm: d.ValueToMetric, kv: final}
+		if d.ShareThreshold {
+			n.share = d.Value
+		}
+		if d.RateLimit != nil {
+			lm := &limit{name: d.RateLimit.Name, replaces: d.RateLimit.Replaces, unlimited: d.RateLimit.Unlimited,
+				shadow: d.ShadowMode, quota: d.QuotaMode, detailed: d.DetailedMetric, statsKey: at}
+			if !lm.unlimited {
+				all := append([]RateLimit{*d.RateLimit}, d.RateLimits...)
+				for j, r := range all {
+					name := policyName(at)
+					if j > 0 {
+						name += "#" + strconv.Itoa(j)
+					}
+					if seen[name] {
+						return errf("two limits would share the floodgate policy name %q", name)
+					}
+					seen[name] = true
+					pol, err := r.policy(name)
+					if err != nil {
+						return &policy.ConfigError{File: p.file, Line: max(r.Line, d.Line, 1), Msg: err.Error()}
+					}
+					w, _ := r.Window()
+					l := lim{policy: name, window: w, limit: int64(r.RequestsPerUnit),
+						fixed: r.Algorithm == "" || r.Algorithm == policy.FixedWindow,
+						pb:    currentLimit(r.RequestsPerUnit, w, r.Name, r.UnitMultiplier)}
+					if pol.Name == "" {
+						l.blocked = true
+					} else {
+						c.policies = append(c.policies, pol)
+					}
+					lm.lims = append(lm.lims, l)
+				}
+			}
+			n.limit = lm
+		}
+		if err := c.build(p, n, d.Descriptors, at, seen); err != nil {
+			return err
+		}
+		if strings.HasSuffix(final, "*") {
+			parent.wildcards = append(parent.wildcards, final)
+		}
+		parent.children[final] = n
+	}
+	return nil
+}
+
+// bind gives every limit its limiter from set.
+func (c *compiled) bind(set *policy.Set) error {
+	for _, root := range c.domains {
+		if err := bindNode(root, set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bindNode(n *node, set *policy.Set) error {
+	if n.limit != nil {
+		for i := range n.limit.lims {
+			l := &n.limit.lims[i]
+			if l.blocked {
+				continue
+			}
+			var ok bool
+			if l.l, ok = set.Limiter(l.policy); !ok {
+				return fmt.Errorf("%w: rls: policy %q is not running", floodgate.ErrInvalidConfig, l.policy)
+			}
+		}
+	}
+	for _, k := range n.children {
+		if err := bindNode(k, set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyName turns a descriptor path into a policy name: printable ASCII
+// without spaces, quotes or backslashes, other bytes as %XX.
+func policyName(path string) string {
+	ok := true
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' || c == '%' {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return path
+	}
+	var b strings.Builder
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// lookup finds the limit of a request descriptor's entries in the tree of
+// a domain, as the reference does: at each level the entry's key and value,
+// else a wildcard value that prefixes it, else the key alone; the limit
+// applies only at the descriptor's last entry. It records in path the node
+// each entry matched (nil past the last match).
+func lookup(root *node, entries []entry, path []*node) *node {
+	cur := root
+	var found *node
+	var arr [128]byte
+	for i, e := range entries {
+		kv := append(append(append(arr[:0], e.key...), '_'), e.value...)
+		next := cur.children[string(kv)]
+		if next == nil {
+			for _, w := range cur.wildcards {
+				if p := w[:len(w)-1]; len(kv) >= len(p) && string(kv[:len(p)]) == p {
+					next = cur.children[w]
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = cur.children[e.key]
+		}
+		if i < len(path) {
+			path[i] = next
+		}
+		if next != nil && next.limit != nil && i == len(entries)-1 {
+			found = next
+		}
+		if next == nil || len(next.children) == 0 {
+			break
+		}
+		cur = next
+	}
+	return found
+}
+
+type entry struct{ key, value string }

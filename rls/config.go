@@ -1,0 +1,432 @@
+package rls
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgate-go/floodgate/policy"
+)
+
+// Config is a set of domains, each from one file in the format of
+// envoyproxy/ratelimit (see the package documentation for the fields).
+type Config struct {
+	Domains []Domain
+}
+
+// Domain is one config file: a domain and its descriptors.
+type Domain struct {
+	// Name is the domain, as Envoy's rate limit filter sends it.
+	Name string
+	// File is the file the domain was read from ("" for a config built in
+	// code).
+	File string
+	// Descriptors are the top-level descriptors.
+	Descriptors []Descriptor
+}
+
+// Descriptor is one level of a domain's descriptor tree: a key, an optional
+// value (a trailing '*' makes it a prefix), the limit of the requests whose
+// descriptor ends here, and the nested descriptors.
+type Descriptor struct {
+	Key   string
+	Value string
+	// RateLimit is the descriptor's limit (nil: none at this level).
+	RateLimit *RateLimit
+	// RateLimits are further limits checked with RateLimit, all or
+	// nothing (a floodgate extension).
+	RateLimits []RateLimit
+	// ShadowMode decides and counts but never refuses.
+	ShadowMode bool
+	// QuotaMode: see the package documentation.
+	QuotaMode bool
+	// DetailedMetric labels the metrics with the request's values.
+	DetailedMetric bool
+	// Credential marks the entry's value as a credential (an API key, a
+	// token; a floodgate extension): the store key holds a keyed hash of
+	// it, and metrics and events never show it.
+	Credential bool
+	// ValueToMetric puts the request's value of this entry in the metric
+	// key (where the config has a wildcard or no value).
+	ValueToMetric bool
+	// ShareThreshold makes every value matching this wildcard value share
+	// one counter (the store key holds the pattern, not the value).
+	ShareThreshold bool
+	// Descriptors are the nested descriptors.
+	Descriptors []Descriptor
+	// Line is the line of the descriptor in its file.
+	Line int
+}
+
+// RateLimit is a limit: requests_per_unit per unit, as the reference
+// writes it, with floodgate's extensions (Algorithm, Burst, a unit that is
+// a duration).
+type RateLimit struct {
+	RequestsPerUnit uint32
+	// Unit is "second", "minute", "hour", "day", "week", "month" (30
+	// days) or "year" (365 days), case-insensitive, or (an extension) a
+	// duration such as "30s" or "5m".
+	Unit string
+	// UnitMultiplier multiplies the unit (0 means 1).
+	UnitMultiplier uint32
+	Unlimited      bool
+	Name           string
+	Replaces       []string
+	// Algorithm is one of policy's algorithm names; "" is fixed-window,
+	// the reference's.
+	Algorithm policy.Algorithm
+	// Burst is a token bucket's capacity (default requests_per_unit) or a
+	// leaky bucket's burst (default 0).
+	Burst int64
+	// Line is the line of the rate limit in its file.
+	Line int
+}
+
+// Window returns the limit's window: its unit times its multiplier.
+func (r RateLimit) Window() (time.Duration, error) {
+	var d time.Duration
+	switch strings.ToLower(r.Unit) {
+	case "second":
+		d = time.Second
+	case "minute":
+		d = time.Minute
+	case "hour":
+		d = time.Hour
+	case "day":
+		d = 24 * time.Hour
+	case "week":
+		d = 7 * 24 * time.Hour
+	case "month":
+		d = 30 * 24 * time.Hour
+	case "year":
+		d = 365 * 24 * time.Hour
+	default:
+		v, err := time.ParseDuration(r.Unit)
+		if err != nil || v <= 0 || v%time.Millisecond != 0 {
+			return 0, fmt.Errorf("invalid rate limit unit '%s' (want second, minute, hour, day, week, month, year or a duration such as 30s)", r.Unit)
+		}
+		d = v
+	}
+	if r.UnitMultiplier > 1 {
+		d *= time.Duration(r.UnitMultiplier)
+	}
+	return d, nil
+}
+
+// LoadDir reads every .yaml and .yml file of dir (not its subdirectories),
+// in name order, as the reference's runtime directory. Every error in a file
+// is a *policy.ConfigError with the file and line; two files of one domain
+// are an error.
+func LoadDir(dir string) (Config, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return Config{}, fmt.Errorf("rls: %w", err)
+	}
+	var cfg Config
+	seen := map[string]string{}
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("rls: %w", err)
+		}
+		d, err := ParseDomain(path, b)
+		if err != nil {
+			return Config{}, err
+		}
+		if other, dup := seen[d.Name]; dup {
+			return Config{}, &policy.ConfigError{File: path, Line: 1, Msg: fmt.Sprintf("duplicate domain '%s' (also in %s)", d.Name, other)}
+		}
+		seen[d.Name] = path
+		cfg.Domains = append(cfg.Domains, d)
+	}
+	return cfg, nil
+}
+
+// ParseDomain reads one config file from b; name is the file name used in
+// errors. It checks the file as the reference does (unknown keys, empty
+// keys, duplicate descriptors, units, replaces) and floodgate's extensions
+// (every limit must be one that floodgate can run).
+func ParseDomain(name string, b []byte) (Domain, error) {
+	p := parser{file: name}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		msg := err.Error()
+		if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+			if i := strings.IndexByte(rest, ':'); i > 0 {
+				if n, err := strconv.Atoi(rest[:i]); err == nil {
+					return Domain{}, &policy.ConfigError{File: name, Line: n, Msg: "error loading config file: " + strings.TrimSpace(rest[i+1:])}
+				}
+			}
+		}
+		return Domain{}, &policy.ConfigError{File: name, Line: 1, Msg: "error loading config file: " + strings.TrimPrefix(msg, "yaml: ")}
+	}
+	if len(doc.Content) == 0 {
+		return Domain{}, p.errf(&doc, "config file cannot have empty domain")
+	}
+	root := doc.Content[0]
+	d := Domain{File: name}
+	err := p.fields(root, []string{"domain", "descriptors"}, func(k string, v *yaml.Node) error {
+		var err error
+		switch k {
+		case "domain":
+			d.Name, err = p.str(v)
+		case "descriptors":
+			d.Descriptors, err = p.descriptors(v, d.Name+".")
+		}
+		return err
+	})
+	if err != nil {
+		return Domain{}, err
+	}
+	if d.Name == "" {
+		return Domain{}, p.errf(root, "config file cannot have empty domain")
+	}
+	return d, nil
+}
+
+type parser struct{ file string }
+
+func (p *parser) errf(n *yaml.Node, format string, args ...any) error {
+	return &policy.ConfigError{File: p.file, Line: max(n.Line, 1), Msg: fmt.Sprintf(format, args...)}
+}
+
+// fields walks a mapping, refusing keys not in known.
+func (p *parser) fields(n *yaml.Node, known []string, f func(key string, v *yaml.Node) error) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return p.errf(n, "config error, expected a map")
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return p.errf(k, "config error, key is not of type string")
+		}
+		if !slices.Contains(known, k.Value) {
+			return p.errf(k, "config error, unknown key '%s'", k.Value)
+		}
+		if seen[k.Value] {
+			return p.errf(k, "config error, key '%s' appears twice", k.Value)
+		}
+		seen[k.Value] = true
+		if err := f(k.Value, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *parser) str(n *yaml.Node) (string, error) {
+	if n.Kind != yaml.ScalarNode {
+		return "", p.errf(n, "config error, expected a string")
+	}
+	if n.Tag == "!!null" {
+		return "", nil
+	}
+	return n.Value, nil
+}
+
+func (p *parser) bool(n *yaml.Node) (bool, error) {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		return false, p.errf(n, "config error, expected true or false, not %q", n.Value)
+	}
+	return b, nil
+}
+
+func (p *parser) uint(n *yaml.Node, bits int) (uint64, error) {
+	if n.Kind != yaml.ScalarNode {
+		return 0, p.errf(n, "config error, expected a number")
+	}
+	v, err := strconv.ParseUint(n.Value, 10, bits)
+	if err != nil {
+		return 0, p.errf(n, "config error, %q is not a whole number from 0 to %d", n.Value, uint64(1)<<bits-1)
+	}
+	return v, nil
+}
+
+func (p *parser) list(n *yaml.Node, f func(*yaml.Node) error) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return p.errf(n, "config error, expected a list")
+	}
+	for _, e := range n.Content {
+		if e.Kind != yaml.MappingNode {
+			return p.errf(e, "config error, yaml file contains list of type other than map")
+		}
+		if err := f(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) {
+	var out []Descriptor
+	seen := map[string]bool{}
+	err := p.list(n, func(e *yaml.Node) error {
+		d := Descriptor{Line: e.Line}
+		var nested *yaml.Node
+		err := p.fields(e, []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
+			"detailed_metric", "value_to_metric", "share_threshold", "credential"}, func(k string, v *yaml.Node) error {
+			var err error
+			switch k {
+			case "key":
+				d.Key, err = p.str(v)
+			case "value":
+				d.Value, err = p.str(v)
+			case "rate_limit":
+				var r RateLimit
+				if r, err = p.rateLimit(v); err == nil {
+					d.RateLimit = &r
+				}
+			case "rate_limits":
+				err = p.list(v, func(e *yaml.Node) error {
+					r, err := p.rateLimit(e)
+					d.RateLimits = append(d.RateLimits, r)
+					return err
+				})
+			case "descriptors":
+				nested = v
+			case "shadow_mode":
+				d.ShadowMode, err = p.bool(v)
+			case "quota_mode":
+				d.QuotaMode, err = p.bool(v)
+			case "detailed_metric":
+				d.DetailedMetric, err = p.bool(v)
+			case "value_to_metric":
+				d.ValueToMetric, err = p.bool(v)
+			case "share_threshold":
+				d.ShareThreshold, err = p.bool(v)
+			case "credential":
+				d.Credential, err = p.bool(v)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if d.Key == "" {
+			return p.errf(e, "descriptor has empty key")
+		}
+		final := d.Key
+		if d.Value != "" {
+			final += "_" + d.Value
+		}
+		if seen[final] {
+			return p.errf(e, "duplicate descriptor composite key '%s%s'", parent, final)
+		}
+		seen[final] = true
+		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+			return p.errf(e, "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", final)
+		}
+		if d.RateLimit == nil && len(d.RateLimits) > 0 {
+			return p.errf(e, "rate_limits needs a rate_limit beside it")
+		}
+		for _, r := range d.RateLimits {
+			if r.Unlimited || r.Name != "" || len(r.Replaces) > 0 {
+				return p.errf(e, "a limit of rate_limits cannot be unlimited, named or replace others: put that on rate_limit")
+			}
+		}
+		if d.RateLimit != nil && d.RateLimit.Unlimited && len(d.RateLimits) > 0 {
+			return p.errf(e, "an unlimited descriptor cannot have rate_limits")
+		}
+		if nested != nil {
+			if d.Descriptors, err = p.descriptors(nested, parent+final+"."); err != nil {
+				return err
+			}
+		}
+		out = append(out, d)
+		return nil
+	})
+	return out, err
+}
+
+func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
+	r := RateLimit{Line: n.Line}
+	var unitNode *yaml.Node
+	err := p.fields(n, []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst"}, func(k string, v *yaml.Node) error {
+		var err error
+		var u uint64
+		switch k {
+		case "requests_per_unit":
+			u, err = p.uint(v, 32)
+			r.RequestsPerUnit = uint32(u)
+		case "unit":
+			unitNode = v
+			r.Unit, err = p.str(v)
+		case "unit_multiplier":
+			u, err = p.uint(v, 32)
+			r.UnitMultiplier = uint32(u)
+		case "unlimited":
+			r.Unlimited, err = p.bool(v)
+		case "name":
+			r.Name, err = p.str(v)
+		case "replaces":
+			err = p.list(v, func(e *yaml.Node) error {
+				var name string
+				err := p.fields(e, []string{"name"}, func(_ string, v *yaml.Node) error {
+					var err error
+					name, err = p.str(v)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				if name == "" {
+					return p.errf(e, "should not have an empty replaces entry")
+				}
+				r.Replaces = append(r.Replaces, name)
+				return nil
+			})
+		case "algorithm":
+			var s string
+			s, err = p.str(v)
+			r.Algorithm = policy.Algorithm(s)
+		case "burst":
+			u, err = p.uint(v, 52)
+			r.Burst = int64(u)
+		}
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	if slices.Contains(r.Replaces, r.Name) && r.Name != "" {
+		return r, p.errf(n, "replaces should not contain name of same descriptor")
+	}
+	if r.Unlimited {
+		if r.Unit != "" {
+			if _, err := r.Window(); err == nil {
+				return r, p.errf(unitNode, "should not specify rate limit unit when unlimited")
+			}
+		}
+		return r, nil
+	}
+	at := unitNode
+	if at == nil {
+		at = n
+	}
+	if _, err := r.Window(); err != nil {
+		return r, p.errf(at, "%s", err.Error())
+	}
+	if _, err := r.policy("check"); err != nil {
+		return r, p.errf(n, "%s", strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: "))
+	}
+	return r, nil
+}

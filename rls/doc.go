@@ -1,0 +1,134 @@
+// Package rls is an Envoy rate limit service on floodgate: it implements
+// envoy.service.ratelimit.v3.RateLimitService (ShouldRateLimit), the API of
+// Envoy's global rate limiting, on floodgate's stores and algorithms, so
+// that the proxy tier and Go services enforce the same limits with the same
+// engine. It is a module of its own, so that users of floodgate never
+// download Envoy's protos.
+//
+// A [Service] is embedded on any *grpc.Server:
+//
+//	cfg, err := rls.LoadDir("/etc/ratelimit")     // envoyproxy/ratelimit's files, unchanged
+//	svc, err := rls.New(memstore, cfg)             // or a redisstore.Store for a fleet
+//	svc.Register(grpcServer)
+//	err = svc.WatchDir(ctx, "/etc/ratelimit")      // hot reload
+//
+// and the command floodgate-rls (rls/cmd/floodgate-rls) runs one, with
+// the gRPC health service, Prometheus metrics and graceful shutdown.
+//
+// # Config files
+//
+// A config directory holds one file per domain, in envoyproxy/ratelimit's
+// format, which loads unchanged and means the same:
+//
+//	domain: edge
+//	descriptors:
+//	  - key: destination_cluster
+//	    value: image-origin.prod
+//	    rate_limit: {unit: second, requests_per_unit: 15000}
+//	    descriptors:
+//	      - key: source_service
+//	        value: purge-orchestrator
+//	        rate_limit: {unit: second, requests_per_unit: 500}
+//
+// A request descriptor's entries are matched level by level: the entry's key
+// and value, else a value ending in '*' that prefixes it, else the key
+// alone (each value then has its own counter); the limit of the level that
+// matches the descriptor's last entry applies, and a descriptor longer than
+// the tree, or matching nothing, has no limit. rate_limit holds unit
+// (second, minute, hour, day, week, month = 30 days, year = 365 days),
+// requests_per_unit, unit_multiplier, unlimited, name and replaces (a limit
+// whose name another matched limit of the request replaces is not applied);
+// beside it shadow_mode (decided and counted, never refusing),
+// detailed_metric (metrics per request value), value_to_metric (the
+// request's value of that level in the metric key), share_threshold (every
+// value matching that wildcard counts in one counter) and quota_mode. Unknown keys, empty keys, duplicate
+// descriptors, bad units, a unit with unlimited, empty or self replaces and
+// two files of one domain are refused, each as a *policy.ConfigError
+// "file:line: what".
+//
+// # Extensions
+//
+// Fields the reference does not have, in the same files:
+//
+//	rate_limit:
+//	  algorithm: token-bucket   # fixed-window (default), token-bucket, leaky-bucket, sliding-log, sliding-counter
+//	  unit: 30s                 # besides the named units: any duration (30s, 5m, 90s)
+//	  requests_per_unit: 100
+//	  burst: 200                # a token bucket's capacity (default requests_per_unit), a leaky bucket's burst
+//	rate_limits:                # further limits of the descriptor, checked with rate_limit all or nothing
+//	  - {unit: hour, requests_per_unit: 1000}
+//	credential: true            # beside key: the entry's value is a credential (an API key, a token)
+//
+// A credential's value reaches neither the store nor the metrics in clear:
+// both see a keyed hash of it (HMAC-SHA256 under [WithKeySecret], which
+// every process sharing a Redis must be given alike), and observer events
+// name limits by their config path, never by a request's values.
+//
+// A token bucket runs at requests_per_unit per unit with its burst; a leaky
+// bucket in nginx's nodelay mode (Envoy cannot delay a request). A limit's
+// current_limit is told in the largest unit that divides its window, times
+// a multiplier (30s is 30 x SECOND). Every limit is a floodgate policy named
+// by its descriptor path ("edge.destination_cluster_image-origin.prod", and
+// "#1", "#2" for the limits of rate_limits), so a reload keeps each key's
+// state when the path stays.
+//
+// # Answers
+//
+// For a fixed window the answers are the reference's: per descriptor code,
+// current_limit, limit_remaining (0 when over the limit), duration_until_reset
+// (whole seconds to the end of the window, windows aligned to the epoch);
+// overall_code OVER_LIMIT when any enforcing descriptor is over; hits_addend
+// of the request (0 means 1) or of the descriptor (which wins; 0 there
+// checks without counting: OVER_LIMIT when nothing is left, and the request
+// is then refused as a whole); the descriptor's own limit (a fixed window in
+// place of the config's; the domain must be known); an unlimited descriptor
+// answers OK with limit_remaining 2^32-1 and no current_limit; a descriptor
+// without a limit (unknown domain or descriptor, or replaced) OK with
+// nothing; an empty domain or descriptor list is an InvalidArgument error. A
+// shadow-mode descriptor answers OK whatever its counter says; quota-mode
+// descriptors are grouped (by backend_name and model_name_override, else by
+// all their entries) and make the request OVER_LIMIT only when every group
+// is over one of its limits. is_negative_hits gives the hits back.
+//
+// # Deliberate differences from envoyproxy/ratelimit
+//
+//   - A refused request consumes nothing (floodgate's all-or-nothing, as
+//     floodgate.TakeAll): the reference increments every descriptor's counter
+//     on every request, the refused ones included. So after a request whose
+//     hits_addend crosses a limit, a smaller one may still pass (10 per hour,
+//     8 used, hits 5 refused, then hits 2 admitted: the reference refuses it,
+//     its counter being at 13), and the other descriptors of a refused request
+//     (the image origin's, when the purge orchestrator is over) keep their
+//     units. Statuses of a refused request tell each descriptor's state as
+//     it stands (limit_remaining uncharged) and 0 for those over. A check
+//     without counting (hits_addend 0) is over when no unit is left, where
+//     the reference says over only once its counter has passed the limit
+//     (at exactly the limit it says OK with 0 left).
+//   - Shadow-mode descriptors are charged only when the request is admitted
+//     (floodgate's dry-run rule); quota-mode descriptors are each charged
+//     when they admit, before the others are decided.
+//   - A request's own limit (descriptor.limit) has its own counter per
+//     (requests_per_unit, unit): in the reference it shares the counter of
+//     the descriptor's configured limit.
+//   - A reload applies floodgate's live-change rule: a key keeps the units
+//     it has left, capped by the new limit (raising 3 to 5 per hour with 1
+//     left leaves 1; a fresh key has 5). The reference keeps the count (3
+//     left). A change of algorithm or window length starts the keys afresh.
+//   - Store errors: the reference answers with an error; so does the
+//     default FailError, and FailOpen / FailClosed answer instead.
+//     redisstore's failure policies (a local fallback) apply before.
+//   - Month is 30 days and year 365, as the reference without its
+//     calendar-month setting; the metric labels are domain and key (the
+//     descriptor path), not the mapping's key1/key2 split at dots.
+//   - rls/benchmarks (a module of its own) runs the reference, built from
+//     its module, and this service side by side on one Redis and checks
+//     that they answer a sequence of requests covering the above
+//     identically (TestConformanceWithReference).
+//   - No local over-limit cache: floodgate's memory store answers at memory
+//     speed and Redis in one script per request.
+//
+// # Concurrency
+//
+// A Service is safe for concurrent use; Update, ReloadDir and WatchDir swap
+// the running config atomically (each request is decided on one config).
+package rls

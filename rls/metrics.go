@@ -1,0 +1,140 @@
+package rls
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Metrics are the Prometheus counters of a Service, named as the
+// reference's statsd names come out of its Prometheus mapping:
+//
+//	ratelimit_service_rate_limit_total_hits{domain, key}    hits of every limited descriptor
+//	ratelimit_service_rate_limit_within_limit{domain, key}  hits admitted
+//	ratelimit_service_rate_limit_near_limit{domain, key}    hits above the near-limit ratio, up to the limit
+//	ratelimit_service_rate_limit_over_limit{domain, key}    hits beyond the limit
+//	ratelimit_service_rate_limit_shadow_mode{domain, key}   over_limit hits of shadow-mode descriptors
+//	ratelimit_service_config_load_success                   configs applied
+//	ratelimit_service_config_load_error                     configs refused
+//	ratelimit_service_should_rate_limit_error{err_type}     calls the store could not decide (redis_error)
+//
+// key is the descriptor's path in the config without the domain
+// ("destination_cluster_image-origin.prod.source_service"), or the request's
+// own entries for a detailed_metric descriptor. The reference's mapping
+// splits the path into key1 and key2 at dots, which values with dots
+// break; key keeps it whole.
+type Metrics struct {
+	totalHits, withinLimit, nearLimit, overLimit, shadowMode *prometheus.CounterVec
+	loadSuccess, loadError                                   prometheus.Counter
+	callError                                                *prometheus.CounterVec
+	// counters caches each (domain, key)'s counters: a label lookup per
+	// call is the dearest part of counting.
+	counters sync.Map // string -> *keyCounters
+}
+
+type keyCounters struct{ total, within, near, over, shadow prometheus.Counter }
+
+func (m *Metrics) of(domain, key string) *keyCounters {
+	id := domain + "\x00" + key
+	if c, ok := m.counters.Load(id); ok {
+		return c.(*keyCounters)
+	}
+	c := &keyCounters{m.totalHits.WithLabelValues(domain, key), m.withinLimit.WithLabelValues(domain, key),
+		m.nearLimit.WithLabelValues(domain, key), m.overLimit.WithLabelValues(domain, key), m.shadowMode.WithLabelValues(domain, key)}
+	got, _ := m.counters.LoadOrStore(id, c)
+	return got.(*keyCounters)
+}
+
+// NewMetrics registers the counters on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: rls: nil registerer", floodgate.ErrInvalidConfig)
+	}
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help}, []string{"domain", "key"})
+	}
+	m := &Metrics{
+		totalHits:   vec("total_hits", "Hits of every limited descriptor."),
+		withinLimit: vec("within_limit", "Hits admitted."),
+		nearLimit:   vec("near_limit", "Hits above the near-limit ratio of the limit, up to it."),
+		overLimit:   vec("over_limit", "Hits beyond the limit."),
+		shadowMode:  vec("shadow_mode", "Hits beyond the limit of shadow-mode descriptors."),
+		loadSuccess: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success", Help: "Configs applied."}),
+		loadError:   prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Configs refused."}),
+		callError: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_should_rate_limit_error",
+			Help: "Calls the store could not decide."}, []string{"err_type"}),
+	}
+	for _, c := range []prometheus.Collector{m.totalHits, m.withinLimit, m.nearLimit, m.overLimit, m.shadowMode, m.loadSuccess, m.loadError, m.callError} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("rls: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) configLoad(ok bool) {
+	if ok {
+		m.loadSuccess.Inc()
+	} else {
+		m.loadError.Inc()
+	}
+}
+
+func (m *Metrics) storeError() { m.callError.WithLabelValues("redis_error").Inc() }
+
+// record counts one descriptor's hits as the reference does: with before
+// the units used before the request and after = before + hits, hits past
+// the limit are over_limit, hits past the near-limit threshold and within
+// the limit near_limit.
+func (m *Metrics) record(domain, stats string, checks []floodgate.Check, lm *limit, hits int, ratio float64, charged bool) {
+	key := stats
+	if len(key) > len(domain) && key[:len(domain)] == domain && key[len(domain)] == '.' {
+		key = key[len(domain)+1:]
+	}
+	h := float64(hits)
+	c := m.of(domain, key)
+	c.total.Add(h)
+	j := pick(checks)
+	l := &lm.lims[j]
+	d := checks[j].Decision
+	limit := l.limit
+	if d.Limit > 0 {
+		limit = d.Limit
+	}
+	near := int64(float64(limit) * ratio)
+	over := false
+	for k := range checks {
+		if !checks[k].Decision.Allowed {
+			over = true
+		}
+	}
+	var before, after int64
+	if over || !charged {
+		before = limit - d.Remaining
+		after = before + int64(hits)
+	} else {
+		after = limit - d.Remaining
+		before = after - int64(hits)
+	}
+	if over {
+		o := after - max(limit, before)
+		if o <= 0 {
+			o = int64(hits)
+		}
+		c.over.Add(float64(o))
+		if before < limit {
+			c.near.Add(float64(limit - max(near, before)))
+		}
+		if lm.shadow {
+			c.shadow.Add(float64(o))
+		}
+		return
+	}
+	c.within.Add(h)
+	if after > near {
+		c.near.Add(float64(min(int64(hits), after-max(near, before))))
+	}
+}
