@@ -126,6 +126,8 @@ type compiled struct {
 	policies []policy.Policy
 	// named lists every lim, to bind limiters once policy.Live has them.
 	named []*lim
+	// credential: a descriptor of the config is marked credential.
+	credential bool
 }
 
 // compile builds the trees of cfg and the policies they need; limiters are
@@ -168,6 +170,7 @@ func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, 
 			return errf("duplicate descriptor composite key '%s'", at)
 		}
 		n := &node{children: map[string]*node{}, cred: d.Credential, vtm: d.ValueToMetric, kv: final}
+		c.credential = c.credential || d.Credential
 		if d.ShareThreshold {
 			n.share = d.Value
 		}

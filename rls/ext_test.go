@@ -358,6 +358,14 @@ descriptors:
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 2}
 `}
+	// Without the fleet's secret, a shared store refuses credentials.
+	cfg, err := rls.LoadDir(writeDir(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rls.New(st, cfg); !errors.Is(err, floodgate.ErrInvalidConfig) || !strings.Contains(err.Error(), "WithKeySecret") {
+		t.Fatalf("credentials on Redis without the secret: %v", err)
+	}
 	var events []floodgate.Event
 	var mu sync.Mutex
 	srv := serve(t, st, files, rls.WithMetrics(m), rls.WithKeySecret([]byte("0123456789abcdef0123")),

@@ -198,6 +198,9 @@ type Service struct {
 	cur   atomic.Pointer[compiled]
 	mu    sync.Mutex // serialises Update
 
+	// ownSecret: credentials are hashed with a secret of this process.
+	ownSecret bool
+
 	ovMu      sync.Mutex
 	overrides map[overrideKey]*lim
 }
@@ -222,6 +225,7 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 			return nil, err
 		}
 	}
+	svc.ownSecret = svc.opts.secret == nil
 	if svc.opts.secret == nil {
 		svc.opts.secret = make([]byte, 32)
 		if _, err := rand.Read(svc.opts.secret); err != nil {
@@ -229,6 +233,9 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 		}
 	}
 	c, err := compile(cfg)
+	if err == nil {
+		err = svc.checkSecret(c)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +252,16 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 		svc.opts.metrics.configLoad(true)
 	}
 	return svc, nil
+}
+
+// checkSecret refuses credential descriptors hashed with this process's
+// own secret on a store that several processes share: each node would
+// keep its own budget per credential.
+func (s *Service) checkSecret(c *compiled) error {
+	if c.credential && s.ownSecret && store.IsShared(s.store) {
+		return fmt.Errorf("%w: rls: credential descriptors on a store shared by several processes need WithKeySecret (-key-secret-file), the same secret on every node", floodgate.ErrInvalidConfig)
+	}
+	return nil
 }
 
 // Register registers the service on g.
@@ -277,6 +294,9 @@ func (s *Service) Update(cfg Config, source string) error {
 		r.Domains = append(r.Domains, d.Name)
 	}
 	c, err := compile(cfg)
+	if err == nil {
+		err = s.checkSecret(c)
+	}
 	if err == nil {
 		r.Policy, err = s.live.Update(policy.Config{Policies: c.policies}, source)
 	}
