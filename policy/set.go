@@ -94,7 +94,7 @@ type Set struct {
 	hasher   *credkey.Hasher
 	// ownSecret: the hasher's secret is the process's (no WithKeySecret).
 	ownSecret bool
-	dry      map[*store.Limiter]bool
+	dry       map[*store.Limiter]bool
 }
 
 type node struct {
