@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Sizes of a policy's recording. See the package documentation, "Memory".
@@ -35,6 +36,7 @@ func (s *slot) level() uint32 { return s.meta >> 8 }
 // two cache lines.
 type tbucket struct {
 	lock  atomic.Uint32
+	full  uint32 // window number + 1 when no slot is free for that window
 	fp    [ways]uint32
 	slots [ways]slot
 }
@@ -52,15 +54,18 @@ func (b *tbucket) release() { b.lock.Store(0) }
 // stripe holds counters that every decision updates, spread by key so that
 // concurrent decisions rarely share a cache line.
 type stripe struct {
-	decisions, units, denied atomic.Uint64
-	_                        [40]byte
+	decisions atomic.Uint64
+	extra     atomic.Uint64 // units beyond one per decision
+	denied    atomic.Uint64
+	sampled   atomic.Uint64 // sampled decisions in the current window
+	dropped   atomic.Uint64 // of which found no slot
+	_         [24]byte
 }
 
 // topEntry is one of the heaviest keys (Space-Saving: a newcomer replaces
 // the lightest entry and starts from its count-min estimate, which
 // over-counts by at most over).
 type topEntry struct {
-	id      atomic.Uint64 // the key's hash | 1; 0: empty
 	win     atomic.Uint64 // window number of cnt
 	cnt     atomic.Uint64 // units in window win
 	peak    atomic.Uint64 // largest units in one window before win
@@ -114,10 +119,8 @@ type Demand struct {
 	firstWin uint64
 	seed     maphash.Seed
 
-	level   atomic.Uint32
-	curWin  atomic.Uint64
-	sampled atomic.Uint64 // sampled decisions in window curWin
-	dropped atomic.Uint64 // of which found no slot
+	level  atomic.Uint32
+	curWin atomic.Uint64
 	// spoiled holds (window number + 1) of recent windows whose samples are
 	// not counted; spoiledN counts them all.
 	spoiled  [spoilRing]atomic.Uint32
@@ -131,7 +134,8 @@ type Demand struct {
 	burst   *sketch // largest units of a key in one sub-window, per key-window
 	keys    distinct
 
-	mu  sync.Mutex // top-K replacement
+	mu  sync.Mutex      // top-K replacement
+	ids []atomic.Uint64 // the keys of top: hash | 1, 0 when empty
 	top []topEntry
 	thr atomic.Uint64 // a key enters the top-K above this estimate
 }
@@ -143,7 +147,7 @@ func newDemand(r *Recorder, name string, window time.Duration, limit int64, now 
 		start: now, seed: r.seed,
 		table: make([]tbucket, buckets), mask: uint64(buckets - 1),
 		demand: newSketch(), burst: newSketch(),
-		top: make([]topEntry, r.cfg.TopK),
+		top: make([]topEntry, r.cfg.TopK), ids: make([]atomic.Uint64, r.cfg.TopK),
 	}
 	d.firstWin = uint64(max(now, 0) / d.window)
 	d.curWin.Store(d.firstWin)
@@ -172,15 +176,23 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 	if n <= 0 {
 		return
 	}
+	now = max(now, 0)
 	un := uint64(n)
 	h := maphash.String(d.seed, key)
-	w := uint64(max(now, 0) / d.window)
-	if w > d.curWin.Load() {
-		d.advance(w)
+	w := d.curWin.Load()
+	if ws := int64(w) * d.window; now < ws || now-ws >= d.window {
+		if w2 := uint64(now / d.window); w2 > w {
+			d.advance(w2)
+			w = w2
+		} else {
+			w = w2 // a late decision counts in its own window
+		}
 	}
 	st := &d.stripes[h&(stripes-1)]
 	st.decisions.Add(1)
-	st.units.Add(un)
+	if un > 1 {
+		st.extra.Add(un - 1)
+	}
 	if refused {
 		st.denied.Add(1)
 	}
@@ -188,7 +200,7 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 	d.keys.add(m)
 	d.heavy(h|1, m, w, un, refused, key, now)
 	if lvl := d.level.Load(); lvl == 0 || mix(h^(w*0x9e3779b97f4a7c15))>>(64-lvl) == 0 {
-		d.sample(h, now, w, un, lvl)
+		d.sample(st, h, now, w, un, lvl)
 	}
 }
 
@@ -214,7 +226,11 @@ func (d *Demand) advance(w uint64) {
 			break
 		}
 	}
-	s, dr := d.sampled.Swap(0), d.dropped.Swap(0)
+	var s, dr uint64
+	for i := range d.stripes {
+		s += d.stripes[i].sampled.Swap(0)
+		dr += d.stripes[i].dropped.Swap(0)
+	}
 	if dr > 0 && dr*256 > s {
 		// More than 1/256 of the sampled decisions of the window that ended
 		// found no slot: the keys that did are biased (those that came
@@ -238,15 +254,22 @@ func (d *Demand) advance(w uint64) {
 // in the count-min rows and enters when its estimate for the window beats
 // the lightest entry.
 func (d *Demand) heavy(id, m, w, n uint64, refused bool, key string, now int64) {
-	for i := range d.top {
-		if e := &d.top[i]; e.id.Load() == id {
-			e.observe(w, n, refused)
+	for i := range d.ids {
+		if d.ids[i].Load() == id {
+			d.top[i].observe(w, n, refused)
 			return
 		}
 	}
-	c0 := d.cm[0][m&(cmWidth-1)].Add(uint32(min(n, 1<<31)))
-	c1 := d.cm[1][(m>>10)&(cmWidth-1)].Add(uint32(min(n, 1<<31)))
-	if est := uint64(min(c0, c1)); est > d.thr.Load() {
+	// Conservative update: only the smaller counter grows.
+	a, b := &d.cm[0][m&(cmWidth-1)], &d.cm[1][(m>>10)&(cmWidth-1)]
+	n32 := uint32(min(n, 1<<31))
+	var est uint32
+	if ca, cb := a.Load(), b.Load(); ca <= cb {
+		est = min(a.Add(n32), cb)
+	} else {
+		est = min(b.Add(n32), ca)
+	}
+	if est := uint64(est); est > d.thr.Load() {
 		d.admit(id, w, est, n, refused, key, now)
 	}
 }
@@ -254,21 +277,21 @@ func (d *Demand) heavy(id, m, w, n uint64, refused bool, key string, now int64) 
 func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var victim *topEntry
+	vi := -1
 	low := ^uint64(0)
 	for i := range d.top {
 		e := &d.top[i]
-		switch e.id.Load() {
+		switch d.ids[i].Load() {
 		case id:
 			e.observe(w, n, refused)
 			return
 		case 0:
 			if low != 0 {
-				victim, low = e, 0
+				vi, low = i, 0
 			}
 		default:
 			if sc := e.score(); sc < low {
-				victim, low = e, sc
+				vi, low = i, sc
 			}
 		}
 	}
@@ -276,8 +299,8 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 		d.thr.Store(low)
 		return
 	}
-	e := victim
-	e.id.Store(0)
+	e := &d.top[vi]
+	d.ids[vi].Store(0)
 	e.win.Store(w)
 	e.cnt.Store(est)
 	e.peak.Store(0)
@@ -292,10 +315,10 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 	if !d.rec.cfg.HideKeys {
 		e.labelN = uint8(copy(e.label[:], key))
 	}
-	e.id.Store(id)
+	d.ids[vi].Store(id)
 	thr := ^uint64(0)
 	for i := range d.top {
-		if d.top[i].id.Load() == 0 {
+		if d.ids[i].Load() == 0 {
 			thr = 0
 			break
 		}
@@ -307,7 +330,7 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 // sample counts n units of a sampled key in its slot. Which keys are
 // sampled changes with every window (the hash is salted with the window
 // number), so that over many windows every key is measured.
-func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
+func (d *Demand) sample(st *stripe, h uint64, now int64, w uint64, n uint64, lvl uint32) {
 	fp := uint32(h >> 32)
 	if fp == 0 {
 		fp = 1
@@ -315,33 +338,51 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 	w32 := uint32(w)
 	sub := uint32((max(now, 0) - int64(w)*d.window) / d.subLen)
 	n32 := uint32(min(n, 1<<32-1))
-	d.sampled.Add(1)
+	st.sampled.Add(1)
 	b := &d.table[h&d.mask]
 	b.acquire()
-	free := -1
 	for i, f := range &b.fp {
-		if f == fp {
-			s := &b.slots[i]
-			if older(s.win, w32) {
-				d.emit(s)
-				*s = slot{win: w32, meta: sub | lvl<<8}
-			}
-			if cur := s.meta & 0xff; sub > cur && !older(w32, s.win) {
-				s.meta, s.cur = sub|s.meta&^0xff, 0
-			}
-			s.cnt = satAdd(s.cnt, n32)
-			s.cur = satAdd(s.cur, n32)
-			s.peak = max(s.peak, s.cur)
-			b.release()
-			return
+		if f != fp {
+			continue
 		}
-		if free < 0 && (f == 0 || older(b.slots[i].win, w32)) {
+		s := &b.slots[i]
+		if older(s.win, w32) {
+			d.emit(s)
+			*s = slot{win: w32, meta: sub | lvl<<8}
+		}
+		if cur := s.meta & 0xff; sub > cur && !older(w32, s.win) {
+			s.meta, s.cur = sub|s.meta&^0xff, 0
+		}
+		s.cnt = satAdd(s.cnt, n32)
+		s.cur = satAdd(s.cur, n32)
+		s.peak = max(s.peak, s.cur)
+		b.release()
+		return
+	}
+	free := -1
+	if b.full == w32+1 {
+		b.release()
+		st.dropped.Add(1)
+		return
+	}
+	for i, f := range &b.fp {
+		if f == 0 {
 			free = i
+			break
 		}
 	}
 	if free < 0 {
+		for i := range b.slots {
+			if older(b.slots[i].win, w32) {
+				free = i
+				break
+			}
+		}
+	}
+	if free < 0 {
+		b.full = w32 + 1
 		b.release()
-		d.dropped.Add(1)
+		st.dropped.Add(1)
 		return
 	}
 	s := &b.slots[free]
@@ -389,4 +430,20 @@ func (d *Demand) flush(now int64) {
 		}
 		b.release()
 	}
+}
+
+// MaxPolicyBytes bounds the memory of one policy's recording with the
+// default Config (4,096 slots, top 16): 160 KiB, whatever the number of
+// keys (126 KiB by construction, about 135 KiB once the allocator has
+// rounded the blocks up). [Demand.Bytes] gives the figure for any Config.
+const MaxPolicyBytes = 160 << 10
+
+// Bytes returns the memory the policy's recording holds, by construction:
+// it is allocated when the Demand is made and never grows.
+func (d *Demand) Bytes() int {
+	return int(unsafe.Sizeof(*d)) +
+		len(d.table)*int(unsafe.Sizeof(tbucket{})) +
+		2*(int(unsafe.Sizeof(sketch{}))+sketchBins*8) +
+		len(d.top)*int(unsafe.Sizeof(topEntry{})+8) +
+		len(d.name)
 }

@@ -165,8 +165,9 @@ func (d *Demand) ReportAt(now int64) Report {
 		rep.Windows = w - d.firstWin
 	}
 	for i := range d.stripes {
-		rep.Decisions += d.stripes[i].decisions.Load()
-		rep.Units += d.stripes[i].units.Load()
+		dec := d.stripes[i].decisions.Load()
+		rep.Decisions += dec
+		rep.Units += dec + d.stripes[i].extra.Load()
 		rep.Refused += d.stripes[i].denied.Load()
 	}
 	dem, bur := d.demand.freeze(), d.burst.freeze()
@@ -249,7 +250,7 @@ func (d *Demand) topKeys(rec Recommendation) []Key {
 	var out []Key
 	for i := range d.top {
 		e := &d.top[i]
-		id := e.id.Load()
+		id := d.ids[i].Load()
 		if id == 0 {
 			continue
 		}

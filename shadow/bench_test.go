@@ -1,0 +1,153 @@
+package shadow_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/shadow"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
+)
+
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)
+	}
+	return keys
+}
+
+// BenchmarkObserve is the cost of recording one decision, on the default
+// clock, over 10,000 keys.
+func BenchmarkObserve(b *testing.B) {
+	rec, err := shadow.New(shadow.Config{})
+	require.NoError(b, err)
+	defer rec.Close()
+	d, err := rec.Track("api", time.Second, 100)
+	require.NoError(b, err)
+	keys := benchKeys(10000)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		d.Observe(keys[i], 1, false)
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+}
+
+// BenchmarkObserveParallel is BenchmarkObserve from every P at once.
+func BenchmarkObserveParallel(b *testing.B) {
+	rec, err := shadow.New(shadow.Config{})
+	require.NoError(b, err)
+	defer rec.Close()
+	d, err := rec.Track("api", time.Second, 100)
+	require.NoError(b, err)
+	keys := benchKeys(10000)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(time.Now().UnixNano() % int64(len(keys)))
+		for pb.Next() {
+			d.Observe(keys[i], 1, false)
+			if i++; i == len(keys) {
+				i = 0
+			}
+		}
+	})
+}
+
+// BenchmarkDecision is a decision of one policy through a policy.Live on
+// memstore, without recording (plain) and on a recording store
+// (recorded): run them interleaved, e.g.
+//
+//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'Decision/' -count 1 ./shadow/; done
+func BenchmarkDecision(b *testing.B) {
+	keys := benchKeys(10000)
+	for _, mode := range []string{"plain", "recorded"} {
+		b.Run(mode, func(b *testing.B) {
+			mem, err := memstore.New()
+			require.NoError(b, err)
+			defer mem.Close()
+			var s store.Store = mem
+			if mode == "recorded" {
+				rec, err := shadow.New(shadow.Config{})
+				require.NoError(b, err)
+				defer rec.Close()
+				s, err = rec.Store(mem)
+				require.NoError(b, err)
+			}
+			live, err := policy.NewLive(policy.Config{
+				Policies:    []policy.Policy{{Name: "api", Rate: floodgate.PerSecond(1_000_000)}},
+				DefaultPlan: "api",
+			}, s)
+			require.NoError(b, err)
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := live.Take(ctx, keys[i], 1); err != nil {
+					b.Fatal(err)
+				}
+				if i++; i == len(keys) {
+					i = 0
+				}
+			}
+		})
+	}
+}
+
+// The memory of a policy's recording is fixed when it is made: feeding it
+// 1,000 to 1,000,000 keys (over several windows) adds nothing, and the
+// whole stays under its stated bound (MaxPolicyBytes for the defaults).
+func TestMemoryBounded(t *testing.T) {
+	sizes := []int{1_000, 10_000, 100_000, 1_000_000}
+	if testing.Short() || raceEnabled {
+		sizes = sizes[:3]
+	}
+	for _, n := range sizes {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			clk := newFakeClock()
+			rec, err := shadow.New(shadow.Config{Clock: clk})
+			require.NoError(t, err)
+			defer rec.Close()
+			keys := benchKeys(n)
+			var before, made, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			d, err := rec.Track("api", time.Second, 100)
+			require.NoError(t, err)
+			runtime.GC()
+			runtime.ReadMemStats(&made)
+			base := clk.Now().UnixNano()
+			for w := range 3 {
+				for i, k := range keys {
+					clk.Set(base + int64(w)*int64(time.Second) + int64(i)*int64(time.Second)/int64(n))
+					d.Observe(k, int64(1+i%3), i%50 == 0)
+				}
+			}
+			rep := d.ReportAt(clk.Now().UnixNano() + int64(time.Second))
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			runtime.KeepAlive(d)
+			runtime.KeepAlive(keys)
+			grown := int64(after.HeapAlloc) - int64(made.HeapAlloc)
+			size := int64(made.HeapAlloc) - int64(before.HeapAlloc)
+			t.Logf("%d keys: policy recording %d B (by construction %d B), grew %d B while recording; sample rate %v, keys %.0f",
+				n, size, d.Bytes(), grown, rep.SampleRate, rep.Keys)
+			assert.LessOrEqual(t, d.Bytes(), shadow.MaxPolicyBytes)
+			assert.LessOrEqual(t, size, int64(shadow.MaxPolicyBytes))
+			// The report itself allocates (its slices); the recording does
+			// not grow: allow the report's few KiB.
+			assert.Less(t, grown, int64(16<<10))
+			assert.InEpsilon(t, n, rep.Keys, 0.12)
+		})
+	}
+}
