@@ -194,7 +194,7 @@ func (d *Demand) ReportAt(now int64) Report {
 		rec.KeyWindowsAbove, rec.UnitsAbove = dem.above(float64(rec.Limit))
 		rec.FractionAbove = rec.KeyWindowsAbove / float64(dem.total)
 	}
-	rep.Top = d.topKeys(rec)
+	rep.Top = d.topKeys(rec, uint64(max(now, 0)/d.window))
 	for _, k := range rep.Top {
 		if k.AboveRecommendation {
 			rec.KeysAbove = append(rec.KeysAbove, cmp.Or(k.Key, k.Hash))
@@ -244,7 +244,7 @@ func edge(i int) float64 {
 	return math.Pow(sketchGamma, float64(i-1))
 }
 
-func (d *Demand) topKeys(rec Recommendation) []Key {
+func (d *Demand) topKeys(rec Recommendation, w uint64) []Key {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []Key
@@ -256,8 +256,13 @@ func (d *Demand) topKeys(rec Recommendation) []Key {
 		}
 		k := Key{
 			Key: string(e.label[:e.labelN]), Hash: fmt.Sprintf("%016x", id),
-			Peak: e.score(), Current: e.cnt.Load(), Total: e.total.Load(), Windows: e.windows.Load(),
+			Peak: e.score(), Total: e.total.Load(), Windows: e.windows.Load(),
 			Refused: e.denied.Load(), Overcount: e.over,
+		}
+		if e.win.Load() == w {
+			k.Current = e.cnt.Load()
+		} else if e.cnt.Load() > 0 {
+			k.Windows++ // its last window has ended
 		}
 		k.AboveRecommendation = rec.OK && k.Peak > uint64(rec.Limit)
 		out = append(out, k)
