@@ -328,3 +328,13 @@ func (s *recordingStore) ApplyAll(ctx context.Context, ops []store.Op, out []flo
 
 // Unwrap returns the store the recording store wraps.
 func (s *recordingStore) Unwrap() store.Store { return s.inner }
+
+// noteLimit records a policy's new limit at once (its next decision would
+// tell it too).
+func (r *Recorder) noteLimit(name string, limit int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d, ok := r.byName[name]; ok {
+		d.limit.Store(limit)
+	}
+}
