@@ -95,6 +95,13 @@ func (e *topEntry) observe(w uint64, n uint64, denied bool) {
 	}
 }
 
+// raise makes *c at least v, c having been read as old.
+func raise(c *atomic.Uint32, old, v uint32) {
+	for old < v && !c.CompareAndSwap(old, v) {
+		old = c.Load()
+	}
+}
+
 func atomicMax(a *atomic.Uint64, v uint64) {
 	for {
 		old := a.Load()
@@ -260,15 +267,13 @@ func (d *Demand) heavy(id, m, w, n uint64, refused bool, key string, now int64) 
 			return
 		}
 	}
-	// Conservative update: only the smaller counter grows.
+	// Conservative update: the estimate is the smaller counter plus n, and
+	// no counter is raised above it.
 	a, b := &d.cm[0][m&(cmWidth-1)], &d.cm[1][(m>>10)&(cmWidth-1)]
-	n32 := uint32(min(n, 1<<31))
-	var est uint32
-	if ca, cb := a.Load(), b.Load(); ca <= cb {
-		est = min(a.Add(n32), cb)
-	} else {
-		est = min(b.Add(n32), ca)
-	}
+	ca, cb := a.Load(), b.Load()
+	est := satAdd(min(ca, cb), uint32(min(n, 1<<32-1)))
+	raise(a, ca, est)
+	raise(b, cb, est)
 	if est := uint64(est); est > d.thr.Load() {
 		d.admit(id, w, est, n, refused, key, now)
 	}

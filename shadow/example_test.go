@@ -68,5 +68,5 @@ func Example() {
 	// p50 100, p95 191, max 1000 per key per 1s
 	// recommended limit 267 (current 50), burst 175
 	// above it: [scraper], in 4 of 80 key-windows
-	// heaviest: scraper at 1000 a window, 3725 refused by the current limit
+	// heaviest: scraper at 1000 a window, 3751 refused by the current limit
 }
