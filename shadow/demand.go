@@ -72,8 +72,9 @@ type topEntry struct {
 	total   atomic.Uint64 // units since the entry was taken
 	denied  atomic.Uint64 // decisions the current limit refused
 	windows atomic.Uint64 // windows before win with demand
+	entry   atomic.Uint64 // the window it entered in
+	over    atomic.Uint64 // what its count in that window may over-state
 	// under Demand.mu
-	over   uint64
 	since  int64
 	labelN uint8
 	label  [labelLen]byte
@@ -83,7 +84,13 @@ func (e *topEntry) score() uint64 { return max(e.peak.Load(), e.cnt.Load()) }
 
 func (e *topEntry) observe(w uint64, n uint64, denied bool) {
 	if ew := e.win.Load(); w > ew && e.win.CompareAndSwap(ew, w) {
-		if c := e.cnt.Swap(0); c > 0 {
+		c := e.cnt.Swap(0)
+		if ew == e.entry.Load() {
+			// The window it entered in counts what the count-min said, an
+			// over-estimate: its peak keeps the lower bound.
+			c -= min(c, e.over.Load())
+		}
+		if c > 0 {
 			atomicMax(&e.peak, c)
 			e.windows.Add(1)
 		}
@@ -315,7 +322,9 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 	if refused {
 		e.denied.Store(1)
 	}
-	e.over, e.since = est-n, now
+	e.over.Store(est - n)
+	e.entry.Store(w)
+	e.since = now
 	e.labelN = 0
 	if !d.rec.cfg.HideKeys {
 		e.labelN = uint8(copy(e.label[:], key))

@@ -80,8 +80,10 @@ type Key struct {
 	Windows uint64 `json:"windows"`
 	// Refused counts its decisions that the current limit refused.
 	Refused uint64 `json:"refused"`
-	// Overcount bounds how much the counts may over-state: the estimate it
-	// entered the top-K with, less its own request (Space-Saving).
+	// Overcount bounds how much the counts of the window it entered the
+	// top-K in (and so Total) may over-state: the estimate it entered with,
+	// less its own request (Space-Saving). Peak counts that window by its
+	// lower bound once it has ended, later windows exactly.
 	Overcount uint64 `json:"overcount"`
 	// AboveRecommendation tells whether its peak exceeds the recommended
 	// limit.
@@ -257,7 +259,7 @@ func (d *Demand) topKeys(rec Recommendation, w uint64) []Key {
 		k := Key{
 			Key: string(e.label[:e.labelN]), Hash: fmt.Sprintf("%016x", id),
 			Peak: e.score(), Total: e.total.Load(), Windows: e.windows.Load(),
-			Refused: e.denied.Load(), Overcount: e.over,
+			Refused: e.denied.Load(), Overcount: e.over.Load(),
 		}
 		if e.win.Load() == w {
 			k.Current = e.cnt.Load()
