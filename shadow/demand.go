@@ -35,10 +35,13 @@ func (s *slot) level() uint32 { return s.meta >> 8 }
 // bits of each slot's key hash (0: empty), apart so that a look-up scans
 // two cache lines.
 type tbucket struct {
-	lock  atomic.Uint32
-	full  uint32 // window number + 1 when no slot is free for that window
-	fp    [ways]uint32
-	slots [ways]slot
+	lock atomic.Uint32
+	full uint32 // window number + 1 when no slot is free for that window
+	// hits counts the sampled decisions since the last window change, drops
+	// those of them that found no slot.
+	hits, drops uint32
+	fp          [ways]uint32
+	slots       [ways]slot
 }
 
 func (b *tbucket) acquire() {
@@ -57,9 +60,7 @@ type stripe struct {
 	decisions atomic.Uint64
 	extra     atomic.Uint64 // units beyond one per decision
 	denied    atomic.Uint64
-	sampled   atomic.Uint64 // sampled decisions in the current window
-	dropped   atomic.Uint64 // of which found no slot
-	_         [24]byte
+	_         [40]byte
 }
 
 // topEntry is one of the heaviest keys (Space-Saving: a newcomer replaces
@@ -150,8 +151,11 @@ type Demand struct {
 
 	mu  sync.Mutex      // top-K replacement
 	ids []atomic.Uint64 // the keys of top: hash | 1, 0 when empty
-	top []topEntry
-	thr atomic.Uint64 // a key enters the top-K above this estimate
+	// idMask has bit id>>56 set for every id in ids: a key whose bit is
+	// clear is not in the top-K, without a scan.
+	idMask [4]atomic.Uint64
+	top    []topEntry
+	thr    atomic.Uint64 // a key enters the top-K above this estimate
 }
 
 func newDemand(r *Recorder, name string, window time.Duration, limit int64, now int64) *Demand {
@@ -214,7 +218,7 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 	d.keys.add(m)
 	d.heavy(h|1, m, w, un, refused, key, now)
 	if lvl := d.level.Load(); lvl == 0 || mix(h^(w*0x9e3779b97f4a7c15))>>(64-lvl) == 0 {
-		d.sample(st, h, now, w, un, lvl)
+		d.sample(h, now, w, un, lvl)
 	}
 }
 
@@ -241,9 +245,12 @@ func (d *Demand) advance(w uint64) {
 		}
 	}
 	var s, dr uint64
-	for i := range d.stripes {
-		s += d.stripes[i].sampled.Swap(0)
-		dr += d.stripes[i].dropped.Swap(0)
+	for i := range d.table {
+		b := &d.table[i]
+		b.acquire()
+		s, dr = s+uint64(b.hits), dr+uint64(b.drops)
+		b.hits, b.drops = 0, 0
+		b.release()
 	}
 	if dr > 0 && dr*256 > s {
 		// More than 1/256 of the sampled decisions of the window that ended
@@ -268,10 +275,12 @@ func (d *Demand) advance(w uint64) {
 // in the count-min rows and enters when its estimate for the window beats
 // the lightest entry.
 func (d *Demand) heavy(id, m, w, n uint64, refused bool, key string, now int64) {
-	for i := range d.ids {
-		if d.ids[i].Load() == id {
-			d.top[i].observe(w, n, refused)
-			return
+	if d.idMask[id>>62].Load()&(1<<((id>>56)&63)) != 0 {
+		for i := range d.ids {
+			if d.ids[i].Load() == id {
+				d.top[i].observe(w, n, refused)
+				return
+			}
 		}
 	}
 	// Conservative update: the estimate is the smaller counter plus n, and
@@ -330,6 +339,15 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 		e.labelN = uint8(copy(e.label[:], key))
 	}
 	d.ids[vi].Store(id)
+	var mask [4]uint64
+	for i := range d.ids {
+		if x := d.ids[i].Load(); x != 0 {
+			mask[x>>62] |= 1 << ((x >> 56) & 63)
+		}
+	}
+	for i := range mask {
+		d.idMask[i].Store(mask[i])
+	}
 	thr := ^uint64(0)
 	for i := range d.top {
 		if d.ids[i].Load() == 0 {
@@ -344,7 +362,7 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 // sample counts n units of a sampled key in its slot. Which keys are
 // sampled changes with every window (the hash is salted with the window
 // number), so that over many windows every key is measured.
-func (d *Demand) sample(st *stripe, h uint64, now int64, w uint64, n uint64, lvl uint32) {
+func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 	fp := uint32(h >> 32)
 	if fp == 0 {
 		fp = 1
@@ -352,9 +370,9 @@ func (d *Demand) sample(st *stripe, h uint64, now int64, w uint64, n uint64, lvl
 	w32 := uint32(w)
 	sub := uint32((max(now, 0) - int64(w)*d.window) / d.subLen)
 	n32 := uint32(min(n, 1<<32-1))
-	st.sampled.Add(1)
 	b := &d.table[h&d.mask]
 	b.acquire()
+	b.hits++
 	for i, f := range &b.fp {
 		if f != fp {
 			continue
@@ -375,8 +393,8 @@ func (d *Demand) sample(st *stripe, h uint64, now int64, w uint64, n uint64, lvl
 	}
 	free := -1
 	if b.full == w32+1 {
+		b.drops++
 		b.release()
-		st.dropped.Add(1)
 		return
 	}
 	for i, f := range &b.fp {
@@ -395,8 +413,8 @@ func (d *Demand) sample(st *stripe, h uint64, now int64, w uint64, n uint64, lvl
 	}
 	if free < 0 {
 		b.full = w32 + 1
+		b.drops++
 		b.release()
-		st.dropped.Add(1)
 		return
 	}
 	s := &b.slots[free]
