@@ -466,7 +466,7 @@ func (d *Demand) flush(now int64) {
 
 // MaxPolicyBytes bounds the memory of one policy's recording with the
 // default Config (4,096 slots, top 16): 160 KiB, whatever the number of
-// keys (126 KiB by construction, about 135 KiB once the allocator has
+// keys (128 KiB by construction, about 134 KiB once the allocator has
 // rounded the blocks up). [Demand.Bytes] gives the figure for any Config.
 const MaxPolicyBytes = 160 << 10
 
