@@ -97,7 +97,11 @@ func (e TuneEvent) String() string {
 // Interval), and the limit it reached is not tried again: the tuner
 // bisects between the last healthy limit and it. Only the limit per
 // window moves (a bucket's Rate.N, a window's Limit); a bucket's burst is
-// scaled with it. Safe for concurrent use.
+// scaled with it. A step reads the running config, changes the policy and
+// updates the Live with it: a reload that lands between the two is
+// replaced by the step's config (with its own change of the policy kept
+// only if the step did not touch it), and the tuner never rolls back a
+// change that is not its own. Safe for concurrent use.
 type Tuner struct {
 	live *policy.Live
 	rec  *Recorder
