@@ -97,10 +97,9 @@ func (e TuneEvent) String() string {
 // Interval), and the limit it reached is not tried again: the tuner
 // bisects between the last healthy limit and it. Only the limit per
 // window moves (a bucket's Rate.N, a window's Limit); a bucket's burst is
-// scaled with it. A step reads the running config, changes the policy and
-// updates the Live with it: a reload that lands between the two is
-// replaced by the step's config (with its own change of the policy kept
-// only if the step did not touch it), and the tuner never rolls back a
+// scaled with it. A step reads the running config, changes the policy in
+// it and applies it with Live.Update: a reload that lands between the read
+// and the update is overwritten by the step. The tuner never rolls back a
 // change that is not its own. Safe for concurrent use.
 type Tuner struct {
 	live *policy.Live
