@@ -38,10 +38,10 @@ type tbucket struct {
 	lock atomic.Uint32
 	full uint32 // window number + 1 when no slot is free for that window
 	// hits counts the sampled decisions since the last window change, drops
-	// those of them that found no slot.
-	hits, drops uint32
-	fp          [ways]uint32
-	slots       [ways]slot
+	// those of them that found no slot, starts the key-windows begun.
+	hits, drops, starts uint32
+	fp                  [ways]uint32
+	slots               [ways]slot
 }
 
 func (b *tbucket) acquire() {
@@ -244,13 +244,18 @@ func (d *Demand) advance(w uint64) {
 			break
 		}
 	}
-	var s, dr uint64
+	var s, dr, st uint64
 	for i := range d.table {
 		b := &d.table[i]
 		b.acquire()
-		s, dr = s+uint64(b.hits), dr+uint64(b.drops)
-		b.hits, b.drops = 0, 0
+		s, dr, st = s+uint64(b.hits), dr+uint64(b.drops), st+uint64(b.starts)
+		b.hits, b.drops, b.starts = 0, 0, 0
 		b.release()
+	}
+	if lvl := d.level.Load(); dr == 0 && lvl > 0 && st*4 < uint64(len(d.table)*ways) {
+		// Under a quarter of the table used: sample twice as many keys
+		// (they fit: about half of it, below where it overflows).
+		d.level.Store(lvl - 1)
 	}
 	if dr > 0 && dr*256 > s {
 		// More than 1/256 of the sampled decisions of the window that ended
@@ -381,6 +386,7 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 		if older(s.win, w32) {
 			d.emit(s)
 			*s = slot{win: w32, meta: sub | lvl<<8}
+			b.starts++
 		}
 		if cur := s.meta & 0xff; sub > cur && !older(w32, s.win) {
 			s.meta, s.cur = sub|s.meta&^0xff, 0
@@ -422,6 +428,7 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 		d.emit(s)
 	}
 	b.fp[free] = fp
+	b.starts++
 	*s = slot{win: w32, meta: sub | lvl<<8, cnt: n32, cur: n32, peak: n32}
 	b.release()
 }

@@ -248,3 +248,30 @@ func TestConcurrentRecording(t *testing.T) {
 	require.NotEmpty(t, rep.Top)
 	assert.Equal(t, "heavy", rep.Top[0].Key)
 }
+
+// The sample follows the number of keys: it shrinks when they do not fit
+// in the table and grows back when they are fewer.
+func TestSampleFollowsKeys(t *testing.T) {
+	clk := newFakeClock()
+	rec, err := shadow.New(shadow.Config{Clock: clk, Slots: 256})
+	require.NoError(t, err)
+	defer rec.Close()
+	d, err := rec.Track("api", time.Second, 10)
+	require.NoError(t, err)
+	base := (clk.Now().UnixNano()/int64(time.Second) + 1) * int64(time.Second)
+	window := func(w, keys int) shadow.Report {
+		for i := range keys {
+			d.ObserveAt(base+int64(w)*int64(time.Second)+int64(i), fmt.Sprint("k", i), 1, false)
+		}
+		return d.ReportAt(base + int64(w+1)*int64(time.Second))
+	}
+	var rep shadow.Report
+	for w := range 6 {
+		rep = window(w, 5000)
+	}
+	assert.Less(t, rep.SampleRate, 0.1)
+	for w := 6; w < 20; w++ {
+		rep = window(w, 50)
+	}
+	assert.Equal(t, 1.0, rep.SampleRate)
+}
