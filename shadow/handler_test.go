@@ -174,3 +174,32 @@ func shadowNum(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
+
+// The page with no policy, and with a policy that has no recommendation
+// yet, says so.
+func TestHandlerEarly(t *testing.T) {
+	clk := newFakeClock()
+	rec, err := shadow.New(shadow.Config{Clock: clk})
+	require.NoError(t, err)
+	defer rec.Close()
+	srv := httptest.NewServer(rec.Handler())
+	defer srv.Close()
+	get := func() string {
+		res, err := http.Get(srv.URL + "/")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		assert.Equal(t, "text/html; charset=utf-8", res.Header.Get("Content-Type"))
+		var b bytes.Buffer
+		_, err = b.ReadFrom(res.Body)
+		require.NoError(t, err)
+		return b.String()
+	}
+	assert.Contains(t, get(), "No policy recorded yet.")
+	d, err := rec.Track("api", time.Second, 10)
+	require.NoError(t, err)
+	d.Observe("k", 3, false)
+	page := get()
+	assert.Contains(t, page, `class="no-data"`)
+	assert.Contains(t, page, "No recommendation yet: observed 0s of the 1h0m0s required.")
+}
