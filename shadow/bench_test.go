@@ -46,6 +46,21 @@ func cpuPerOp(b *testing.B, loop func()) {
 	}
 }
 
+// warm records three windows of every key before now, so that a benchmark
+// measures the steady state (the sample sized to the keys), not the first
+// window's.
+func warm(d *shadow.Demand, keys []string) {
+	now := time.Now().UnixNano()
+	for w := int64(3); w >= 1; w-- {
+		at := now - w*int64(d.Window())
+		for j := range 3 {
+			for _, k := range keys {
+				d.ObserveAt(at+int64(j), k, 1, false)
+			}
+		}
+	}
+}
+
 func benchKeys(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
@@ -55,22 +70,28 @@ func benchKeys(n int) []string {
 }
 
 // BenchmarkObserve is the cost of recording one decision, on the default
-// clock, over 10,000 keys.
+// clock, over 100, 10,000 and 1,000,000 keys (every key sampled; a quarter
+// of them; one in 512).
 func BenchmarkObserve(b *testing.B) {
-	rec, err := shadow.New(shadow.Config{})
-	require.NoError(b, err)
-	defer rec.Close()
-	d, err := rec.Track("api", time.Second, 100)
-	require.NoError(b, err)
-	keys := benchKeys(10000)
-	b.ReportAllocs()
-	i := 0
-	cpuPerOp(b, func() {
-		d.Observe(keys[i], 1, false)
-		if i++; i == len(keys) {
-			i = 0
-		}
-	})
+	for _, n := range []int{100, 10_000, 1_000_000} {
+		b.Run(fmt.Sprint("keys=", n), func(b *testing.B) {
+			rec, err := shadow.New(shadow.Config{})
+			require.NoError(b, err)
+			defer rec.Close()
+			d, err := rec.Track("api", time.Second, 100)
+			require.NoError(b, err)
+			keys := benchKeys(n)
+			warm(d, keys)
+			b.ReportAllocs()
+			i := 0
+			cpuPerOp(b, func() {
+				d.Observe(keys[i], 1, false)
+				if i++; i == len(keys) {
+					i = 0
+				}
+			})
+		})
+	}
 }
 
 // BenchmarkObserveParallel is BenchmarkObserve from every P at once.
@@ -81,6 +102,7 @@ func BenchmarkObserveParallel(b *testing.B) {
 	d, err := rec.Track("api", time.Second, 100)
 	require.NoError(b, err)
 	keys := benchKeys(10000)
+	warm(d, keys)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(time.Now().UnixNano() % int64(len(keys)))
@@ -112,6 +134,9 @@ func BenchmarkDecision(b *testing.B) {
 				defer rec.Close()
 				s, err = rec.Store(mem)
 				require.NoError(b, err)
+				d, err := rec.Track("api", time.Second, 1_000_000)
+				require.NoError(b, err)
+				warm(d, keys)
 			}
 			live, err := policy.NewLive(policy.Config{
 				Policies:    []policy.Policy{{Name: "api", Rate: floodgate.PerSecond(1_000_000)}},
