@@ -203,7 +203,10 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 			d.advance(w2)
 			w = w2
 		} else {
-			w = w2 // a late decision counts in its own window
+			// A decision timed before the current window (a clock reading
+			// taken a little earlier on another goroutine): it counts in
+			// its key's latest window, as if it were timed then.
+			w = w2
 		}
 	}
 	st := &d.stripes[h&(stripes-1)]
