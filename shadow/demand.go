@@ -143,6 +143,7 @@ type Demand struct {
 	table    []tbucket
 	mask     uint64
 
+	_       [64]byte // the stripes share no cache line with the fields above
 	stripes [stripes]stripe
 	cm      [2][cmWidth]atomic.Uint32
 	demand  *sketch // units per key-window

@@ -143,7 +143,7 @@ func (r Recommendation) String() string {
 	if !r.OK {
 		return "no recommendation: " + r.Reason
 	}
-	return fmt.Sprintf("limit %d (p%s %.1f +%.0f%%), burst %d, current %d; %.0f key-windows of %.0f above (%.2f%%), %d top keys; observed %v over %d windows",
+	return fmt.Sprintf("limit %d (p%s %.1f +%.0f%%), burst %d, current %d; %.0f key-windows of %.0f above (%.2f%%), %d heavy keys above; observed %v over %d windows",
 		r.Limit, strconv.FormatFloat(r.Quantile*100, 'f', -1, 64), r.Basis, r.Headroom*100, r.Burst, r.Current,
 		r.KeyWindowsAbove, r.KeyWindows, r.FractionAbove*100, len(r.KeysAbove), r.Observed.Round(time.Second), r.Windows)
 }
