@@ -3,6 +3,7 @@ package shadow_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -296,4 +297,79 @@ func TestTunerConfigErrors(t *testing.T) {
 	}
 	_, err := shadow.NewTuner(nil, s.rec, shadow.TuneConfig{Policy: "api", Floor: 1, Ceiling: 2})
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+}
+
+// Whatever the health func says (random here, seeded), the tuner keeps its
+// guards: every applied step is within 30% and within the floor and the
+// ceiling, applied changes are at least an interval apart, a step followed
+// by an unhealthy check is rolled back to exactly the limit before it, and
+// nothing moves while the service is unhealthy without a step to undo.
+func TestTunerGuardsUnderRandomHealth(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 99))
+			s := newService(t, 300, 1<<30)
+			healthy := true
+			var events []shadow.TuneEvent
+			tuner, err := shadow.NewTuner(s.live, s.rec, shadow.TuneConfig{
+				Policy: "api", Interval: 2 * simWindow, Floor: 20, Ceiling: 250, Clock: s.clk,
+				Health:  func(context.Context) bool { return healthy },
+				OnEvent: func(e shadow.TuneEvent) { events = append(events, e) },
+			})
+			require.NoError(t, err)
+			var lastChange time.Time
+			pending := false
+			for i := range 60 {
+				s.window()
+				healthy = rng.IntN(4) != 0
+				before := s.limit()
+				evs, why := tuner.Step(context.Background())
+				switch {
+				case pending && !healthy:
+					require.NotEmpty(t, evs, "interval %d: %s", i, why)
+					assert.Equal(t, shadow.RolledBack, evs[0].Kind)
+				case !healthy:
+					assert.Empty(t, evs, "interval %d: unhealthy, nothing to undo: %s", i, why)
+					assert.Equal(t, before, s.limit())
+				}
+				pending = false
+				for _, e := range evs {
+					switch e.Kind {
+					case shadow.Applied:
+						ratio := float64(e.After) / float64(e.Before)
+						assert.True(t, ratio >= 0.7-1e-9 && ratio <= 1.3+1e-9, "%s", e)
+						pending = true
+						fallthrough
+					case shadow.RolledBack:
+						if e.Kind == shadow.Applied && !lastChange.IsZero() {
+							assert.GreaterOrEqual(t, e.At.Sub(lastChange), 2*simWindow, "%s", e)
+						}
+						lastChange = e.At
+					}
+					if e.Kind == shadow.Applied {
+						// Within the bounds, or on its way into them from a
+						// limit set outside them.
+						inside := e.After >= 20 && e.After <= 250
+						inward := (e.Before > 250 && e.After < e.Before) || (e.Before < 20 && e.After > e.Before)
+						assert.True(t, inside || inward, "%s", e)
+					}
+				}
+			}
+			// The rollbacks restored the limit the step started from.
+			for i, e := range events {
+				if e.Kind == shadow.RolledBack {
+					var step shadow.TuneEvent
+					for j := i - 1; j >= 0; j-- {
+						if events[j].Kind == shadow.Applied {
+							step = events[j]
+							break
+						}
+					}
+					assert.Equal(t, step.After, e.Before)
+					assert.Equal(t, step.Before, e.After)
+				}
+			}
+			t.Logf("%d events, final %d", len(events), s.limit())
+		})
+	}
 }
