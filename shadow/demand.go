@@ -256,9 +256,9 @@ func (d *Demand) advance(w uint64) {
 		b.hits, b.drops, b.starts = 0, 0, 0
 		b.release()
 	}
-	if lvl := d.level.Load(); dr == 0 && lvl > 0 && st*4 < uint64(len(d.table)*ways) {
-		// Under a quarter of the table used: sample twice as many keys
-		// (they fit: about half of it, below where it overflows).
+	if lvl := d.level.Load(); dr == 0 && lvl > 0 && st*20 < uint64(len(d.table)*ways)*7 {
+		// Twice the keys would fill under 70% of the table (where a bucket
+		// of 32 overflows rarely): sample twice as many.
 		d.level.Store(lvl - 1)
 	}
 	if dr > 0 && dr*256 > s {
