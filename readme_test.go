@@ -2,6 +2,7 @@ package floodgate_test
 
 import (
 	"context"
+	"log"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/adaptive"
@@ -18,6 +20,7 @@ import (
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/priority"
+	"github.com/floodgate-go/floodgate/shadow"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
@@ -131,6 +134,41 @@ func readmePolicies(ctx context.Context, s store.Store, secret []byte, audit fun
 		return err
 	}
 	http.Handle("/", limit(mux))
+	return nil
+}
+
+func readmeShadow(mem *memstore.Store, cfg policy.Config, mux *http.ServeMux) error {
+	rec, err := shadow.New(shadow.Config{MinObservation: 24 * time.Hour}) // p95 + 40% by default
+	if err != nil {
+		return err
+	}
+	recorded, err := rec.Store(mem) // any store.Store: memstore, redisstore
+	if err != nil {
+		return err
+	}
+	live, err := policy.NewLive(cfg, recorded) // e.g. the new limit with dry_run: true
+	if err != nil {
+		return err
+	}
+	mux.Handle("/debug/floodgate/demand", rec.Handler()) // a page with the chart; ?format=json
+	for _, r := range rec.Reports() {                    // or one policy: rec.Demand("pro")
+		log.Printf("%s: %s", r.Policy, r.Recommendation) // "api: no recommendation: observed 2h0m0s of the 24h0m0s required"
+	}
+	_ = live
+	return nil
+}
+
+func readmeTuner(ctx context.Context, live *policy.Live, rec *shadow.Recorder, originHealthy func(context.Context) bool) error {
+	tuner, err := shadow.NewTuner(live, rec, shadow.TuneConfig{
+		Policy: "pro", Interval: 10 * time.Minute, Floor: 50, Ceiling: 1000,
+		Health:  originHealthy, // e.g. the origin's 5xx rate under 1%
+		OnEvent: func(e shadow.TuneEvent) { log.Print(e) },
+		DryRun:  false, // true: only propose
+	})
+	if err != nil {
+		return err
+	}
+	go tuner.Run(ctx)
 	return nil
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it, on a fresh Debian machine with Go:
 #   ./scripts/test.sh
-# It installs what the tests need (redis-server, via apt-get, when missing),
+# It installs what the tests need (redis-server, and chromium for the pages
+# rendered in a headless browser, via apt-get, when missing),
 # starts a single Redis and a 3-master Redis Cluster on loopback, checks
 # formatting and vet, runs every test with the race detector (fuzz seed corpora
 # included), those of the rls module too (on the same servers), compiles the
@@ -17,6 +18,14 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 	if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
+if ! command -v chromium >/dev/null 2>&1; then
+	log "installing chromium"
+	SUDO=""
+	if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
 log "starting Redis (single node and cluster)"

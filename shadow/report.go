@@ -1,0 +1,291 @@
+package shadow
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Report is what a policy's recording shows at one moment: the demand
+// distribution, the heaviest keys, and the recommendation with its
+// evidence. Durations are in nanoseconds in JSON.
+type Report struct {
+	// Policy is the policy's name.
+	Policy string `json:"policy"`
+	// Window is the length of the windows demand is counted in.
+	Window time.Duration `json:"window_ns"`
+	// Limit is the policy's current limit per window (its quota), 0 when
+	// unknown.
+	Limit int64 `json:"limit"`
+	// Since is the first observation, At the report's time, Observed the
+	// time between them.
+	Since    time.Time     `json:"since"`
+	At       time.Time     `json:"at"`
+	Observed time.Duration `json:"observed_ns"`
+	// Windows is how many windows have ended since the first observation.
+	Windows uint64 `json:"windows"`
+	// Decisions, Units and Refused count every decision recorded, the
+	// units they asked for, and those the current limit refused (denied,
+	// or would have in dry run).
+	Decisions uint64 `json:"decisions"`
+	Units     uint64 `json:"units"`
+	Refused   uint64 `json:"refused"`
+	// Keys is the estimated number of distinct keys (3.3% standard error).
+	Keys float64 `json:"keys"`
+	// KeyWindows is the estimated number of (key, window) pairs with
+	// demand among the windows that ended: the samples of the distributions.
+	KeyWindows float64 `json:"key_windows"`
+	// SampleRate is the fraction of the keys whose windows are measured
+	// (1, 1/2, 1/4, ...: the table of sampled keys is bounded).
+	SampleRate float64 `json:"sample_rate"`
+	// Demand is the distribution of the units a key asks for in a window
+	// (over the key-windows with demand); Burst that of the most units a
+	// key asks for within an eighth of a window.
+	Demand Quantiles `json:"demand"`
+	Burst  Quantiles `json:"burst"`
+	// Top is the heaviest keys, heaviest first.
+	Top []Key `json:"top"`
+	// Histogram is the demand distribution in bins of equal width on a
+	// log scale, for charts.
+	Histogram []Bin `json:"histogram"`
+	// Recommendation is the recommended limit, or why there is none yet.
+	Recommendation Recommendation `json:"recommendation"`
+}
+
+// Quantiles are points of a distribution, each within the sketch's
+// relative error ([SketchRelativeError]) of the sampled keys' true value.
+type Quantiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Key is one of the heaviest keys of a policy.
+type Key struct {
+	// Key is the key as the store saw it (up to 48 bytes), "" when the
+	// Recorder hides keys; Hash identifies it in every case.
+	Key  string `json:"key,omitempty"`
+	Hash string `json:"hash"`
+	// Peak is its largest demand in one window, Current its demand in the
+	// current window, Total its units since it entered the top-K, Windows
+	// the finished windows it asked in since then.
+	Peak    uint64 `json:"peak"`
+	Current uint64 `json:"current"`
+	Total   uint64 `json:"total"`
+	Windows uint64 `json:"windows"`
+	// Refused counts its decisions that the current limit refused.
+	Refused uint64 `json:"refused"`
+	// Overcount bounds how much the counts of the window it entered the
+	// top-K in (and so Total) may over-state: the estimate it entered with,
+	// less its own request (Space-Saving). Peak counts that window by its
+	// lower bound once it has ended, later windows exactly.
+	Overcount uint64 `json:"overcount"`
+	// AboveRecommendation tells whether its peak exceeds the recommended
+	// limit.
+	AboveRecommendation bool `json:"above_recommendation"`
+}
+
+// Bin is one bar of the demand histogram: the key-windows whose demand
+// lies in [Low, High).
+type Bin struct {
+	Low        float64 `json:"low"`
+	High       float64 `json:"high"`
+	KeyWindows float64 `json:"key_windows"`
+}
+
+// Recommendation is the limit a policy's demand calls for: the chosen
+// quantile of the per-key demand per window, plus headroom, and a burst
+// from the largest bursts. It carries its evidence.
+type Recommendation struct {
+	// OK is false until the policy has been observed long enough (and has
+	// demand); Reason then says why.
+	OK     bool   `json:"ok"`
+	Reason string `json:"reason,omitempty"`
+	// Limit is the recommended limit per window: ceil(Basis x (1 +
+	// Headroom)). Burst is ceil(BurstBasis x (1 + Headroom)): the units a
+	// token bucket should let through at once.
+	Limit int64 `json:"limit"`
+	Burst int64 `json:"burst"`
+	// Current is the policy's limit per window now.
+	Current int64 `json:"current"`
+	// Quantile and Basis: the quantile of the demand per key-window and
+	// its value; BurstQuantile and BurstBasis the same for bursts.
+	Quantile      float64 `json:"quantile"`
+	Basis         float64 `json:"basis"`
+	BurstQuantile float64 `json:"burst_quantile"`
+	BurstBasis    float64 `json:"burst_basis"`
+	Headroom      float64 `json:"headroom"`
+	// Evidence: how long and how much was observed.
+	Observed   time.Duration `json:"observed_ns"`
+	Windows    uint64        `json:"windows"`
+	Keys       float64       `json:"keys"`
+	KeyWindows float64       `json:"key_windows"`
+	// What enforcing Limit would have refused: the key-windows whose
+	// demand exceeds it (and their fraction of all), and the units above
+	// it in those windows, estimated from the distribution.
+	KeyWindowsAbove float64 `json:"key_windows_above"`
+	FractionAbove   float64 `json:"fraction_above"`
+	UnitsAbove      float64 `json:"units_above"`
+	// KeysAbove lists the heaviest keys (of the top-K) whose peak exceeds
+	// Limit, as Key or Hash.
+	KeysAbove []string `json:"keys_above"`
+	// RefusedNow is how many decisions the current limit refused.
+	RefusedNow uint64 `json:"refused_now"`
+}
+
+// String summarises the recommendation on one line.
+func (r Recommendation) String() string {
+	if !r.OK {
+		return "no recommendation: " + r.Reason
+	}
+	return fmt.Sprintf("limit %d (p%s %.1f +%.0f%%), burst %d, current %d; %.0f key-windows of %.0f above (%.2f%%), %d heavy keys above; observed %v over %d windows",
+		r.Limit, strconv.FormatFloat(r.Quantile*100, 'f', -1, 64), r.Basis, r.Headroom*100, r.Burst, r.Current,
+		r.KeyWindowsAbove, r.KeyWindows, r.FractionAbove*100, len(r.KeysAbove), r.Observed.Round(time.Second), r.Windows)
+}
+
+// Report returns the policy's report now, by the Recorder's clock.
+func (d *Demand) Report() Report { return d.ReportAt(d.rec.nanos()) }
+
+// ReportAt returns the policy's report at now (Unix nanoseconds). It
+// counts the windows that ended before now.
+func (d *Demand) ReportAt(now int64) Report {
+	d.flush(now)
+	cfg := d.rec.cfg
+	rep := Report{
+		Policy: d.name, Window: time.Duration(d.window), Limit: d.limit.Load(),
+		Since: time.Unix(0, d.start), At: time.Unix(0, now),
+		Observed:   time.Duration(max(now-d.start, 0)),
+		SampleRate: math.Ldexp(1, -int(d.level.Load())),
+		Keys:       math.Round(d.keys.estimate()),
+	}
+	if w := uint64(max(now, 0) / d.window); w > d.firstWin {
+		rep.Windows = w - d.firstWin
+	}
+	for i := range d.stripes {
+		dec := d.stripes[i].decisions.Load()
+		rep.Decisions += dec
+		rep.Units += dec + d.stripes[i].extra.Load()
+		rep.Refused += d.stripes[i].denied.Load()
+	}
+	dem, bur := d.demand.freeze(), d.burst.freeze()
+	rep.KeyWindows = float64(dem.total)
+	rep.Demand = quantiles(dem)
+	rep.Burst = quantiles(bur)
+	rep.Histogram = histogram(dem, 40)
+
+	rec := Recommendation{
+		Current: rep.Limit, Quantile: cfg.Quantile, BurstQuantile: cfg.BurstQuantile, Headroom: cfg.Headroom,
+		Observed: rep.Observed, Windows: rep.Windows, Keys: rep.Keys, KeyWindows: rep.KeyWindows, RefusedNow: rep.Refused,
+	}
+	switch {
+	case rep.Observed < cfg.MinObservation:
+		rec.Reason = fmt.Sprintf("observed %v of the %v required", rep.Observed.Round(time.Millisecond), cfg.MinObservation)
+	case dem.total == 0:
+		rec.Reason = "no window with demand has ended yet"
+	default:
+		rec.OK = true
+		rec.Basis = dem.quantile(cfg.Quantile)
+		rec.BurstBasis = bur.quantile(cfg.BurstQuantile)
+		rec.Limit = max(int64(math.Ceil(rec.Basis*(1+cfg.Headroom)-1e-9)), 1)
+		rec.Burst = max(int64(math.Ceil(rec.BurstBasis*(1+cfg.Headroom)-1e-9)), 1)
+		rec.KeyWindowsAbove, rec.UnitsAbove = dem.above(float64(rec.Limit))
+		rec.FractionAbove = rec.KeyWindowsAbove / float64(dem.total)
+	}
+	rep.Top = d.topKeys(rec, uint64(max(now, 0)/d.window))
+	for _, k := range rep.Top {
+		if k.AboveRecommendation {
+			rec.KeysAbove = append(rec.KeysAbove, cmp.Or(k.Key, k.Hash))
+		}
+	}
+	rep.Recommendation = rec
+	return rep
+}
+
+func quantiles(f frozen) Quantiles {
+	return Quantiles{P50: f.quantile(0.5), P90: f.quantile(0.9), P95: f.quantile(0.95), P99: f.quantile(0.99), Max: float64(f.max)}
+}
+
+// histogram merges the sketch's bins into at most n of equal log width
+// from the smallest value seen to the largest.
+func histogram(f frozen, n int) []Bin {
+	lo, hi := -1, -1
+	for i, c := range f.bins {
+		if c > 0 {
+			if lo < 0 {
+				lo = i
+			}
+			hi = i
+		}
+	}
+	if lo < 0 {
+		return nil
+	}
+	per := max((hi-lo+1+n-1)/n, 1)
+	var out []Bin
+	for i := lo; i <= hi; i += per {
+		b := Bin{Low: edge(i), High: edge(min(i+per, hi+1))}
+		for j := i; j < min(i+per, hi+1); j++ {
+			b.KeyWindows += float64(f.bins[j])
+		}
+		out = append(out, b)
+	}
+	out[len(out)-1].High = math.Max(out[len(out)-1].High, float64(f.max))
+	return out
+}
+
+// edge is the lower edge of sketch bin i: values above gamma^(i-1).
+func edge(i int) float64 {
+	if i == 0 {
+		return 1
+	}
+	return math.Pow(sketchGamma, float64(i-1))
+}
+
+func (d *Demand) topKeys(rec Recommendation, w uint64) []Key {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Key
+	for i := range d.top {
+		e := &d.top[i]
+		id := d.ids[i].Load()
+		if id == 0 {
+			continue
+		}
+		k := Key{
+			Key: string(e.label[:e.labelN]), Hash: fmt.Sprintf("%016x", id),
+			Peak: e.score(), Total: e.total.Load(), Windows: e.windows.Load(),
+			Refused: e.denied.Load(), Overcount: e.over.Load(),
+		}
+		if e.win.Load() == w {
+			k.Current = e.cnt.Load()
+		} else if e.cnt.Load() > 0 {
+			k.Windows++ // its last window has ended
+		}
+		k.AboveRecommendation = rec.OK && k.Peak > uint64(rec.Limit)
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b Key) int { return cmp.Or(cmp.Compare(b.Peak, a.Peak), cmp.Compare(a.Hash, b.Hash)) })
+	return out
+}
+
+// Reports returns the report of every recorded policy, by name.
+func (r *Recorder) Reports() []Report {
+	r.mu.Lock()
+	ds := make([]*Demand, 0, len(r.byName))
+	for _, d := range r.byName {
+		ds = append(ds, d)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(ds, func(a, b *Demand) int { return cmp.Compare(a.name, b.name) })
+	now := r.nanos()
+	out := make([]Report, len(ds))
+	for i, d := range ds {
+		out[i] = d.ReportAt(now)
+	}
+	return out
+}

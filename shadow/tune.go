@@ -1,0 +1,317 @@
+package shadow
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/policy"
+)
+
+// TuneConfig configures a [Tuner] for one policy.
+type TuneConfig struct {
+	// Policy is the name of the policy to tune. Required.
+	Policy string
+	// Interval is the least time between two steps (and the period of
+	// Run). Default 1 minute; 1 ms .. 24 h.
+	Interval time.Duration
+	// MaxStep is the largest change of one step, as a fraction of the
+	// current limit. Default 0.3 (30%); 0 < MaxStep <= 1.
+	MaxStep float64
+	// Floor and Ceiling bound the limit the tuner sets (per window).
+	// Required: 1 <= Floor <= Ceiling.
+	Floor, Ceiling int64
+	// Health reports whether the protected service is healthy (e.g. its
+	// error rate is below a threshold). Checked at every step: unhealthy
+	// after a step, the step is rolled back; unhealthy otherwise, the
+	// tuner holds. nil means always healthy.
+	Health func(context.Context) bool
+	// DryRun only proposes: every step is reported as a proposed event,
+	// none is applied.
+	DryRun bool
+	// OnEvent receives every event, synchronously, from the goroutine of
+	// the step.
+	OnEvent func(TuneEvent)
+	// Clock tells the time of steps; default floodgate.SystemClock.
+	Clock floodgate.Clock
+}
+
+// TuneEventKind says what a [TuneEvent] reports.
+type TuneEventKind string
+
+// The kinds of tuning events.
+const (
+	// Proposed: a step the tuner would take (the only kind in dry run).
+	Proposed TuneEventKind = "proposed"
+	// Applied: a step applied through policy.Live.Update.
+	Applied TuneEventKind = "applied"
+	// RolledBack: the last step undone because the service was unhealthy.
+	RolledBack TuneEventKind = "rolled_back"
+	// Failed: an update the Live refused (Err says why).
+	Failed TuneEventKind = "failed"
+)
+
+// TuneEvent is one proposed or applied change of a policy's limit.
+type TuneEvent struct {
+	Kind   TuneEventKind `json:"kind"`
+	Policy string        `json:"policy"`
+	At     time.Time     `json:"at"`
+	// Before and After are the limit per window; BeforePolicy and
+	// AfterPolicy the policies as config lines.
+	Before       int64  `json:"before"`
+	After        int64  `json:"after"`
+	BeforePolicy string `json:"before_policy"`
+	AfterPolicy  string `json:"after_policy"`
+	// Reason says why the step was taken.
+	Reason string `json:"reason"`
+	// Evidence is the recommendation the step follows (for a rollback,
+	// the one at the rollback).
+	Evidence Recommendation `json:"evidence"`
+	// Version is the Live's config version after an applied change.
+	Version uint64 `json:"version,omitempty"`
+	// Err is the Live's refusal, for Failed.
+	Err error `json:"-"`
+}
+
+// String describes the event on one line, for a log.
+func (e TuneEvent) String() string {
+	s := fmt.Sprintf("%s %s: %d -> %d (%s)", e.Kind, e.Policy, e.Before, e.After, e.Reason)
+	if e.Version > 0 {
+		s += fmt.Sprintf(", config version %d", e.Version)
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Tuner moves one policy's limit toward its recommendation through live
+// policy changes, guarded: at most one step per Interval, each at most
+// MaxStep of the current limit, within [Floor, Ceiling], never before the
+// recommendation exists (the Recorder's MinObservation); a step after
+// which Health says unhealthy is rolled back at the next step (within one
+// Interval), and the limit it reached is not tried again: the tuner
+// bisects between the last healthy limit and it. Only the limit per
+// window moves (a bucket's Rate.N, a window's Limit); a bucket's burst is
+// scaled with it. A step reads the running config, changes the policy in
+// it and applies it with Live.Update: a reload that lands between the read
+// and the update is overwritten by the step. The tuner never rolls back a
+// change that is not its own. Safe for concurrent use.
+type Tuner struct {
+	live *policy.Live
+	rec  *Recorder
+	cfg  TuneConfig
+
+	mu      sync.Mutex
+	last    time.Time // of the last applied step or rollback
+	pending *step     // the last applied step, until a healthy check
+	// above and below bound the limits still tried after rollbacks
+	// (exclusive): 0 when none.
+	above, below int64
+}
+
+type step struct {
+	before, after policy.Policy
+}
+
+// NewTuner returns a Tuner of cfg.Policy on live, following the
+// recommendations of rec (which must record live's store). Errors wrap
+// [floodgate.ErrInvalidConfig].
+func NewTuner(live *policy.Live, rec *Recorder, cfg TuneConfig) (*Tuner, error) {
+	bad := func(f string, a ...any) (*Tuner, error) {
+		return nil, fmt.Errorf("%w: shadow: tuner: "+f, append([]any{floodgate.ErrInvalidConfig}, a...)...)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Minute
+	}
+	if cfg.MaxStep == 0 {
+		cfg.MaxStep = 0.3
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = floodgate.SystemClock
+	}
+	switch {
+	case live == nil:
+		return bad("nil policy.Live")
+	case rec == nil:
+		return bad("nil Recorder")
+	case cfg.Policy == "":
+		return bad("no policy named")
+	case cfg.Interval < time.Millisecond || cfg.Interval > 24*time.Hour:
+		return bad("interval %v outside 1ms..24h", cfg.Interval)
+	case !(cfg.MaxStep > 0 && cfg.MaxStep <= 1):
+		return bad("max step %v outside (0, 1]", cfg.MaxStep)
+	case cfg.Floor < 1 || cfg.Ceiling < cfg.Floor:
+		return bad("floor %d and ceiling %d: want 1 <= floor <= ceiling", cfg.Floor, cfg.Ceiling)
+	case nilcheck.Is(cfg.Clock):
+		return bad("typed-nil clock")
+	}
+	if _, ok := live.Set().Policy(cfg.Policy); !ok {
+		return bad("the running config has no policy %q", cfg.Policy)
+	}
+	return &Tuner{live: live, rec: rec, cfg: cfg}, nil
+}
+
+// Run steps every Interval until ctx ends, and returns ctx's error.
+func (t *Tuner) Run(ctx context.Context) error {
+	tk := time.NewTicker(t.cfg.Interval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tk.C:
+			t.Step(ctx)
+		}
+	}
+}
+
+// Step evaluates the policy now: it rolls the last step back when the
+// service is unhealthy, else takes (or, in dry run, proposes) one step
+// toward the recommendation when one is due. It returns the events it
+// reported (none when it holds) and why it held or acted.
+func (t *Tuner) Step(ctx context.Context) (events []TuneEvent, why string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.cfg.Clock.Now()
+	cur, ok := t.live.Set().Policy(t.cfg.Policy)
+	if !ok {
+		return nil, "the running config has no policy " + t.cfg.Policy
+	}
+	healthy := t.cfg.Health == nil || t.cfg.Health(ctx)
+	var rec Recommendation
+	if d, ok := t.rec.Demand(t.cfg.Policy); ok {
+		rec = d.ReportAt(t.rec.nanos()).Recommendation
+	} else {
+		rec.Reason = "no demand recorded yet"
+	}
+	if p := t.pending; p != nil {
+		t.pending = nil
+		switch {
+		case cur != p.after:
+			// Someone else changed the policy since: not ours to undo.
+		case !healthy:
+			ev := t.change(cur, p.before, RolledBack, "unhealthy after the step", rec, now)
+			bad, good := limitOf(p.after), limitOf(p.before)
+			if bad > good {
+				t.above = good + (bad-good)/2 + 1
+				if t.below != 0 && t.above <= t.below {
+					t.above = t.below + 1
+				}
+			} else {
+				t.below = bad + (good-bad+1)/2 - 1
+			}
+			return []TuneEvent{ev}, ev.Reason
+		}
+	}
+	if !healthy {
+		return nil, "holding: the service is unhealthy"
+	}
+	if !t.last.IsZero() && now.Sub(t.last) < t.cfg.Interval {
+		return nil, "holding: the last step was less than an interval ago"
+	}
+	if !rec.OK {
+		return nil, "holding: " + rec.Reason
+	}
+	have := limitOf(cur)
+	lo, hi := t.cfg.Floor, t.cfg.Ceiling
+	if t.above > 0 {
+		hi = min(hi, t.above-1)
+	}
+	if t.below > 0 {
+		lo = max(lo, t.below+1)
+	}
+	target := min(max(rec.Limit, lo), max(hi, lo))
+	var next int64
+	switch {
+	case target > have:
+		next = min(target, int64(math.Floor(float64(have)*(1+t.cfg.MaxStep))))
+	case target < have:
+		next = max(target, int64(math.Ceil(float64(have)*(1-t.cfg.MaxStep))))
+	default:
+		return nil, fmt.Sprintf("holding: at the target %d", target)
+	}
+	if next == have {
+		return nil, fmt.Sprintf("holding: the target %d is within one unit of %d but more than %.0f%% away", target, have, 100*t.cfg.MaxStep)
+	}
+	reason := fmt.Sprintf("toward %d (recommended %d, bounds %d..%d)", target, rec.Limit, lo, hi)
+	after := withLimit(cur, next)
+	prop := t.event(Proposed, cur, after, reason, rec, now)
+	events = append(events, prop)
+	if t.cfg.DryRun {
+		return events, "proposed (dry run): " + reason
+	}
+	ev := t.change(cur, after, Applied, reason, rec, now)
+	events = append(events, ev)
+	if ev.Kind == Applied {
+		t.pending = &step{before: cur, after: after}
+	}
+	return events, reason
+}
+
+func (t *Tuner) event(kind TuneEventKind, before, after policy.Policy, reason string, rec Recommendation, now time.Time) TuneEvent {
+	ev := TuneEvent{
+		Kind: kind, Policy: t.cfg.Policy, At: now,
+		Before: limitOf(before), After: limitOf(after), BeforePolicy: before.String(), AfterPolicy: after.String(),
+		Reason: reason, Evidence: rec,
+	}
+	if t.cfg.OnEvent != nil && kind != Applied && kind != RolledBack {
+		t.cfg.OnEvent(ev)
+	}
+	return ev
+}
+
+// change applies after in place of before through the Live, and reports it.
+func (t *Tuner) change(before, after policy.Policy, kind TuneEventKind, reason string, rec Recommendation, now time.Time) TuneEvent {
+	ev := t.event(kind, before, after, reason, rec, now)
+	cfg := t.live.Set().Config()
+	ps := make([]policy.Policy, len(cfg.Policies))
+	copy(ps, cfg.Policies)
+	for i := range ps {
+		if ps[i].Name == t.cfg.Policy {
+			ps[i] = after
+		}
+	}
+	cfg.Policies = ps
+	ch, err := t.live.Update(cfg, "shadow-tuner")
+	if err != nil {
+		ev.Kind, ev.Err = Failed, err
+	} else {
+		ev.Version = ch.Version
+		t.last = now
+		t.rec.noteLimit(t.cfg.Policy, limitOf(after))
+	}
+	if t.cfg.OnEvent != nil {
+		t.cfg.OnEvent(ev)
+	}
+	return ev
+}
+
+// limitOf is a policy's limit per window: a bucket's Rate.N (per its
+// period), a window algorithm's Limit.
+func limitOf(p policy.Policy) int64 {
+	switch p.Algorithm {
+	case "", policy.TokenBucket, policy.LeakyBucket:
+		return p.Rate.N
+	}
+	return p.Limit
+}
+
+// withLimit is p with its limit per window set to n, a bucket's burst
+// scaled with it (at least 1).
+func withLimit(p policy.Policy, n int64) policy.Policy {
+	switch p.Algorithm {
+	case "", policy.TokenBucket, policy.LeakyBucket:
+		if p.Burst > 0 {
+			p.Burst = max(1, int64(math.Round(float64(p.Burst)*float64(n)/float64(p.Rate.N))))
+		}
+		p.Rate.N = n
+	default:
+		p.Limit = n
+	}
+	return p
+}
