@@ -110,8 +110,10 @@ type Limiter struct {
 	refresh  int64         // ns
 	ttl      int64         // ns
 	hotRate  float64
-	hotN     uint32 // cold-key demand in one tick that promotes the key
+	hotN     uint32 // cold-key demand in one window that promotes the key
 	tick     int64  // ns, the sweeper's period
+	window   int64  // ns, the window over which cold keys are counted
+	windowAt int64  // when the current window started (the sweeper's)
 	maxKeys  int
 	divFall  bool
 	hbEvery  time.Duration
@@ -208,6 +210,7 @@ func New(global Global, c Config) (*Limiter, error) {
 		return nil, err
 	}
 	tick := int64(c.Refresh) / 2
+	window := max(tick, int64(coldWindow))
 	l := &Limiter{
 		global:   global,
 		direct:   direct,
@@ -219,8 +222,9 @@ func New(global Global, c Config) (*Limiter, error) {
 		refresh:  int64(c.Refresh),
 		ttl:      int64(c.TTL),
 		hotRate:  c.HotRate,
-		hotN:     uint32(max(1, math.Ceil(c.HotRate*float64(tick)/1e9))),
+		hotN:     uint32(max(2, math.Ceil(c.HotRate*float64(window)/1e9))),
 		tick:     tick,
+		window:   window,
 		maxKeys:  c.MaxKeys,
 		divFall:  c.DividedFallback,
 		hbEvery:  c.Heartbeat,
@@ -440,6 +444,11 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	e.size.Store(size)
 }
 
+// coldWindow is the shortest window over which the demand of a cold key
+// is counted: a key needs at least 2 requests in one to lease, so a key
+// seen about once a second never does.
+const coldWindow = 250 * time.Millisecond
+
 // retryAfterFailure is how long a key whose renewal failed waits before
 // the next attempt (the store's breaker paces the connection attempts).
 const retryAfterFailure = int64(20 * time.Millisecond)
@@ -517,6 +526,10 @@ func (l *Limiter) sweepLoop() {
 // sweep drops expired leases, samples every key's rate, demotes keys gone
 // cold and forgets keys idle for a TTL.
 func (l *Limiter) sweep(now int64) {
+	newWindow := now-l.windowAt >= l.window
+	if newWindow {
+		l.windowAt = now
+	}
 	l.tab.each(func(e *entry) bool {
 		if exp := e.expires.Load(); exp != 0 && now >= exp && !e.flight.Load() {
 			for {
@@ -532,7 +545,9 @@ func (l *Limiter) sweep(now int64) {
 		e.sample(now, l.refresh)
 		rate, seen := e.rate, e.seen
 		e.mu.Unlock()
-		e.window.Store(uint32(e.word.Load() >> 32))
+		if newWindow {
+			e.window.Store(uint32(e.word.Load() >> 32))
+		}
 		held := e.word.Load() & tokenMask
 		if e.leased.Load() && rate < l.hotRate/2 && held == 0 && !e.flight.Load() {
 			e.leased.Store(false)
