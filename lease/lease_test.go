@@ -354,4 +354,3 @@ func TestHotAfterCold(t *testing.T) {
 		t.Fatalf("an idle key is still tracked: %+v", s)
 	}
 }
-

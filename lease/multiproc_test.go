@@ -1,0 +1,189 @@
+package lease_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/lease"
+)
+
+// childEnv makes the test binary a load process of TestMultiProcess (see
+// TestMain): LEASE_CHILD=addr,name,startUnixNano,stopUnixNano,ratePerSecond.
+const childEnv = "FLOODGATE_LEASE_CHILD"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(child(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// The global limit of TestMultiProcess.
+const (
+	mpRate  = 2000 // per second
+	mpBurst = 40
+)
+
+// child offers rate requests per second on one key from 32 goroutines
+// between start and stop, and prints what it admitted.
+func child(spec string) int {
+	f := strings.Split(spec, ",")
+	if len(f) != 5 {
+		fmt.Fprintln(os.Stderr, "bad child spec", spec)
+		return 2
+	}
+	start, _ := strconv.ParseInt(f[2], 10, 64)
+	stop, _ := strconv.ParseInt(f[3], 10, 64)
+	rate, _ := strconv.ParseFloat(f[4], 64)
+	tb := &childTB{}
+	st := newStore(tb, dial(tb, f[0]))
+	l, err := lease.New(st, lease.Config{Bucket: bucket.Config{Name: f[1], Rate: floodgate.PerSecond(mpRate), Burst: mpBurst}, Heartbeat: 100 * time.Millisecond})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	time.Sleep(time.Until(time.Unix(0, start)))
+	var admitted, offered, errs atomic.Int64
+	var wg sync.WaitGroup
+	const goroutines = 32
+	every := time.Duration(float64(time.Second) * goroutines / rate)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			next := time.Unix(0, start).Add(every * time.Duration(g) / goroutines)
+			for {
+				time.Sleep(time.Until(next))
+				if time.Now().UnixNano() >= stop {
+					return
+				}
+				next = next.Add(every)
+				d, err := l.Take(context.Background(), "one-key", 1)
+				offered.Add(1)
+				if err != nil {
+					errs.Add(1)
+				} else if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s := l.Stats()
+	if err := l.Close(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "close:", err)
+	}
+	tb.cleanup()
+	fmt.Printf("RESULT admitted=%d offered=%d errors=%d grants=%d returned=%d expired=%d nodes=%d\n",
+		admitted.Load(), offered.Load(), errs.Load(), s.Grants, l.Stats().Returned, s.Expired, s.Nodes)
+	return 0
+}
+
+// childTB is the testing.TB of a child process: the helpers' failures end
+// it.
+type childTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (c *childTB) Helper()                   {}
+func (c *childTB) Cleanup(f func())          { c.cleanups = append(c.cleanups, f) }
+func (c *childTB) Fatal(args ...any)         { fmt.Fprintln(os.Stderr, args...); os.Exit(2) }
+func (c *childTB) Fatalf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...); os.Exit(2) }
+func (c *childTB) Name() string              { return "child" }
+func (c *childTB) cleanup() {
+	for i := len(c.cleanups) - 1; i >= 0; i-- {
+		c.cleanups[i]()
+	}
+}
+
+type childResult struct {
+	admitted, offered, errors, grants int64
+	line                              string
+}
+
+// TestMultiProcess runs OS processes (this test binary, re-executed) of
+// 32 goroutines each on one key of one real Redis, with skewed traffic:
+// process 0 sends 70% of the requests, three others 10% each, a fifth
+// joins after a third of the run and process 1 leaves after two thirds.
+// The fleet's demand is 3x the global rate: the fleet must admit at most
+// the global bound (burst + rate x duration) + 1 and at least 97% of it.
+func TestMultiProcess(t *testing.T) {
+	addr := redisAddr(t)
+	name := uniqueName(t)
+	const d = 3 * time.Second
+	total := 3.0 * mpRate
+	t0 := time.Now().Add(700 * time.Millisecond) // every process connected by then
+	end := t0.Add(d)
+	type proc struct {
+		start, stop time.Time
+		rate        float64
+	}
+	procs := []proc{
+		{t0, end, 0.7 * total},
+		{t0, t0.Add(2 * d / 3), 0.1 * total}, // leaves
+		{t0, end, 0.1 * total},
+		{t0, end, 0.1 * total},
+		{t0.Add(d / 3), end, 0.1 * total}, // joins
+	}
+	results := make([]childResult, len(procs))
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%d,%g", childEnv, addr, name, p.start.UnixNano(), p.stop.UnixNano(), p.rate))
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("process %d: %v", i, err)
+				return
+			}
+			sc := bufio.NewScanner(strings.NewReader(string(out)))
+			for sc.Scan() {
+				line := sc.Text()
+				if rest, ok := strings.CutPrefix(line, "RESULT "); ok {
+					r := childResult{line: rest}
+					_, err := fmt.Sscanf(rest, "admitted=%d offered=%d errors=%d grants=%d", &r.admitted, &r.offered, &r.errors, &r.grants)
+					if err != nil {
+						t.Errorf("process %d: %q: %v", i, line, err)
+					}
+					results[i] = r
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var admitted, offered int64
+	for i, r := range results {
+		t.Logf("process %d: %s", i, r.line)
+		if r.errors != 0 {
+			t.Errorf("process %d: %d errors", i, r.errors)
+		}
+		admitted += r.admitted
+		offered += r.offered
+	}
+	bound := int64(mpBurst) + int64(mpRate*d.Seconds())
+	t.Logf("fleet: %d admitted of %d offered; bound %d; %.2f%% of it", admitted, offered, bound, 100*float64(admitted)/float64(bound))
+	if admitted > bound+1 {
+		t.Errorf("fleet admitted %d > bound %d + 1", admitted, bound)
+	}
+	if admitted < bound*97/100 {
+		t.Errorf("fleet admitted %d < 97%% of the bound %d", admitted, bound)
+	}
+	if results[0].admitted <= results[2].admitted {
+		t.Errorf("the busy process admitted %d, a light one %d: leases should follow demand", results[0].admitted, results[2].admitted)
+	}
+}
