@@ -90,7 +90,7 @@ func TestSimulation50Nodes(t *testing.T) {
 		rate  = 5000 // per second, global
 		burst = 500
 		step  = time.Millisecond
-		total = 20 * time.Second
+		total = 12 * time.Second
 	)
 	clock := &simClock{}
 	clock.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
