@@ -491,8 +491,11 @@ func (l *Limiter) heartbeat() {
 	if err != nil || n < 1 {
 		return
 	}
-	l.nodes.Store(int64(n))
-	_, _ = l.dividedFor(int64(n))
+	// The divided limiter first: Stats then never shows a count whose
+	// limiter is not in force yet.
+	if _, err := l.dividedFor(int64(n)); err == nil {
+		l.nodes.Store(int64(n))
+	}
 }
 
 func (l *Limiter) heartbeatLoop() {

@@ -323,7 +323,10 @@ func TestDividedMode(t *testing.T) {
 	}
 	// A limiter that leaves is no longer counted.
 	ls[3].Close(context.Background())
-	time.Sleep(60 * time.Millisecond)
+	deadline = time.Now().Add(time.Second)
+	for ls[0].Stats().Nodes != 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if n := ls[0].Stats().Nodes; n != 3 {
 		t.Errorf("after one left, %d nodes", n)
 	}
