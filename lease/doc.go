@@ -19,7 +19,7 @@
 //
 // When a lease is spent before its renewal arrives, the request waits for
 // the renewal in flight (bounded by the store's timeout) or makes it. When
-// the global bucket has fewer tokens than a worthwhile batch (half a lease),
+// the global bucket has fewer tokens than a worthwhile batch (a quarter of a lease),
 // Grant takes none and says when it will have them; until then the node
 // denies that key in memory, with that RetryAfter.
 //

@@ -415,7 +415,7 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	now := l.now()
 	size := l.size(e, now)
 	want := max(size, need)
-	least := max(need, (size+1)/2)
+	least := max(need, (size+3)/4)
 	least = max(1, min(least, want))
 	g, err := l.global.Grant(ctx, e.key, l.alg, want, least)
 	l.st.grants.Add(1)

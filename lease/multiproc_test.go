@@ -117,13 +117,13 @@ type childResult struct {
 // 32 goroutines each on one key of one real Redis, with skewed traffic:
 // process 0 sends 70% of the requests, three others 10% each, a fifth
 // joins after a third of the run and process 1 leaves after two thirds.
-// The fleet's demand is 3x the global rate: the fleet must admit at most
+// The fleet's demand is 1.5x the global rate: the fleet must admit at most
 // the global bound (burst + rate x duration) + 1 and at least 97% of it.
 func TestMultiProcess(t *testing.T) {
 	addr := redisAddr(t)
 	name := uniqueName(t)
 	const d = 3 * time.Second
-	total := 3.0 * mpRate
+	total := 1.5 * mpRate
 	t0 := time.Now().Add(700 * time.Millisecond) // every process connected by then
 	end := t0.Add(d)
 	type proc struct {
