@@ -93,7 +93,8 @@ type Config struct {
 	// keeps its own time (Redis: the server's).
 	Clock floodgate.Clock
 
-	inline bool // tests: no goroutines; renewals in the calling goroutine, sweeps by hand
+	inline bool   // tests: no goroutines; renewals in the calling goroutine, sweeps by hand
+	seed   uint64 // tests (with inline): the jitter's seed, for a deterministic run
 }
 
 // Limiter is a keyed token bucket with a global limit, decided at local
@@ -127,6 +128,7 @@ type Limiter struct {
 
 	work     chan *entry
 	inline   bool // tests: renew in the calling goroutine, no background
+	jitter   func() float64
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	closed   atomic.Bool
@@ -233,6 +235,10 @@ func New(global Global, c Config) (*Limiter, error) {
 		local:    local,
 		work:     make(chan *entry, 1024),
 		quit:     make(chan struct{}),
+	}
+	l.jitter = rand.Float64
+	if c.inline && c.seed != 0 {
+		l.jitter = rand.New(rand.NewPCG(c.seed, c.seed)).Float64 // one goroutine only
 	}
 	l.tab.init()
 	l.nodes.Store(1)
@@ -428,7 +434,14 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	e.failedUntil.Store(0)
 	e.reset.Store(g.Reset * int64(time.Microsecond))
 	if g.Granted == 0 {
-		e.deniedUntil.Store(now + g.Wait*int64(time.Microsecond))
+		// Nodes that wait for the same tokens would all ask again at
+		// once, and all but one get nothing: spread their next attempts
+		// over up to min(N-1, 4) more waits.
+		wait := g.Wait * int64(time.Microsecond)
+		if n := min(l.nodes.Load()-1, 4); n > 0 {
+			wait += int64(l.jitter() * float64(n) * float64(wait))
+		}
+		e.deniedUntil.Store(now + wait)
 		return
 	}
 	l.st.granted.Add(g.Granted)

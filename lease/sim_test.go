@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,14 @@ func (g *simGlobal) Leave(context.Context, string, string) (int, error) { return
 // than burst + rate x elapsed; and the shortfall is within the documented
 // bound H + E + sum of the lease sizes.
 func TestSimulation50Nodes(t *testing.T) {
+	first := simulate50(t)
+	t.Log(first)
+	if again := simulate50(t); again != first {
+		t.Fatalf("the simulation is not deterministic:\n%s\n%s", first, again)
+	}
+}
+
+func simulate50(t *testing.T) string {
 	const (
 		nodes = 50
 		rate  = 5000 // per second, global
@@ -99,7 +108,7 @@ func TestSimulation50Nodes(t *testing.T) {
 	cfg := bucket.Config{Name: "sim", Rate: floodgate.PerSecond(rate), Burst: burst}
 	lims := make([]*Limiter, nodes)
 	for i := range lims {
-		l, err := New(global, Config{Bucket: cfg, Clock: clock, inline: true})
+		l, err := New(global, Config{Bucket: cfg, Clock: clock, inline: true, seed: uint64(i + 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,10 +211,11 @@ func TestSimulation50Nodes(t *testing.T) {
 		grants += st.Grants
 		expired += st.Expired
 	}
-	t.Logf("%d phases, offered %d, ideal admitted %d, fleet %d (%.2f%%), worst shortfall %d, worst beyond H+E %d, expired %d, grants %d (%.1f per node per refresh period)",
+	summary := fmt.Sprintf("%d phases, offered %d, ideal admitted %d, fleet %d (%.2f%%), worst shortfall %d, worst beyond H+E %d, expired %d, grants %d (%.1f per node per refresh period)",
 		phases, offered, idealAdmitted, admitted, 100*float64(admitted)/float64(idealAdmitted), worstGap, worstSlack, expired, grants,
 		float64(grants)/nodes/(float64(total)/float64(DefaultRefresh)))
 	if admitted < idealAdmitted*9/10 {
 		t.Fatalf("fleet admitted %d, under 90%% of the ideal %d", admitted, idealAdmitted)
 	}
+	return summary
 }
