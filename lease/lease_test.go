@@ -357,3 +357,59 @@ func TestHotAfterCold(t *testing.T) {
 		t.Fatalf("an idle key is still tracked: %+v", s)
 	}
 }
+
+// TestOnCluster runs two leasing nodes on a Redis Cluster: grants,
+// heartbeats and direct decisions each touch one key (one slot), so the
+// limit holds there as on one server: two nodes at twice the rate admit
+// at most the bound and close to it, on keys in different slots.
+func TestOnCluster(t *testing.T) {
+	client := clusterClient(t)
+	st := newStore(t, client)
+	cfg := bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(1000), Burst: 50}
+	a := newLease(t, st, lease.Config{Bucket: cfg, Heartbeat: 20 * time.Millisecond})
+	b := newLease(t, st, lease.Config{Bucket: cfg, Heartbeat: 20 * time.Millisecond})
+	ctx := context.Background()
+	const d = time.Second
+	keys := []string{"alpha", "beta", "gamma"} // three slots
+	admitted := make([]atomic.Int64, len(keys))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, l := range []*lease.Limiter{a, b} {
+		for k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				next := start
+				for time.Since(start) < d {
+					time.Sleep(time.Until(next))
+					next = next.Add(time.Millisecond) // 1,000/s per node per key: 2x the limit
+					if dd, err := l.Take(ctx, keys[k], 1); err != nil {
+						t.Error(err)
+						return
+					} else if dd.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	bound := int64(50) + int64(1000*elapsed.Seconds())
+	for k := range keys {
+		got := admitted[k].Load()
+		t.Logf("key %s: %d admitted, bound %d (%.1f%%)", keys[k], got, bound, 100*float64(got)/float64(bound))
+		if got > bound+1 {
+			t.Errorf("key %s: %d admitted > bound %d + 1", keys[k], got, bound)
+		}
+		if got < bound*85/100 {
+			t.Errorf("key %s: %d admitted < 85%% of the bound %d", keys[k], got, bound)
+		}
+	}
+	if n := a.Stats().Nodes; n != 2 {
+		t.Errorf("%d nodes counted on the cluster, want 2", n)
+	}
+	if s := a.Stats(); s.Leased != 3 {
+		t.Errorf("stats %+v: want the 3 keys leased", s)
+	}
+}

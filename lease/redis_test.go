@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -23,6 +24,8 @@ import (
 type redisProc struct {
 	tb   testing.TB
 	port int
+	args []string // beyond the port and persistence
+	dir  string
 	cmd  *exec.Cmd
 }
 
@@ -30,13 +33,13 @@ func (p *redisProc) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
 
 // startRedis starts a redis-server on a free loopback port, killed when tb
 // ends.
-func startRedis(tb testing.TB) *redisProc {
+func startRedis(tb testing.TB, args ...string) *redisProc {
 	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &redisProc{tb: tb, port: l.Addr().(*net.TCPAddr).Port}
+	p := &redisProc{tb: tb, port: l.Addr().(*net.TCPAddr).Port, args: args, dir: tb.TempDir()}
 	l.Close()
 	p.start()
 	tb.Cleanup(p.kill)
@@ -49,7 +52,9 @@ func (p *redisProc) start() {
 	if err != nil {
 		p.tb.Fatal("no redis-server on PATH (scripts/redis.sh start installs it)")
 	}
-	p.cmd = exec.Command(path, "--bind", "127.0.0.1", "--port", strconv.Itoa(p.port), "--save", "", "--appendonly", "no")
+	p.cmd = exec.Command(path, append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(p.port), "--save", "", "--appendonly", "no"}, p.args...)...)
+	p.cmd.Dir = p.dir
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test
 	if err := p.cmd.Start(); err != nil {
 		p.tb.Fatal(err)
 	}
@@ -92,6 +97,66 @@ func dial(tb testing.TB, addr string) rueidis.Client {
 }
 
 func redisClient(tb testing.TB) rueidis.Client { return dial(tb, redisAddr(tb)) }
+
+// clusterClient is a client of the test Redis Cluster:
+// $FLOODGATE_REDIS_CLUSTER (comma-separated seeds), or three
+// cluster-enabled redis-servers started for t, all slots split among them.
+func clusterClient(t *testing.T) rueidis.Client {
+	t.Helper()
+	if seeds := os.Getenv("FLOODGATE_REDIS_CLUSTER"); seeds != "" {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: strings.Split(seeds, ","), DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	ctx := context.Background()
+	var nodes []rueidis.Client
+	var addrs []string
+	for i := range 3 {
+		p := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		addrs = append(addrs, p.addr())
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.addr()}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		lo, hi := i*16384/3, (i+1)*16384/3-1
+		if err := c.Do(ctx, c.B().Arbitrary("CLUSTER", "ADDSLOTSRANGE").Args(strconv.Itoa(lo), strconv.Itoa(hi)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, c)
+	}
+	for _, p := range addrs[1:] {
+		host, port, _ := net.SplitHostPort(p)
+		pn, _ := strconv.Atoi(port)
+		if err := nodes[0].Do(ctx, nodes[0].B().ClusterMeet().Ip(host).Port(int64(pn)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, c := range nodes {
+			info, err := c.Do(ctx, c.B().ClusterInfo().Build()).ToString()
+			ok = ok && err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the test cluster did not reach cluster_state:ok")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
 
 func newStore(tb testing.TB, c rueidis.Client, opts ...redisstore.Option) *redisstore.Store {
 	tb.Helper()
