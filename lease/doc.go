@@ -53,8 +53,9 @@
 // The first tick of the sweeper (P/2) in which a key is seen HotRate x P/2
 // times makes it leased; a leased key whose rate falls below HotRate/2 goes
 // back to direct calls once its lease is spent or dropped. Tracked keys are
-// bounded (Config.MaxKeys; beyond it keys go direct), about 200 bytes each
-// plus the key, and a key with no demand for a TTL is forgotten.
+// bounded (Config.MaxKeys; beyond it keys go direct), about 210 bytes each
+// plus the key (measured at 100,000 keys), and a key with no demand for a
+// TTL is forgotten.
 //
 // # Faults
 //

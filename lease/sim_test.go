@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -218,4 +219,40 @@ func simulate50(t *testing.T) string {
 		t.Fatalf("fleet admitted %d, under 90%% of the ideal %d", admitted, idealAdmitted)
 	}
 	return summary
+}
+
+// TestMemoryPerKey measures what a tracked key costs (the entry, its map
+// slot, its share of the shards): the figure the package documentation
+// gives, about 200 bytes plus the key.
+func TestMemoryPerKey(t *testing.T) {
+	clock := &simClock{}
+	clock.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	l, err := New(newSimGlobal(clock, 1), Config{Bucket: bucket.Config{Name: "mem", Rate: floodgate.PerSecond(10), Burst: 10}, Clock: clock, inline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%08d", i) // 12 bytes
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, k := range keys {
+		if _, err := l.Take(context.Background(), k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.0f bytes per tracked key (keys of 12 bytes, kept by the caller too)", per)
+	if l.Stats().Keys != n {
+		t.Fatalf("%d keys tracked", l.Stats().Keys)
+	}
+	if per > 300 {
+		t.Errorf("%.0f bytes per key, the documentation says about 200", per)
+	}
+	runtime.KeepAlive(keys)
 }
