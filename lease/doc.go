@@ -63,7 +63,8 @@
 // each decision is the store's own (its failure policy: for redisstore
 // error, open, closed or a local fallback), or with Config.DividedFallback
 // a local bucket at the global rate and burst divided by the number of live
-// nodes (Decision.Fallback set). The number of nodes comes from heartbeats:
+// nodes (Decision.Fallback set, and reported to Config.Observer as
+// floodgate.OutcomeFallback with the store's error). The number of nodes comes from heartbeats:
 // every node records itself each Config.Heartbeat (1s) in a sorted set with
 // a TTL of three periods (redisstore.Store.Heartbeat). A failed renewal is
 // retried 20ms later, through the store's breaker, so a node leases again

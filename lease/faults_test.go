@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,9 +31,18 @@ func TestRedisKilled(t *testing.T) {
 			client := dial(t, rp.addr())
 			const timeout = 50 * time.Millisecond
 			st := newStore(t, client, redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(redisstore.FailClosed(time.Second)))
+			var observed, observedUnavailable, allFallback atomic.Int64
 			l := newLease(t, st, lease.Config{
 				Bucket:          bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(100_000), Burst: 100_000},
 				DividedFallback: tc.divided,
+				Observer: floodgate.ObserverFunc(func(e floodgate.Event) {
+					if e.Source == floodgate.SourceStore && e.Outcome == floodgate.OutcomeFallback && e.Decision.Fallback {
+						observed.Add(1)
+						if errors.Is(e.Err, floodgate.ErrStoreUnavailable) {
+							observedUnavailable.Add(1)
+						}
+					}
+				}),
 			})
 			var (
 				mu                    sync.Mutex
@@ -64,6 +74,9 @@ func TestRedisKilled(t *testing.T) {
 						t0 := time.Now()
 						d, err := l.Take(ctx, "k", 1)
 						lat := time.Since(t0)
+						if d.Fallback {
+							allFallback.Add(1)
+						}
 						mu.Lock()
 						maxLatency = max(maxLatency, lat)
 						switch {
@@ -138,6 +151,12 @@ func TestRedisKilled(t *testing.T) {
 			}
 			if recoveredAt.IsZero() || recoveredAt.Sub(restartAt) > time.Second {
 				t.Errorf("leasing again %v after the restart, want within 1s", recoveredAt.Sub(restartAt))
+			}
+			if tc.divided && (observed.Load() != allFallback.Load() || observedUnavailable.Load() != observed.Load()) {
+				t.Errorf("observer saw %d fallback events (%d with ErrStoreUnavailable), %d fallback decisions", observed.Load(), observedUnavailable.Load(), allFallback.Load())
+			}
+			if !tc.divided && observed.Load() != 0 {
+				t.Errorf("observer saw %d lease fallback events without the divided fallback", observed.Load())
 			}
 			if downAllowedHeld == 0 {
 				t.Error("nothing admitted from the lease after the kill: the held tokens should be spent first")

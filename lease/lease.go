@@ -89,6 +89,13 @@ type Config struct {
 	// Workers is how many goroutines renew leases in the background
 	// (default 4, at most 256).
 	Workers int
+	// Observer receives the limiter's own outcomes (default none): each
+	// decision of the divided fallback, as [floodgate.OutcomeFallback]
+	// with Source [floodgate.SourceStore], Policy the bucket's Name and
+	// Err the global store's last error. Every other decision is the
+	// transport's to report, and the store's failure policy reports its
+	// own (redisstore.WithObserver).
+	Observer floodgate.Observer
 	// Clock is for tests (default floodgate.SystemClock). The global store
 	// keeps its own time (Redis: the server's).
 	Clock floodgate.Clock
@@ -119,6 +126,8 @@ type Limiter struct {
 	divFall  bool
 	hbEvery  time.Duration
 	clock    floodgate.Clock // nil: floodgate.Nanotime
+	observer floodgate.Observer
+	lastErr  atomic.Pointer[error] // the last failed grant's
 	member   string
 
 	tab     table
@@ -207,6 +216,9 @@ func New(global Global, c Config) (*Limiter, error) {
 	if c.Clock != nil && nilcheck.Is(c.Clock) {
 		return nil, fmt.Errorf("%w: lease: typed-nil clock", floodgate.ErrInvalidConfig)
 	}
+	if c.Observer != nil && nilcheck.Is(c.Observer) {
+		return nil, fmt.Errorf("%w: lease: typed-nil observer", floodgate.ErrInvalidConfig)
+	}
 	local, err := memstore.New()
 	if err != nil {
 		return nil, err
@@ -231,6 +243,7 @@ func New(global Global, c Config) (*Limiter, error) {
 		divFall:  c.DividedFallback,
 		hbEvery:  c.Heartbeat,
 		clock:    c.Clock,
+		observer: c.Observer,
 		member:   strconv.FormatUint(rand.Uint64(), 36),
 		local:    local,
 		work:     make(chan *entry, 1024),
@@ -369,11 +382,20 @@ func (l *Limiter) takeHeld(e *entry, n int64) (floodgate.Decision, bool) {
 // store cannot answer.
 func (l *Limiter) onFailure(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
 	if l.divFall {
+		start := floodgate.Nanotime()
 		d, err := l.divided.Load().lim.Take(ctx, key, int(n))
 		if err != nil {
 			return d, err
 		}
 		d.Fallback = true
+		if l.observer != nil {
+			var cause error
+			if p := l.lastErr.Load(); p != nil {
+				cause = *p
+			}
+			l.observer.Observe(floodgate.Event{Source: floodgate.SourceStore, Policy: l.cfg.Name, Outcome: floodgate.OutcomeFallback,
+				Decision: d, Err: cause, Latency: time.Duration(floodgate.Nanotime() - start)})
+		}
 		return d, nil
 	}
 	l.st.direct.Add(1)
@@ -428,6 +450,7 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	now = l.now()
 	if err != nil {
 		l.st.failures.Add(1)
+		l.lastErr.Store(&err)
 		e.failedUntil.Store(now + retryAfterFailure)
 		return
 	}

@@ -44,6 +44,7 @@ func TestConfigErrors(t *testing.T) {
 		"workers":       {Bucket: ok, Workers: 1000},
 		"mode":          {Bucket: ok, Mode: 7},
 		"typed-nil clk": {Bucket: ok, Clock: floodgate.ClockFunc(nil)},
+		"typed-nil obs": {Bucket: ok, Observer: floodgate.ObserverFunc(nil)},
 	} {
 		if _, err := lease.New(st, c); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("%s: err %v, want ErrInvalidConfig", name, err)
