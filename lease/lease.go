@@ -105,8 +105,14 @@ type Config struct {
 }
 
 // Limiter is a keyed token bucket with a global limit, decided at local
-// speed: a [floodgate.Limiter] (and [floodgate.Describer]) safe for
-// concurrent use. See the package documentation.
+// speed: a [floodgate.Limiter], [floodgate.Refunder] and
+// [floodgate.Describer], safe for concurrent use. See the package
+// documentation.
+//
+// A leased decision's Limit is the global burst, its Remaining the tokens
+// this node's lease still holds for the key (what the node can admit
+// without asking), and its ResetAfter the global bucket's as of the last
+// grant. A decision made by the global store (a cold key) is the store's.
 type Limiter struct {
 	global   Global
 	direct   *store.Limiter
@@ -114,9 +120,9 @@ type Limiter struct {
 	cfg      bucket.Config
 	mode     Mode
 	burst    int64
-	interval time.Duration // of the global bucket
-	refresh  int64         // ns
-	ttl      int64         // ns
+	tokenUS  int64 // the global bucket's interval as its step has it, µs
+	refresh  int64 // ns
+	ttl      int64 // ns
 	hotRate  float64
 	hotN     uint32 // cold-key demand in one window that promotes the key
 	tick     int64  // ns, the sweeper's period
@@ -232,7 +238,7 @@ func New(global Global, c Config) (*Limiter, error) {
 		cfg:      c.Bucket,
 		mode:     c.Mode,
 		burst:    c.Bucket.Burst,
-		interval: c.Bucket.Rate.Per / time.Duration(c.Bucket.Rate.N),
+		tokenUS:  (int64(c.Bucket.Rate.Per/time.Microsecond) + c.Bucket.Rate.N - 1) / c.Bucket.Rate.N,
 		refresh:  int64(c.Refresh),
 		ttl:      int64(c.TTL),
 		hotRate:  c.HotRate,
@@ -333,7 +339,7 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 		e.leased.Store(true) // hot: lease from this request on
 	}
 	now := l.now()
-	if until := e.deniedUntil.Load(); now < until {
+	if until := e.deniedUntil.Load(); now < until && n > e.crumbs.Load() {
 		l.st.localDenied.Add(1)
 		return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
 	}
@@ -355,7 +361,7 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 			return d, nil
 		}
 		now = l.now()
-		if until := e.deniedUntil.Load(); now < until {
+		if until := e.deniedUntil.Load(); now < until && n > e.crumbs.Load() {
 			l.st.localDenied.Add(1)
 			return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
 		}
@@ -363,6 +369,28 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 	// Others took the grant meanwhile: the global bucket decides this one.
 	l.st.direct.Add(1)
 	return l.direct.Take(ctx, key, int(n))
+}
+
+// Refund implements [floodgate.Refunder]: n units taken earlier on key
+// come back to this node's lease when the key is leased (they were
+// debited from the global bucket, so spending them again never exceeds
+// it; they expire with the lease), and to the global bucket otherwise.
+func (l *Limiter) Refund(ctx context.Context, key string, n int) error {
+	if n < 1 || int64(n) > l.burst {
+		return l.direct.Refund(ctx, key, n) // the store limiter's cost error
+	}
+	if l.mode == Divided {
+		return l.divided.Load().lim.Refund(ctx, key, n)
+	}
+	e := l.tab.get(key)
+	if e == nil || !e.leased.Load() || l.closed.Load() {
+		return l.direct.Refund(ctx, key, n)
+	}
+	if e.expires.Load() == 0 {
+		e.expires.Store(l.now() + l.ttl)
+	}
+	e.word.Add(uint64(n))
+	return nil
 }
 
 // takeHeld takes n from the lease, if it holds them.
@@ -444,9 +472,21 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	size := l.size(e, now)
 	want := max(size, need)
 	least := max(need, (size+3)/4)
+	if need > 0 && e.starved.Load() && l.nodes.Load() == 1 {
+		// The bucket had fewer than a batch: a waiting request takes
+		// what there is, as a direct decision would.
+		least = need
+	}
 	least = max(1, min(least, want))
 	g, err := l.global.Grant(ctx, e.key, l.alg, want, least)
 	l.st.grants.Add(1)
+	if err == nil && g.Granted == 0 && need > 0 && g.Remaining >= need {
+		// Fewer than a batch, but enough for the request that waits:
+		// take what is there (what a direct decision would have
+		// admitted), rather than deny it with tokens in the bucket.
+		g, err = l.global.Grant(ctx, e.key, l.alg, g.Remaining, need)
+		l.st.grants.Add(1)
+	}
 	now = l.now()
 	if err != nil {
 		l.st.failures.Add(1)
@@ -461,14 +501,31 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 		// once, and all but one get nothing: spread their next attempts
 		// over up to min(N-1, 4) more waits.
 		wait := g.Wait * int64(time.Microsecond)
-		if n := min(l.nodes.Load()-1, 4); n > 0 {
+		if l.nodes.Load() == 1 {
+			// No other node competes for the refill: deny locally until
+			// one token is there (what a direct decision would say), not
+			// until the batch asked for; the next request then takes
+			// what there is.
+			wait = max(0, g.Wait-(least-1)*l.tokenUS) * int64(time.Microsecond)
+			e.starved.Store(true)
+		} else if n := min(l.nodes.Load()-1, 4); n > 0 {
 			wait += int64(l.jitter() * float64(n) * float64(wait))
 		}
+		e.crumbs.Store(g.Remaining)
 		e.deniedUntil.Store(now + wait)
 		return
 	}
 	l.st.granted.Add(g.Granted)
+	if l.closed.Load() {
+		// Close gave back what the leases held: return this one too.
+		if l.direct.Refund(context.WithoutCancel(ctx), e.key, int(g.Granted)) == nil {
+			l.st.returned.Add(g.Granted)
+		}
+		return
+	}
 	e.deniedUntil.Store(0)
+	e.crumbs.Store(0)
+	e.starved.Store(g.Granted < least)
 	e.expires.Store(now + l.ttl)
 	e.word.Add(uint64(g.Granted))
 	// Renew when what is left would last less than P/2 at the key's rate,

@@ -21,9 +21,11 @@ type entry struct {
 	low         atomic.Int64 // renew when the tokens left are at most low
 	reset       atomic.Int64 // the global bucket's ResetAfter at the last grant, ns
 	leased      atomic.Bool
+	starved     atomic.Bool   // the last grant had fewer tokens than a batch
 	flight      atomic.Bool   // mirrors fl != nil, for the fast path
 	window      atomic.Uint32 // demand at the start of the sweeper's tick
 	deniedUntil atomic.Int64  // the global bucket has no lease for us until then (ns)
+	crumbs      atomic.Int64  // what it had then, fewer than a batch: requests up to it still ask
 	failedUntil atomic.Int64  // the last renewal failed: no new attempt until then (ns)
 	expires     atomic.Int64  // the tokens held expire then (ns); 0: none held
 	size        atomic.Int64  // the lease size of the last renewal
