@@ -19,9 +19,17 @@
 //
 // When a lease is spent before its renewal arrives, the request waits for
 // the renewal in flight (bounded by the store's timeout) or makes it. When
-// the global bucket has fewer tokens than a worthwhile batch (a quarter of a lease),
-// Grant takes none and says when it will have them; until then the node
-// denies that key in memory, with that RetryAfter.
+// the global bucket has fewer tokens than a worthwhile batch (a quarter of
+// a lease), Grant takes none and says when it will have them; a request
+// that is waiting then takes the tokens there are, as a direct decision
+// would. Until the bucket has tokens again the node denies the key in
+// memory, with that RetryAfter: the time of one token when the node is
+// alone, of a batch (spread at random over a few such waits, so that nodes
+// do not all ask at once) when others compete for the refill. With the
+// fleet's demand above the limit, the calls are thus about one per batch
+// per node, none for the requests denied in memory (four processes at
+// 1.5x the limit: about 0.7 calls per admitted token, for 1.5 decisions
+// per token).
 //
 // # Bounds
 //
@@ -40,8 +48,8 @@
 //
 // where H is the tokens held in outstanding leases, E the tokens dropped at
 // their TTL so far (both in [Limiter.Stats]), and L_i node i's lease size
-// (<= ceil(burst / N)): the batch a node waits for when the bucket is
-// nearly empty. With every node busy, H <= sum of 1.5 L_i, so the shortfall
+// (<= ceil(burst / N)): what a node may wait for when the bucket is nearly
+// empty. With every node busy, H <= sum of 1.5 L_i, so the shortfall
 // is at most about 2.5 bursts plus what expired. The tests measure it on a
 // deterministic simulation of 50 nodes and on four processes on a real
 // Redis.
