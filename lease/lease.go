@@ -105,7 +105,8 @@ type Config struct {
 }
 
 // Limiter is a keyed token bucket with a global limit, decided at local
-// speed: a [floodgate.Limiter], [floodgate.Refunder] and
+// speed: a [floodgate.Limiter], [floodgate.Refunder] (a refund is one call
+// to the global store) and
 // [floodgate.Describer], safe for concurrent use. See the package
 // documentation.
 //
@@ -371,26 +372,16 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 	return l.direct.Take(ctx, key, int(n))
 }
 
-// Refund implements [floodgate.Refunder]: n units taken earlier on key
-// come back to this node's lease when the key is leased (they were
-// debited from the global bucket, so spending them again never exceeds
-// it; they expire with the lease), and to the global bucket otherwise.
+// Refund implements [floodgate.Refunder]: n units taken earlier on key go
+// back to the global bucket (one call; never beyond its burst). They do
+// not go back into this node's lease: the lease cannot tell units it
+// handed out from units it never held, and crediting the latter would
+// let the node spend tokens the global bucket never granted.
 func (l *Limiter) Refund(ctx context.Context, key string, n int) error {
-	if n < 1 || int64(n) > l.burst {
-		return l.direct.Refund(ctx, key, n) // the store limiter's cost error
-	}
 	if l.mode == Divided {
 		return l.divided.Load().lim.Refund(ctx, key, n)
 	}
-	e := l.tab.get(key)
-	if e == nil || !e.leased.Load() || l.closed.Load() {
-		return l.direct.Refund(ctx, key, n)
-	}
-	if e.expires.Load() == 0 {
-		e.expires.Store(l.now() + l.ttl)
-	}
-	e.word.Add(uint64(n))
-	return nil
+	return l.direct.Refund(ctx, key, n)
 }
 
 // takeHeld takes n from the lease, if it holds them.

@@ -227,32 +227,41 @@ func simulate50(t *testing.T) string {
 func TestMemoryPerKey(t *testing.T) {
 	clock := &simClock{}
 	clock.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	l, err := New(newSimGlobal(clock, 1), Config{Bucket: bucket.Config{Name: "mem", Rate: floodgate.PerSecond(10), Burst: 10}, Clock: clock, inline: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 100_000
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("key-%08d", i) // 12 bytes
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for _, k := range keys {
-		if _, err := l.Take(context.Background(), k, 1); err != nil {
+	var per float64
+	// Other tests' goroutines may free memory between the two readings:
+	// measure again (on a fresh limiter) until the reading is sane.
+	for attempt := 0; ; attempt++ {
+		l, err := New(newSimGlobal(clock, 1), Config{Bucket: bucket.Config{Name: "mem", Rate: floodgate.PerSecond(10), Burst: 10}, Clock: clock, inline: true})
+		if err != nil {
 			t.Fatal(err)
 		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for _, k := range keys {
+			if _, err := l.Take(context.Background(), k, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if l.Stats().Keys != n {
+			t.Fatalf("%d keys tracked", l.Stats().Keys)
+		}
+		per = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
+		l.Close(context.Background())
+		if per > 100 || attempt == 4 {
+			break
+		}
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := float64(after.HeapAlloc-before.HeapAlloc) / n
 	t.Logf("%.0f bytes per tracked key (keys of 12 bytes, kept by the caller too)", per)
-	if l.Stats().Keys != n {
-		t.Fatalf("%d keys tracked", l.Stats().Keys)
-	}
-	if per > 300 {
-		t.Errorf("%.0f bytes per key, the documentation says about 200", per)
+	if per > 300 || per < 100 {
+		t.Errorf("%.0f bytes per key, the documentation says about 210", per)
 	}
 	runtime.KeepAlive(keys)
 }
