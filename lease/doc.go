@@ -35,7 +35,12 @@
 //
 // Tokens are debited from the global bucket before they are spent, and each
 // is spent once, so the fleet never admits more than the one global bucket
-// would: at most burst + rate x elapsed over any interval starting full.
+// grants: from a key's first request, at most burst + rate x elapsed, as
+// one bucket. A token may be spent up to a TTL after its grant, while the
+// bucket refills: over an interval that starts with tokens held, the fleet
+// admits at most burst + rate x length + H, H the tokens the leases held at
+// its start (at most the sum of the lease sizes, about a burst, none older
+// than the TTL). The cumulative count never goes above the one bucket's.
 // The one exception is a Redis failover that loses acknowledged writes
 // (replication is asynchronous): the grants of the last replication lag
 // before the failover can be granted again, at most burst + rate x lag

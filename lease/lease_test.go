@@ -416,8 +416,8 @@ func TestOnCluster(t *testing.T) {
 		got := admitted[k].Load()
 		ideal := idealAdmitted(t, times[k], cfg)
 		t.Logf("key %s: %d admitted, bound %d, the ideal bucket fed the same requests %d (%.1f%%)", keys[k], got, bound, ideal, 100*float64(got)/float64(ideal))
-		if got > bound+1 || got > ideal {
-			t.Errorf("key %s: %d admitted > bound %d + 1 or the ideal %d", keys[k], got, bound, ideal)
+		if got > bound+1 {
+			t.Errorf("key %s: %d admitted > bound %d + 1", keys[k], got, bound)
 		}
 		if got < ideal*95/100 {
 			t.Errorf("key %s: %d admitted < 95%% of the ideal %d", keys[k], got, ideal)

@@ -173,12 +173,11 @@ type childResult struct {
 // The limit is 2,000/s with a burst of 200 (100ms of the rate, so that a
 // process the scheduler stalls for a few tens of milliseconds does not let
 // the bucket overflow), the fleet's demand 1.5x the rate, for 4s: the fleet
-// must admit at most the global bound (burst + rate x duration) + 1 and
-// never more than one ideal global bucket fed the same requests at the
-// times they were decided, at least 97% of what that bucket admits (which is
-// the bound when the requests keep coming), and fall short of it by no
-// more than the documented bound (tokens held and expired, plus each
-// process's lease size).
+// must admit at most the global bound (burst + rate x duration) + 1, at
+// least 97% of what one ideal global bucket fed the same requests at the
+// times they were decided admits (which is the bound when the requests
+// keep coming), and fall short of it by no more than the documented bound
+// (tokens held and expired, plus each process's lease size).
 func TestMultiProcess(t *testing.T) {
 	addr := redisAddr(t)
 	name := uniqueName(t)
@@ -261,9 +260,6 @@ func TestMultiProcess(t *testing.T) {
 		admitted, offered, bound, 100*float64(admitted)/float64(bound), ideal, 100*float64(admitted)/float64(ideal))
 	if admitted > bound+1 {
 		t.Errorf("fleet admitted %d > bound %d + 1", admitted, bound)
-	}
-	if admitted > ideal {
-		t.Errorf("fleet admitted %d > the ideal bucket's %d", admitted, ideal)
 	}
 	if admitted < ideal*97/100 {
 		t.Errorf("fleet admitted %d < 97%% of the ideal %d (bound %d)", admitted, ideal, bound)

@@ -81,11 +81,11 @@ func (g *simGlobal) Leave(context.Context, string, string) (int, error) { return
 // bucket, on a simulated clock, with uneven load that shifts every two
 // seconds (a few heavy nodes, many light ones, some idle; the fleet's demand
 // above the global rate in some phases, below it in others), each request
-// of cost 1 also offered to one ideal global bucket. At every millisecond:
-// the fleet never admitted more than the ideal bucket (greedy admission of
-// unit costs is the most a token bucket can admit by any time), nor more
-// than burst + rate x elapsed; and the shortfall is within the documented
-// bound H + E + sum of the lease sizes.
+// of cost 1 also offered to one ideal global bucket. At every millisecond
+// the fleet never admitted more than burst + rate x elapsed, and its
+// shortfall against the ideal is within the documented bound H + E + sum
+// of the lease sizes; over every interval (10ms apart) it admitted at most
+// burst + rate x length + the tokens held at the interval's start.
 func TestSimulation50Nodes(t *testing.T) {
 	first := simulate50(t)
 	t.Log(first)
@@ -144,7 +144,9 @@ func simulate50(t *testing.T) string {
 		}
 	}
 	ctx := context.Background()
-	var admitted, offered, idealAdmitted, worstGap, worstSlack int64
+	var admitted, offered, idealAdmitted, worstGap, worstSlack, aheadOfIdeal int64
+	type sample struct{ at, admitted, held int64 }
+	var samples []sample
 	phases := 0
 	nextSweep := start + lims[0].tick
 	for now := start; now < start+int64(total); now += int64(step) {
@@ -186,9 +188,7 @@ func simulate50(t *testing.T) string {
 		if limit := burst + int64(rate)*elapsed/int64(time.Second); admitted > limit {
 			t.Fatalf("at %v: fleet admitted %d > burst + rate x elapsed = %d", time.Duration(elapsed), admitted, limit)
 		}
-		if admitted > idealAdmitted {
-			t.Fatalf("at %v: fleet admitted %d > the ideal bucket's %d", time.Duration(elapsed), admitted, idealAdmitted)
-		}
+		aheadOfIdeal = max(aheadOfIdeal, admitted-idealAdmitted)
 		var held, expired, sizes int64
 		for _, l := range lims {
 			expired += l.st.expired.Load()
@@ -204,6 +204,26 @@ func simulate50(t *testing.T) string {
 		}
 		worstGap = max(worstGap, gap)
 		worstSlack = max(worstSlack, gap-(held+expired))
+		if (now-start)%int64(10*time.Millisecond) == 0 {
+			samples = append(samples, sample{at: now, admitted: admitted, held: held})
+		}
+	}
+	// Every interval between two samples: at most burst + rate x length +
+	// the tokens held at its start.
+	for i, a := range samples {
+		for _, b := range samples[i+1:] {
+			limit := burst + (int64(rate)*(b.at-a.at)+int64(time.Second)-1)/int64(time.Second) + a.held
+			if b.admitted-a.admitted > limit {
+				t.Fatalf("from %v to %v: %d admitted > burst + rate x length + held at the start = %d",
+					time.Duration(a.at-start), time.Duration(b.at-start), b.admitted-a.admitted, limit)
+			}
+		}
+	}
+	// Against the ideal bucket fed the same requests the fleet can be ahead
+	// only by tokens spent after the bucket refilled behind them (see the
+	// package documentation); in this run (deterministic) it never is.
+	if aheadOfIdeal > 0 {
+		t.Fatalf("the fleet was %d ahead of the ideal bucket", aheadOfIdeal)
 	}
 	var grants int64
 	var expired int64
@@ -212,8 +232,8 @@ func simulate50(t *testing.T) string {
 		grants += st.Grants
 		expired += st.Expired
 	}
-	summary := fmt.Sprintf("%d phases, offered %d, ideal admitted %d, fleet %d (%.2f%%), worst shortfall %d, worst beyond H+E %d, expired %d, grants %d (%.1f per node per refresh period)",
-		phases, offered, idealAdmitted, admitted, 100*float64(admitted)/float64(idealAdmitted), worstGap, worstSlack, expired, grants,
+	summary := fmt.Sprintf("%d phases, offered %d, ideal admitted %d, fleet %d (%.2f%%), worst shortfall %d, worst beyond H+E %d, most ahead of the ideal %d, expired %d, grants %d (%.1f per node per refresh period)",
+		phases, offered, idealAdmitted, admitted, 100*float64(admitted)/float64(idealAdmitted), worstGap, worstSlack, aheadOfIdeal, expired, grants,
 		float64(grants)/nodes/(float64(total)/float64(DefaultRefresh)))
 	if admitted < idealAdmitted*9/10 {
 		t.Fatalf("fleet admitted %d, under 90%% of the ideal %d", admitted, idealAdmitted)
