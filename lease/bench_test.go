@@ -47,7 +47,11 @@ func BenchmarkDecision(b *testing.B) {
 		}
 		b.Run(name+"/lease", func(b *testing.B) {
 			l := newBenchLease(b)
+			before := l.Stats()
 			run(b, l, par)
+			after := l.Stats()
+			calls := after.Grants + after.Direct - before.Grants - before.Direct
+			b.ReportMetric(float64(calls)/float64(b.N), "redis-calls/op")
 		})
 		b.Run(name+"/memstore", func(b *testing.B) {
 			s, err := memstore.New(memstore.WithSweepInterval(0))
