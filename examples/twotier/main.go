@@ -80,8 +80,9 @@ func run(ctx context.Context, w io.Writer, redisAddr string) error {
 		globalRate, globalBurst, redisAddr, edgeFactor)
 
 	// 1. What a decision costs: leased (local) and direct (one Redis round
-	//    trip), on a limit too high to deny.
-	cost := bucket.Config{Name: "twotier-cost", Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000}
+	//    trip), on a limit too high to deny (a burst of 100M: a loop that
+	//    takes as fast as it can never drains it).
+	cost := bucket.Config{Name: "twotier-cost", Rate: floodgate.PerSecond(1_000_000), Burst: 100_000_000}
 	fast, err := lease.New(rs, lease.Config{Bucket: cost})
 	if err != nil {
 		return err
