@@ -351,6 +351,12 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 		f, mine := e.startFlight()
 		if mine {
 			l.renew(ctx, e, f, n)
+			if err := ctx.Err(); err != nil {
+				if d, ok := l.takeHeld(e, n); ok {
+					return d, nil
+				}
+				return floodgate.Decision{}, fmt.Errorf("lease: %w", err)
+			}
 		} else {
 			select {
 			case <-f.done:
@@ -480,6 +486,9 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	}
 	now = l.now()
 	if err != nil {
+		if ctx.Err() != nil {
+			return // the caller gave up: that says nothing about the store
+		}
 		l.st.failures.Add(1)
 		l.lastErr.Store(&err)
 		e.failedUntil.Store(now + retryAfterFailure)

@@ -430,3 +430,40 @@ func TestOnCluster(t *testing.T) {
 		t.Errorf("stats %+v: want the 3 keys leased", s)
 	}
 }
+
+// TestCancelledCaller: a caller whose context is done while its key's
+// lease is spent gets its context's error, and the key is not taken for
+// failed: the next caller leases as before.
+func TestCancelledCaller(t *testing.T) {
+	st := newStore(t, redisClient(t))
+	l := newLease(t, st, lease.Config{Bucket: bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(1000), Burst: 1000}, HotRate: 1})
+	ctx := context.Background()
+	for range 5 { // the key turns hot, leases, and spends
+		if _, err := l.Take(ctx, "k", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	var sawErr bool
+	for range 2000 { // until the lease is spent and the cancelled caller must renew
+		if _, err := l.Take(cancelled, "k", 1); err != nil {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err %v, want context.Canceled", err)
+			}
+			sawErr = true
+			break
+		}
+	}
+	if !sawErr {
+		t.Fatal("a cancelled caller was never refused")
+	}
+	before := l.Stats()
+	d, err := l.Take(ctx, "k", 1)
+	if err != nil || !d.Allowed || d.Fallback {
+		t.Fatalf("after a cancelled caller: %+v, %v", d, err)
+	}
+	if s := l.Stats(); s.Failures != before.Failures || s.Failures != 0 {
+		t.Fatalf("a cancelled caller counted as a store failure: %+v", s)
+	}
+}
