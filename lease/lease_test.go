@@ -467,3 +467,11 @@ func TestCancelledCaller(t *testing.T) {
 		t.Fatalf("a cancelled caller counted as a store failure: %+v", s)
 	}
 }
+
+// The interfaces a Limiter and the Redis store promise.
+var (
+	_ lease.Global        = (*redisstore.Store)(nil)
+	_ floodgate.Limiter   = (*lease.Limiter)(nil)
+	_ floodgate.Refunder  = (*lease.Limiter)(nil)
+	_ floodgate.Describer = (*lease.Limiter)(nil)
+)
