@@ -1,0 +1,740 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
+	"github.com/floodgate-go/floodgate/store/memstore"
+)
+
+// Global is the shared store a [Limiter] leases from: *redisstore.Store
+// implements it. Apply (through a [store.Limiter]) decides cold keys and
+// takes back what Close returns; Grant debits a lease; Heartbeat and Leave
+// count the processes that share the limit.
+type Global interface {
+	store.Store
+	Grant(ctx context.Context, key string, alg algo.Algorithm, want, least int64) (algo.Grant, error)
+	Heartbeat(ctx context.Context, group, member string, ttl time.Duration) (int, error)
+	Leave(ctx context.Context, group, member string) (int, error)
+}
+
+// Mode is how a [Limiter] enforces the global limit.
+type Mode uint8
+
+const (
+	// Leased (the default): hot keys spend tokens leased from the global
+	// bucket, cold keys go to it directly. Never above the global limit.
+	Leased Mode = iota
+	// Divided: every key is decided in memory at the global rate and burst
+	// divided by the number of live processes (from the heartbeats), with
+	// no I/O per decision. About the global limit, not at most it.
+	Divided
+)
+
+// Defaults of a [Config].
+const (
+	DefaultRefresh   = 100 * time.Millisecond
+	DefaultHotRate   = 20.0
+	DefaultMaxKeys   = 100_000
+	DefaultHeartbeat = time.Second
+)
+
+// Config configures a [Limiter]. Only Bucket is required; every other
+// zero field means its documented default.
+type Config struct {
+	// Bucket is the global limit: a token bucket whose state lives in the
+	// Global store, shared by every process. Its Name is required (it is
+	// the limit's identity on Redis and the name of its heartbeat group).
+	Bucket bucket.Config
+	// Mode is Leased (default) or Divided.
+	Mode Mode
+	// Refresh is the refresh period P (default 100ms, 1ms..10s): a lease
+	// is sized to last about 1.5 P at the key's recent rate and renewed
+	// when what is left would last less than P/2, so a busy key costs
+	// about one Grant per P.
+	Refresh time.Duration
+	// TTL is how long leased tokens live unspent (default 3 x Refresh, at
+	// least Refresh): tokens not spent by then are dropped (they were
+	// debited: dropping under-admits, it never over-admits).
+	TTL time.Duration
+	// HotRate is the rate per second from which a key is leased (default
+	// 20/s); below it every decision is one direct call to the global
+	// store. A leased key whose rate falls below HotRate/2 goes back to
+	// direct calls once its lease is spent or expired.
+	HotRate float64
+	// MaxKeys bounds the keys the limiter tracks, cold or leased (default
+	// 100,000). Keys beyond it are decided by direct calls.
+	MaxKeys int
+	// DividedFallback: when the global store cannot answer and a key's
+	// lease is spent, decide it in memory at the global rate and burst
+	// divided by the live processes (Decision.Fallback set). Off (the
+	// default), such a decision is the global store's own: its failure
+	// policy (for redisstore: error, open, closed or its Fallback).
+	DividedFallback bool
+	// Heartbeat is the heartbeat period (default 1s, 10ms..1m); a process
+	// not heard from for 3 periods is no longer counted.
+	Heartbeat time.Duration
+	// Workers is how many goroutines renew leases in the background
+	// (default 4, at most 256).
+	Workers int
+	// Observer receives the limiter's own outcomes (default none): each
+	// decision of the divided fallback, as [floodgate.OutcomeFallback]
+	// with Source [floodgate.SourceStore], Policy the bucket's Name and
+	// Err the global store's last error. Every other decision is the
+	// transport's to report, and the store's failure policy reports its
+	// own (redisstore.WithObserver).
+	Observer floodgate.Observer
+	// Clock is for tests (default floodgate.SystemClock). The global store
+	// keeps its own time (Redis: the server's).
+	Clock floodgate.Clock
+
+	inline bool   // tests: no goroutines; renewals in the calling goroutine, sweeps by hand
+	seed   uint64 // tests (with inline): the jitter's seed, for a deterministic run
+}
+
+// Limiter is a keyed token bucket with a global limit, decided at local
+// speed: a [floodgate.Limiter], [floodgate.Refunder] (a refund is one call
+// to the global store) and
+// [floodgate.Describer], safe for concurrent use. See the package
+// documentation.
+//
+// A leased decision's Limit is the global burst, its Remaining the tokens
+// this node's lease still holds for the key (what the node can admit
+// without asking), and its ResetAfter the global bucket's as of the last
+// grant. A decision made by the global store (a cold key) is the store's.
+type Limiter struct {
+	global   Global
+	direct   *store.Limiter
+	alg      algo.Algorithm
+	cfg      bucket.Config
+	mode     Mode
+	burst    int64
+	tokenUS  int64 // the global bucket's interval as its step has it, µs
+	refresh  int64 // ns
+	ttl      int64 // ns
+	hotRate  float64
+	hotN     uint32 // cold-key demand in one window that promotes the key
+	tick     int64  // ns, the sweeper's period
+	window   int64  // ns, the window over which cold keys are counted
+	windowAt int64  // when the current window started (the sweeper's)
+	maxKeys  int
+	divFall  bool
+	hbEvery  time.Duration
+	clock    floodgate.Clock // nil: floodgate.Nanotime
+	observer floodgate.Observer
+	lastErr  atomic.Pointer[error] // the last failed grant's
+	member   string
+
+	tab     table
+	nodes   atomic.Int64
+	local   *memstore.Store
+	divided atomic.Pointer[dividedLim]
+
+	work     chan *entry
+	inline   bool // tests: renew in the calling goroutine, no background
+	jitter   func() float64
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+	closeMu  sync.Mutex
+	closeErr error
+
+	st stats
+}
+
+type dividedLim struct {
+	nodes int64
+	lim   *store.Limiter
+}
+
+type stats struct {
+	grants, granted, expired, returned, direct, failures, localDenied atomic.Int64
+}
+
+// New returns a Limiter of c's global limit on global. It heartbeats once
+// (bounded by the store's timeout; an error only leaves the count of
+// processes at 1) and starts the background goroutines, which Close stops.
+// Errors wrap [floodgate.ErrInvalidConfig].
+func New(global Global, c Config) (*Limiter, error) {
+	if nilcheck.Is(global) {
+		return nil, fmt.Errorf("%w: lease: nil global store", floodgate.ErrInvalidConfig)
+	}
+	if c.Bucket.Name == "" {
+		return nil, fmt.Errorf("%w: lease: the bucket needs a Name (its identity in the global store)", floodgate.ErrInvalidConfig)
+	}
+	direct, err := bucket.NewKeyed(global, c.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	if c.Mode > Divided {
+		return nil, fmt.Errorf("%w: lease: unknown mode %d", floodgate.ErrInvalidConfig, c.Mode)
+	}
+	if _, ok := direct.Algorithm().(algo.Granter); !ok {
+		return nil, fmt.Errorf("%w: lease: the bucket cannot grant", floodgate.ErrInvalidConfig)
+	}
+	if c.Refresh == 0 {
+		c.Refresh = DefaultRefresh
+	}
+	if c.Refresh < time.Millisecond || c.Refresh > 10*time.Second {
+		return nil, fmt.Errorf("%w: lease: refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, c.Refresh)
+	}
+	if c.TTL == 0 {
+		c.TTL = 3 * c.Refresh
+	}
+	if c.TTL < c.Refresh || c.TTL > time.Hour {
+		return nil, fmt.Errorf("%w: lease: TTL %v outside refresh (%v)..1h", floodgate.ErrInvalidConfig, c.TTL, c.Refresh)
+	}
+	if c.HotRate == 0 {
+		c.HotRate = DefaultHotRate
+	}
+	if !(c.HotRate > 0) || math.IsInf(c.HotRate, 0) {
+		return nil, fmt.Errorf("%w: lease: hot rate %v, want a finite rate > 0", floodgate.ErrInvalidConfig, c.HotRate)
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxKeys < 0 {
+		return nil, fmt.Errorf("%w: lease: max keys %d < 0", floodgate.ErrInvalidConfig, c.MaxKeys)
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Heartbeat < 10*time.Millisecond || c.Heartbeat > time.Minute {
+		return nil, fmt.Errorf("%w: lease: heartbeat %v outside 10ms..1m", floodgate.ErrInvalidConfig, c.Heartbeat)
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.Workers < 1 || c.Workers > 256 {
+		return nil, fmt.Errorf("%w: lease: %d workers, want 1..256", floodgate.ErrInvalidConfig, c.Workers)
+	}
+	if c.Clock != nil && nilcheck.Is(c.Clock) {
+		return nil, fmt.Errorf("%w: lease: typed-nil clock", floodgate.ErrInvalidConfig)
+	}
+	if c.Observer != nil && nilcheck.Is(c.Observer) {
+		return nil, fmt.Errorf("%w: lease: typed-nil observer", floodgate.ErrInvalidConfig)
+	}
+	local, err := memstore.New()
+	if err != nil {
+		return nil, err
+	}
+	tick := int64(c.Refresh) / 2
+	window := max(tick, int64(coldWindow))
+	l := &Limiter{
+		global:   global,
+		direct:   direct,
+		alg:      direct.Algorithm(),
+		cfg:      c.Bucket,
+		mode:     c.Mode,
+		burst:    c.Bucket.Burst,
+		tokenUS:  (int64(c.Bucket.Rate.Per/time.Microsecond) + c.Bucket.Rate.N - 1) / c.Bucket.Rate.N,
+		refresh:  int64(c.Refresh),
+		ttl:      int64(c.TTL),
+		hotRate:  c.HotRate,
+		hotN:     uint32(max(2, math.Ceil(c.HotRate*float64(window)/1e9))),
+		tick:     tick,
+		window:   window,
+		maxKeys:  c.MaxKeys,
+		divFall:  c.DividedFallback,
+		hbEvery:  c.Heartbeat,
+		clock:    c.Clock,
+		observer: c.Observer,
+		member:   strconv.FormatUint(rand.Uint64(), 36),
+		local:    local,
+		work:     make(chan *entry, 1024),
+		quit:     make(chan struct{}),
+	}
+	l.jitter = rand.Float64
+	if c.inline && c.seed != 0 {
+		l.jitter = rand.New(rand.NewPCG(c.seed, c.seed)).Float64 // one goroutine only
+	}
+	l.tab.init()
+	l.nodes.Store(1)
+	if _, err := l.dividedFor(1); err != nil {
+		local.Close()
+		return nil, err
+	}
+	l.heartbeat()
+	if l.inline = c.inline; !l.inline {
+		l.wg.Add(2 + c.Workers)
+		go l.sweepLoop()
+		go l.heartbeatLoop()
+		for range c.Workers {
+			go l.worker()
+		}
+	}
+	return l, nil
+}
+
+// now is the limiter's clock in nanoseconds.
+func (l *Limiter) now() int64 {
+	if l.clock == nil {
+		return floodgate.Nanotime()
+	}
+	return l.clock.Now().UnixNano()
+}
+
+// Policy implements [floodgate.Describer]: the global limit.
+func (l *Limiter) Policy() floodgate.Policy { return l.direct.Policy() }
+
+// Take implements [floodgate.Limiter]. A leased decision is made in memory
+// (no clock read, no allocation, one atomic compare-and-swap); see the
+// package documentation for the other paths.
+func (l *Limiter) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
+	if n < 1 || int64(n) > l.burst {
+		return l.direct.Take(ctx, key, n) // the store limiter's cost error
+	}
+	if l.closed.Load() {
+		return floodgate.Decision{}, fmt.Errorf("lease: %w", floodgate.ErrClosed)
+	}
+	if l.mode == Divided {
+		return l.divided.Load().lim.Take(ctx, key, n)
+	}
+	e := l.tab.get(key)
+	if e == nil {
+		if e = l.tab.add(key, l.maxKeys, l.now()); e == nil {
+			l.st.direct.Add(1)
+			return l.direct.Take(ctx, key, n)
+		}
+	}
+	if e.leased.Load() {
+		cost := uint64(n)
+		for {
+			w := e.word.Load()
+			if w&tokenMask < cost {
+				break
+			}
+			if e.word.CompareAndSwap(w, w-cost+demandUnit) {
+				left := int64(w&tokenMask) - int64(n)
+				if left <= e.low.Load() && !e.flight.Load() {
+					l.kick(e)
+				}
+				return floodgate.Decision{Allowed: true, Limit: l.burst, Remaining: left, ResetAfter: time.Duration(e.reset.Load())}, nil
+			}
+		}
+	}
+	return l.slow(ctx, e, key, int64(n))
+}
+
+// slow decides a request that the lease could not: a cold key, a lease
+// spent or expired.
+func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
+	dem := uint32((e.word.Add(demandUnit) >> 32))
+	if !e.leased.Load() {
+		if dem-e.window.Load() < l.hotN {
+			l.st.direct.Add(1)
+			return l.direct.Take(ctx, key, int(n))
+		}
+		e.leased.Store(true) // hot: lease from this request on
+	}
+	now := l.now()
+	if until := e.deniedUntil.Load(); now < until && n > e.crumbs.Load() {
+		l.st.localDenied.Add(1)
+		return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
+	}
+	for range 2 {
+		if now < e.failedUntil.Load() {
+			return l.onFailure(ctx, key, n)
+		}
+		f, mine := e.startFlight()
+		if mine {
+			l.renew(ctx, e, f, n)
+			if err := ctx.Err(); err != nil {
+				if d, ok := l.takeHeld(e, n); ok {
+					return d, nil
+				}
+				return floodgate.Decision{}, fmt.Errorf("lease: %w", err)
+			}
+		} else {
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return floodgate.Decision{}, fmt.Errorf("lease: %w", ctx.Err())
+			}
+		}
+		if d, ok := l.takeHeld(e, n); ok {
+			return d, nil
+		}
+		now = l.now()
+		if until := e.deniedUntil.Load(); now < until && n > e.crumbs.Load() {
+			l.st.localDenied.Add(1)
+			return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
+		}
+	}
+	// Others took the grant meanwhile: the global bucket decides this one.
+	l.st.direct.Add(1)
+	return l.direct.Take(ctx, key, int(n))
+}
+
+// Refund implements [floodgate.Refunder]: n units taken earlier on key go
+// back to the global bucket (one call; never beyond its burst). They do
+// not go back into this node's lease: the lease cannot tell units it
+// handed out from units it never held, and crediting the latter would
+// let the node spend tokens the global bucket never granted.
+func (l *Limiter) Refund(ctx context.Context, key string, n int) error {
+	if l.mode == Divided {
+		return l.divided.Load().lim.Refund(ctx, key, n)
+	}
+	return l.direct.Refund(ctx, key, n)
+}
+
+// takeHeld takes n from the lease, if it holds them.
+func (l *Limiter) takeHeld(e *entry, n int64) (floodgate.Decision, bool) {
+	for {
+		w := e.word.Load()
+		if int64(w&tokenMask) < n {
+			return floodgate.Decision{}, false
+		}
+		if e.word.CompareAndSwap(w, w-uint64(n)) {
+			return floodgate.Decision{Allowed: true, Limit: l.burst, Remaining: int64(w&tokenMask) - n, ResetAfter: time.Duration(e.reset.Load())}, true
+		}
+	}
+}
+
+// onFailure decides a request whose key's lease is spent while the global
+// store cannot answer.
+func (l *Limiter) onFailure(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	if l.divFall {
+		start := floodgate.Nanotime()
+		d, err := l.divided.Load().lim.Take(ctx, key, int(n))
+		if err != nil {
+			return d, err
+		}
+		d.Fallback = true
+		if l.observer != nil {
+			var cause error
+			if p := l.lastErr.Load(); p != nil {
+				cause = *p
+			}
+			l.observer.Observe(floodgate.Event{Source: floodgate.SourceStore, Policy: l.cfg.Name, Outcome: floodgate.OutcomeFallback,
+				Decision: d, Err: cause, Latency: time.Duration(floodgate.Nanotime() - start)})
+		}
+		return d, nil
+	}
+	l.st.direct.Add(1)
+	return l.direct.Take(ctx, key, int(n))
+}
+
+// kick asks a worker to renew e's lease, unless a renewal is in flight.
+func (l *Limiter) kick(e *entry) {
+	f, mine := e.startFlight()
+	if !mine {
+		return
+	}
+	if l.inline {
+		l.renew(context.Background(), e, f, 0)
+		return
+	}
+	select {
+	case l.work <- e:
+	default:
+		e.endFlight(f) // every worker busy: a later decision asks again
+	}
+}
+
+func (l *Limiter) worker() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.quit:
+			return
+		case e := <-l.work:
+			e.mu.Lock()
+			f := e.fl
+			e.mu.Unlock()
+			if f != nil {
+				l.renew(context.Background(), e, f, 0)
+			}
+		}
+	}
+}
+
+// renew asks the global store for e's next lease (need: a waiting
+// request's cost, 0 for a background renewal) and ends the flight f.
+func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
+	defer e.endFlight(f)
+	now := l.now()
+	size := l.size(e, now)
+	want := max(size, need)
+	least := max(need, (size+3)/4)
+	if need > 0 && e.starved.Load() && l.nodes.Load() == 1 {
+		// The bucket had fewer than a batch: a waiting request takes
+		// what there is, as a direct decision would.
+		least = need
+	}
+	least = max(1, min(least, want))
+	g, err := l.global.Grant(ctx, e.key, l.alg, want, least)
+	l.st.grants.Add(1)
+	if err == nil && g.Granted == 0 && need > 0 && g.Remaining >= need {
+		// Fewer than a batch, but enough for the request that waits:
+		// take what is there (what a direct decision would have
+		// admitted), rather than deny it with tokens in the bucket.
+		g, err = l.global.Grant(ctx, e.key, l.alg, g.Remaining, need)
+		l.st.grants.Add(1)
+	}
+	now = l.now()
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the caller gave up: that says nothing about the store
+		}
+		l.st.failures.Add(1)
+		l.lastErr.Store(&err)
+		e.failedUntil.Store(now + retryAfterFailure)
+		return
+	}
+	e.failedUntil.Store(0)
+	e.reset.Store(g.Reset * int64(time.Microsecond))
+	if g.Granted == 0 {
+		// Nodes that wait for the same tokens would all ask again at
+		// once, and all but one get nothing: spread their next attempts
+		// over up to min(N-1, 4) more waits.
+		wait := g.Wait * int64(time.Microsecond)
+		if l.nodes.Load() == 1 {
+			// No other node competes for the refill: deny locally until
+			// one token is there (what a direct decision would say), not
+			// until the batch asked for; the next request then takes
+			// what there is.
+			wait = max(0, g.Wait-(least-1)*l.tokenUS) * int64(time.Microsecond)
+			e.starved.Store(true)
+		} else if n := min(l.nodes.Load()-1, 4); n > 0 {
+			wait += int64(l.jitter() * float64(n) * float64(wait))
+		}
+		e.crumbs.Store(g.Remaining)
+		e.deniedUntil.Store(now + wait)
+		return
+	}
+	l.st.granted.Add(g.Granted)
+	if l.closed.Load() {
+		// Close gave back what the leases held: return this one too.
+		if l.direct.Refund(context.WithoutCancel(ctx), e.key, int(g.Granted)) == nil {
+			l.st.returned.Add(g.Granted)
+		}
+		return
+	}
+	e.deniedUntil.Store(0)
+	e.crumbs.Store(0)
+	e.starved.Store(g.Granted < least)
+	e.expires.Store(now + l.ttl)
+	e.word.Add(uint64(g.Granted))
+	// Renew when what is left would last less than P/2 at the key's rate,
+	// and at the latest with half the lease left.
+	e.mu.Lock()
+	rate := e.rate
+	e.mu.Unlock()
+	e.low.Store(min(int64(rate*float64(l.refresh)/2e9), size/2))
+	e.size.Store(size)
+}
+
+// coldWindow is the shortest window over which the demand of a cold key
+// is counted: a key needs at least 2 requests in one to lease, so a key
+// seen about once a second never does.
+const coldWindow = 250 * time.Millisecond
+
+// retryAfterFailure is how long a key whose renewal failed waits before
+// the next attempt (the store's breaker paces the connection attempts).
+const retryAfterFailure = int64(20 * time.Millisecond)
+
+// size samples e's demand rate and returns the lease to ask for: the rate
+// times 1.5 P, at least 1, at most a fair share of the burst.
+func (l *Limiter) size(e *entry, now int64) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sample(now, l.refresh)
+	share := (l.burst + l.nodes.Load() - 1) / l.nodes.Load()
+	s := int64(math.Ceil(e.rate * 1.5 * float64(l.refresh) / 1e9))
+	return max(1, min(s, share, l.burst, maxLease))
+}
+
+// maxLease bounds one lease (the tokens held live in 32 bits).
+const maxLease = 1 << 30
+
+// dividedFor returns the in-memory limiter at the global limit divided by
+// nodes, building it when nodes changed.
+func (l *Limiter) dividedFor(nodes int64) (*store.Limiter, error) {
+	if d := l.divided.Load(); d != nil && d.nodes == nodes {
+		return d.lim, nil
+	}
+	c := l.cfg
+	c.Name += "/divided"
+	c.Rate.Per *= time.Duration(nodes)
+	c.Burst = max(1, (c.Burst+nodes-1)/nodes)
+	lim, err := bucket.NewKeyed(l.local, c)
+	if err != nil {
+		return nil, err
+	}
+	l.divided.Store(&dividedLim{nodes: nodes, lim: lim})
+	return lim, nil
+}
+
+// heartbeat records this process as live and learns how many are.
+func (l *Limiter) heartbeat() {
+	n, err := l.global.Heartbeat(context.Background(), l.cfg.Name, l.member, 3*l.hbEvery)
+	if err != nil || n < 1 {
+		return
+	}
+	// The divided limiter first: Stats then never shows a count whose
+	// limiter is not in force yet.
+	if _, err := l.dividedFor(int64(n)); err == nil {
+		l.nodes.Store(int64(n))
+	}
+}
+
+func (l *Limiter) heartbeatLoop() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.hbEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.quit:
+			return
+		case <-t.C:
+			l.heartbeat()
+		}
+	}
+}
+
+func (l *Limiter) sweepLoop() {
+	defer l.wg.Done()
+	t := time.NewTicker(time.Duration(l.tick))
+	defer t.Stop()
+	for {
+		select {
+		case <-l.quit:
+			return
+		case <-t.C:
+			l.sweep(l.now())
+		}
+	}
+}
+
+// sweep drops expired leases, samples every key's rate, demotes keys gone
+// cold and forgets keys idle for a TTL.
+func (l *Limiter) sweep(now int64) {
+	newWindow := now-l.windowAt >= l.window
+	if newWindow {
+		l.windowAt = now
+	}
+	l.tab.each(func(e *entry) bool {
+		if exp := e.expires.Load(); exp != 0 && now >= exp && !e.flight.Load() {
+			for {
+				w := e.word.Load()
+				if w&tokenMask == 0 || e.word.CompareAndSwap(w, w&^tokenMask) {
+					l.st.expired.Add(int64(w & tokenMask))
+					break
+				}
+			}
+			e.expires.Store(0)
+		}
+		e.mu.Lock()
+		e.sample(now, l.refresh)
+		rate, seen := e.rate, e.seen
+		e.mu.Unlock()
+		if newWindow {
+			e.window.Store(uint32(e.word.Load() >> 32))
+		}
+		held := e.word.Load() & tokenMask
+		if e.leased.Load() && rate < l.hotRate/2 && held == 0 && !e.flight.Load() {
+			e.leased.Store(false)
+		}
+		// Forget a key with nothing held, no demand for a TTL.
+		return !(held == 0 && !e.flight.Load() && now-seen >= l.ttl)
+	})
+}
+
+// Stats are a Limiter's counters since New.
+type Stats struct {
+	// Grants is how many Grant calls the limiter made (background and
+	// waiting), Granted the tokens they brought.
+	Grants, Granted int64
+	// Expired is how many leased tokens were dropped unspent at their TTL,
+	// Returned how many Close gave back.
+	Expired, Returned int64
+	// Held is how many leased tokens the limiter holds now.
+	Held int64
+	// Direct is how many decisions went to the global store directly
+	// (cold keys, keys beyond MaxKeys, the store's failure policy).
+	Direct int64
+	// LocalDenied is how many requests were denied in memory because the
+	// global bucket had said when it would have tokens again.
+	LocalDenied int64
+	// Failures is how many Grant calls failed.
+	Failures int64
+	// Keys is how many keys are tracked now, Leased how many of them lease.
+	Keys, Leased int
+	// Nodes is the number of live processes last learnt from the
+	// heartbeats.
+	Nodes int64
+}
+
+// Stats returns the limiter's counters.
+func (l *Limiter) Stats() Stats {
+	s := Stats{
+		Grants: l.st.grants.Load(), Granted: l.st.granted.Load(), Expired: l.st.expired.Load(), Returned: l.st.returned.Load(),
+		Direct: l.st.direct.Load(), LocalDenied: l.st.localDenied.Load(), Failures: l.st.failures.Load(), Nodes: l.nodes.Load(),
+	}
+	l.tab.each(func(e *entry) bool {
+		s.Keys++
+		if e.leased.Load() {
+			s.Leased++
+		}
+		s.Held += int64(e.word.Load() & tokenMask)
+		return true
+	})
+	return s
+}
+
+// Close stops the background goroutines, gives every leased token back to
+// the global bucket (one refund per key holding tokens, bounded by ctx and
+// the store's timeout) and leaves the heartbeat group. Takes after Close
+// return an error wrapping [floodgate.ErrClosed]. Close is idempotent; it
+// returns the errors of the give-back.
+func (l *Limiter) Close(ctx context.Context) error {
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if l.closed.Swap(true) {
+		return l.closeErr
+	}
+	close(l.quit)
+	l.wg.Wait()
+	var errs []error
+	l.tab.each(func(e *entry) bool {
+		// A flight a caller still runs installs after this: wait for it.
+		e.mu.Lock()
+		f := e.fl
+		e.mu.Unlock()
+		if f != nil {
+			<-f.done
+		}
+		held := int64(e.word.Swap(0) & tokenMask)
+		if held > 0 {
+			for held > 0 {
+				k := min(held, l.burst)
+				if err := l.direct.Refund(ctx, e.key, int(k)); err != nil {
+					errs = append(errs, err)
+					break
+				}
+				l.st.returned.Add(k)
+				held -= k
+			}
+		}
+		return true
+	})
+	if _, err := l.global.Leave(ctx, l.cfg.Name, l.member); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, l.local.Close())
+	l.closeErr = errors.Join(errs...)
+	return l.closeErr
+}
