@@ -43,6 +43,8 @@ type FailurePolicy struct {
 	retryAfter time.Duration
 	local      store.Store
 	derive     func(algo.Algorithm) (algo.Algorithm, error)
+	divided    bool // Fallback: the local copy divides the rate by nodes
+	nodes      int
 }
 
 // FailError is the default policy: Apply returns the zero Decision and an
@@ -84,12 +86,11 @@ func FailClosed(retryAfter time.Duration) FailurePolicy {
 //
 // The local state is separate from the Redis one: while Redis is away the
 // local limits start full.
+//
+// nodes must be at least 1: [New] refuses the policy otherwise.
 func Fallback(local store.Store, nodes int) FailurePolicy {
-	return FailurePolicy{mode: modeFallback, local: local, derive: func(a algo.Algorithm) (algo.Algorithm, error) {
-		if nodes < 1 {
-			return nil, fmt.Errorf("%w: redisstore: fallback node count %d < 1", floodgate.ErrInvalidConfig, nodes)
-		}
-		return slowed(a, nodes), nil
+	return FailurePolicy{mode: modeFallback, local: local, divided: true, nodes: nodes, derive: func(a algo.Algorithm) (algo.Algorithm, error) {
+		return slowed(a, max(nodes, 1)), nil
 	}}
 }
 
@@ -112,6 +113,9 @@ func (fp FailurePolicy) validate() error {
 		}
 		if fp.derive == nil {
 			return fmt.Errorf("%w: redisstore: fallback derive function is nil", floodgate.ErrInvalidConfig)
+		}
+		if fp.divided && fp.nodes < 1 {
+			return fmt.Errorf("%w: redisstore: fallback node count %d < 1", floodgate.ErrInvalidConfig, fp.nodes)
 		}
 	}
 	return nil

@@ -44,6 +44,8 @@ func TestNewValidates(t *testing.T) {
 		"zero option":   {},
 		"nil fallback":  WithFailurePolicy(Fallback(nil, 2)),
 		"nil derive fn": WithFailurePolicy(FallbackWith(newLocalStore(), nil)),
+		"zero nodes":    WithFailurePolicy(Fallback(newLocalStore(), 0)),
+		"minus nodes":   WithFailurePolicy(Fallback(newLocalStore(), -2)),
 	} {
 		_, err := New(c, opt)
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
