@@ -39,6 +39,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"max keys -1":           {memstore.WithMaxKeys(-1)},
 		"negative sweep":        {memstore.WithSweepInterval(-time.Second)},
 		"nil clock":             {memstore.WithClock(nil)},
+		"coarse clock too fine": {memstore.WithCoarseClock(50 * time.Microsecond)},
+		"coarse clock too slow": {memstore.WithCoarseClock(time.Second)},
+		"coarse clock zero":     {memstore.WithCoarseClock(0)},
 		"zero option":           {memstore.Option{}},
 		"more shards than keys": {memstore.WithShards(16), memstore.WithMaxKeys(8)},
 	} {

@@ -69,3 +69,11 @@ func TestConformanceOneShard(t *testing.T) {
 		return newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithSweepInterval(time.Millisecond))
 	}, storetest.WithClock(clk), conformanceAlgorithms(t))
 }
+
+// TestConformanceCoarseClock runs it on the coarse clock (time lags by up
+// to a millisecond, and calls within one millisecond see the same time;
+// the RetryAfter of a denial is a millisecond longer).
+func TestConformanceCoarseClock(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return newStore(t, memstore.WithCoarseClock(time.Millisecond)) },
+		storetest.WithClockLag(time.Millisecond), conformanceAlgorithms(t))
+}

@@ -25,6 +25,7 @@ type Option struct {
 
 type config struct {
 	clock *Clock
+	lag   time.Duration
 	algs  []algo.Algorithm
 }
 
@@ -39,6 +40,13 @@ type config struct {
 // milliseconds per check) and accepts durations short of the exact value by
 // the time the check has taken.
 func WithClock(c *Clock) Option { return Option{func(cf *config) { cf.clock = c }} }
+
+// WithClockLag declares that the stores use real time read from a cache
+// that may lag it by up to d (memstore.WithCoarseClock(d)), and add d to
+// the RetryAfter of every denial so that a caller that waits it is
+// admitted. The suite then accepts durations up to d longer than the
+// exact value. It has no effect with [WithClock].
+func WithClockLag(d time.Duration) Option { return Option{func(cf *config) { cf.lag = d }} }
 
 // WithAlgorithms makes [Run] also run [RunAlgorithm] with each of algs, after
 // the token-bucket checks.
@@ -116,11 +124,15 @@ func (s *suite) dur(t *testing.T, what string, got, want time.Duration, mark tim
 	if !s.exact() {
 		slack += clockSkew
 	}
-	if got > want || got < want-slack {
+	long := time.Duration(0)
+	if !s.exact() {
+		long = s.cfg.lag
+	}
+	if got > want+long || got < want-slack {
 		if s.exact() {
 			t.Fatalf("%s = %v, want exactly %v", what, got, want)
 		}
-		t.Fatalf("%s = %v, want %v (or up to %v less)", what, got, want, slack)
+		t.Fatalf("%s = %v, want %v (or up to %v less, %v more)", what, got, want, slack, long)
 	}
 }
 
