@@ -106,8 +106,8 @@ func (c *Clock) loop(stop <-chan struct{}, done chan<- struct{}) {
 	}
 }
 
-// running reports whether c's goroutine runs (tests).
-func (c *Clock) running() bool {
+// Running reports whether c's goroutine runs (for tests).
+func (c *Clock) Running() bool {
 	clocks.mu.Lock()
 	defer clocks.mu.Unlock()
 	return c.stop != nil

@@ -48,11 +48,11 @@ func TestShared(t *testing.T) {
 		t.Fatalf("resolution %v, want %v", a.Resolution(), res)
 	}
 	a.Release()
-	if !b.running() {
+	if !b.Running() {
 		t.Fatal("the goroutine stopped while a user holds the clock")
 	}
 	b.Release()
-	if b.running() {
+	if b.Running() {
 		t.Fatal("the goroutine runs after the last release")
 	}
 	stale := b.Micros()
