@@ -42,9 +42,10 @@ type config struct {
 func WithClock(c *Clock) Option { return Option{func(cf *config) { cf.clock = c }} }
 
 // WithClockLag declares that the stores use real time read from a cache
-// that may lag it by up to d (memstore.WithCoarseClock(d)), and add d to
-// the RetryAfter of every denial so that a caller that waits it is
-// admitted. The suite then accepts durations up to d longer than the
+// that may lag it by up to d (memstore.WithCoarseClock: its resolution,
+// plus the time its refreshing goroutine waits for a processor). The suite
+// then lets d more pass wherever it waits for time to pass (a retry after
+// RetryAfter, a refill), and accepts durations up to d longer than the
 // exact value. It has no effect with [WithClock].
 func WithClockLag(d time.Duration) Option { return Option{func(cf *config) { cf.lag = d }} }
 
@@ -87,7 +88,9 @@ func (s *suite) advance(d time.Duration) {
 		s.cfg.clock.Advance(d)
 		return
 	}
-	time.Sleep(d)
+	// A store whose clock lags (WithClockLag) sees d pass only once its
+	// clock caught up: sleeping longer is what a late sleep is already.
+	time.Sleep(d + s.cfg.lag)
 }
 
 // slack is how much real time may have moved the stores' clock since mark:
