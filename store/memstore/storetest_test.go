@@ -69,15 +69,3 @@ func TestConformanceOneShard(t *testing.T) {
 		return newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithSweepInterval(time.Millisecond))
 	}, storetest.WithClock(clk), conformanceAlgorithms(t))
 }
-
-// TestConformanceCoarseClock runs it on the coarse clock of 1ms: calls
-// within one millisecond see the same time, and the RetryAfter of a denial
-// is a millisecond longer. The lag it declares is far more than the
-// resolution: on a loaded 2-core machine (load 7, -count=200), the
-// refreshing goroutine was seen to fall behind by over 50ms, when the
-// process got a processor back and the test's goroutine, readied by its
-// own timer after the refresher's, ran first.
-func TestConformanceCoarseClock(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return newStore(t, memstore.WithCoarseClock(time.Millisecond)) },
-		storetest.WithClockLag(100*time.Millisecond), conformanceAlgorithms(t))
-}

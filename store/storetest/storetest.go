@@ -25,7 +25,6 @@ type Option struct {
 
 type config struct {
 	clock *Clock
-	lag   time.Duration
 	algs  []algo.Algorithm
 }
 
@@ -40,14 +39,6 @@ type config struct {
 // milliseconds per check) and accepts durations short of the exact value by
 // the time the check has taken.
 func WithClock(c *Clock) Option { return Option{func(cf *config) { cf.clock = c }} }
-
-// WithClockLag declares that the stores use real time read from a cache
-// that may lag it by up to d (memstore.WithCoarseClock: its resolution,
-// plus the time its refreshing goroutine waits for a processor). The suite
-// then lets d more pass wherever it waits for time to pass (a retry after
-// RetryAfter, a refill), and accepts durations up to d longer than the
-// exact value. It has no effect with [WithClock].
-func WithClockLag(d time.Duration) Option { return Option{func(cf *config) { cf.lag = d }} }
 
 // WithAlgorithms makes [Run] also run [RunAlgorithm] with each of algs, after
 // the token-bucket checks.
@@ -88,9 +79,7 @@ func (s *suite) advance(d time.Duration) {
 		s.cfg.clock.Advance(d)
 		return
 	}
-	// A store whose clock lags (WithClockLag) sees d pass only once its
-	// clock caught up: sleeping longer is what a late sleep is already.
-	time.Sleep(d + s.cfg.lag)
+	time.Sleep(d)
 }
 
 // slack is how much real time may have moved the stores' clock since mark:
@@ -127,15 +116,11 @@ func (s *suite) dur(t *testing.T, what string, got, want time.Duration, mark tim
 	if !s.exact() {
 		slack += clockSkew
 	}
-	long := time.Duration(0)
-	if !s.exact() {
-		long = s.cfg.lag
-	}
-	if got > want+long || got < want-slack {
+	if got > want || got < want-slack {
 		if s.exact() {
 			t.Fatalf("%s = %v, want exactly %v", what, got, want)
 		}
-		t.Fatalf("%s = %v, want %v (or up to %v less, %v more)", what, got, want, slack, long)
+		t.Fatalf("%s = %v, want %v (or up to %v less)", what, got, want, slack)
 	}
 }
 
