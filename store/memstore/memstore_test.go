@@ -597,6 +597,12 @@ func TestCoarseClockReleased(t *testing.T) {
 	if err != nil || d.Allowed || d.RetryAfter <= time.Hour-time.Second || d.RetryAfter > time.Hour+res {
 		t.Fatalf("second take: %+v, %v; want a denial with RetryAfter in (1h-1s, 1h+%v]", d, err, res)
 	}
+	// ApplyAll adds the resolution to a denial's RetryAfter too.
+	out := make([]floodgate.Decision, 1)
+	ok, err := s.ApplyAll(ctx, []store.Op{{Key: "k", Alg: l.Algorithm(), N: 1}}, out, true)
+	if err != nil || ok || out[0].RetryAfter <= time.Hour-time.Second || out[0].RetryAfter > time.Hour+res {
+		t.Fatalf("ApplyAll on the drained key: %v, %+v, %v; want a denial with RetryAfter in (1h-1s, 1h+%v]", ok, out[0], err, res)
+	}
 	clk := memstore.CoarseClock(s)
 	s.Close()
 	if clk.Running() {
