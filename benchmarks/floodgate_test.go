@@ -23,8 +23,16 @@ func newFloodgateKeyed(tb testing.TB) (takeFunc, func()) {
 	})
 }
 
-func onMemstore(tb testing.TB, mk func(store.Store) (floodgate.Limiter, error)) (takeFunc, func()) {
-	s, err := memstore.New()
+// newFloodgateKeyedCoarse is newFloodgateKeyed on a memstore with
+// WithCoarseClock(time.Millisecond), the opt-in clock of one atomic load.
+func newFloodgateKeyedCoarse(tb testing.TB) (takeFunc, func()) {
+	return onMemstore(tb, func(s store.Store) (floodgate.Limiter, error) {
+		return bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(keyedRate), Burst: keyedBurst})
+	}, memstore.WithCoarseClock(time.Millisecond))
+}
+
+func onMemstore(tb testing.TB, mk func(store.Store) (floodgate.Limiter, error), opts ...memstore.Option) (takeFunc, func()) {
+	s, err := memstore.New(opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

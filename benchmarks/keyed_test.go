@@ -35,6 +35,7 @@ func keyedPeers() []keyedPeer {
 	ctx := context.Background()
 	return []keyedPeer{
 		{"floodgate", newFloodgateKeyed},
+		{"floodgate-coarse-clock", newFloodgateKeyedCoarse},
 		{"sethvargo", func(tb testing.TB) (takeFunc, func()) {
 			s, err := memorystore.New(&memorystore.Config{Tokens: keyedBurst, Interval: time.Second})
 			if err != nil {

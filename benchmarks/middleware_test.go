@@ -45,6 +45,11 @@ func middlewarePeers() []mwPeer {
 		{"floodgate-ietf+legacy-headers", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
 			return floodgateMW(tb, next)
 		}},
+		// No header at all: what the decision and the key cost, without
+		// the header fields (and the recorder's copy of them).
+		{"floodgate-no-headers", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
+			return floodgateMW(tb, next, httplimit.WithHeaders(httplimit.HeadersNone))
+		}},
 		{"ulule", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
 			l := limiter.New(ululemem.NewStore(), limiter.Rate{Period: time.Second, Limit: 1_000_000})
 			return ululestdlib.NewMiddleware(l).Handler(next), func() {}

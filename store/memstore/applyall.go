@@ -179,6 +179,13 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		for j := range ents {
 			ents[j].st.Log = nil
 		}
+		if s.slack > 0 {
+			for i := range ops {
+				if out[i].RetryAfter > 0 {
+					out[i].RetryAfter += s.slack
+				}
+			}
+		}
 		return all, nil
 	}
 	s.commitEntries(ents, now, keep, false)

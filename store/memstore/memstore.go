@@ -7,9 +7,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/coarse"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -38,11 +40,17 @@ type Store struct {
 	seedA  maphash.Seed // the table id
 	seedB  maphash.Seed // the independent check hash
 	clock  floodgate.Clock
+	coarse *coarse.Clock // WithCoarseClock, else nil
+	// slack is added to the RetryAfter of every denial: the coarse clock's
+	// resolution (0 without it), so that a caller that waits RetryAfter is
+	// not denied again because the cached time lagged more at its retry.
+	slack time.Duration
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 	sw        *sweeper // never nil
 	cleanup   runtime.Cleanup
+	clockDone runtime.Cleanup // releases coarse when the Store is dropped
 }
 
 type shard struct {
@@ -87,7 +95,11 @@ func New(opts ...Option) (*Store, error) {
 		seedB:  maphash.MakeSeed(),
 		clock:  c.clock,
 	}
-	s.sw = newSweeper(s.shards, c.clock, c.sweep)
+	if c.coarse > 0 {
+		s.coarse, s.slack = coarse.Acquire(c.coarse), c.coarse
+		s.clockDone = runtime.AddCleanup(s, (*coarse.Clock).Release, s.coarse)
+	}
+	s.sw = newSweeper(s.shards, timeSource{s.clock, s.coarse}, c.sweep)
 	per, extra := c.maxKeys/c.shards, c.maxKeys%c.shards
 	for i := range s.shards {
 		s.shards[i].limit = per
@@ -105,12 +117,22 @@ func New(opts ...Option) (*Store, error) {
 }
 
 // now reads the store's clock in Unix microseconds.
-func (s *Store) now() int64 { return micronow(s.clock) }
+func (s *Store) now() int64 { return timeSource{s.clock, s.coarse}.micros() }
 
-// micronow reads clock (nil: [floodgate.Nanotime]) in Unix microseconds.
-func micronow(clock floodgate.Clock) int64 {
-	if clock != nil {
-		return clock.Now().UnixMicro()
+// timeSource is where a store reads time: the coarse clock when set, else
+// clock, else [floodgate.Nanotime].
+type timeSource struct {
+	clock  floodgate.Clock
+	coarse *coarse.Clock
+}
+
+// micros reads the time in Unix microseconds.
+func (ts timeSource) micros() int64 {
+	if ts.coarse != nil {
+		return ts.coarse.Micros()
+	}
+	if ts.clock != nil {
+		return ts.clock.Now().UnixMicro()
 	}
 	return floodgate.Nanotime() / 1000
 }
@@ -223,13 +245,21 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 			sh.insert(t, ti, id, chk, &st, now, nil)
 		}
 		d := &sh.dec
+		ra := d.RetryAfter
+		if ra > 0 {
+			ra += s.slack
+		}
 		return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-			RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
+			RetryAfter: ra, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 	}
 	sh.step(t, ti, i, id, chk, alg, now, n, s, key)
 	d := &sh.dec
+	ra := d.RetryAfter
+	if ra > 0 {
+		ra += s.slack
+	}
 	return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
+		RetryAfter: ra, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 }
 
 // step runs alg on the state of slot i of table t (tables[ti]; i < 0 for a
@@ -336,6 +366,10 @@ func (s *Store) Close() error {
 		s.cleanup.Stop()
 		if done := s.sw.halt(); done != nil {
 			<-done
+		}
+		if s.coarse != nil {
+			s.clockDone.Stop()
+			s.coarse.Release()
 		}
 		for i := range s.shards {
 			sh := &s.shards[i].shard

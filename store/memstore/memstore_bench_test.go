@@ -71,6 +71,29 @@ func BenchmarkTakeHotKeyFixedClock(b *testing.B) {
 	}
 }
 
+// BenchmarkTakeHotKeyCoarseClock is BenchmarkTakeHotKey with
+// WithCoarseClock(time.Millisecond): an atomic load instead of the clock
+// read.
+func BenchmarkTakeHotKeyCoarseClock(b *testing.B) {
+	s, err := memstore.New(memstore.WithSweepInterval(0), memstore.WithCoarseClock(time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	lim, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	lim.Take(ctx, "hot", 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := lim.Take(ctx, "hot", 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkClock is the default clock read every Apply pays.
 func BenchmarkClock(b *testing.B) {
 	var sink int64

@@ -39,6 +39,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"max keys -1":           {memstore.WithMaxKeys(-1)},
 		"negative sweep":        {memstore.WithSweepInterval(-time.Second)},
 		"nil clock":             {memstore.WithClock(nil)},
+		"coarse clock too fine": {memstore.WithCoarseClock(50 * time.Microsecond)},
+		"coarse clock too slow": {memstore.WithCoarseClock(time.Second)},
+		"coarse clock zero":     {memstore.WithCoarseClock(0)},
 		"zero option":           {memstore.Option{}},
 		"more shards than keys": {memstore.WithShards(16), memstore.WithMaxKeys(8)},
 	} {
@@ -570,5 +573,58 @@ func requireShardUsableAfterPanic(t *testing.T, alg algo.Algorithm) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the shard stayed locked after a panic in the algorithm")
+	}
+}
+
+// TestCoarseClockReleased: the coarse clock's goroutine runs while a store
+// reads it, stops at Close, and stops too once a store dropped without
+// Close is collected.
+func TestCoarseClockReleased(t *testing.T) {
+	const res = 7 * time.Millisecond // a resolution no other test uses
+	s, err := memstore.New(memstore.WithCoarseClock(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !memstore.CoarseRunning(s) {
+		t.Fatal("the coarse clock does not run")
+	}
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 1})
+	ctx := context.Background()
+	if d, err := l.Take(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("first take: %+v, %v", d, err)
+	}
+	d, err := l.Take(ctx, "k", 1)
+	if err != nil || d.Allowed || d.RetryAfter <= time.Hour-time.Second || d.RetryAfter > time.Hour+res {
+		t.Fatalf("second take: %+v, %v; want a denial with RetryAfter in (1h-1s, 1h+%v]", d, err, res)
+	}
+	// ApplyAll adds the resolution to a denial's RetryAfter too.
+	out := make([]floodgate.Decision, 1)
+	ok, err := s.ApplyAll(ctx, []store.Op{{Key: "k", Alg: l.Algorithm(), N: 1}}, out, true)
+	if err != nil || ok || out[0].RetryAfter <= time.Hour-time.Second || out[0].RetryAfter > time.Hour+res {
+		t.Fatalf("ApplyAll on the drained key: %v, %+v, %v; want a denial with RetryAfter in (1h-1s, 1h+%v]", ok, out[0], err, res)
+	}
+	clk := memstore.CoarseClock(s)
+	s.Close()
+	if clk.Running() {
+		t.Fatal("the coarse clock runs after Close")
+	}
+
+	clk = func() interface{ Running() bool } {
+		s, err := memstore.New(memstore.WithCoarseClock(res))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := keyed(t, s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 1}).Take(ctx, "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		return memstore.CoarseClock(s)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for clk.Running() {
+		if time.Now().After(deadline) {
+			t.Fatal("the coarse clock of a dropped store still runs after 10s of collections")
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
 	}
 }

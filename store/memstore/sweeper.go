@@ -4,8 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/floodgate-go/floodgate"
 )
 
 // sweeper is the background sweeper of a Store and what it needs: a sweep
@@ -32,7 +30,7 @@ type sweeper struct {
 
 // newSweeper returns the sweeper of shards on clock, every interval (0: no
 // background goroutine, sweeps only on demand).
-func newSweeper(shards []paddedShard, clock floodgate.Clock, every time.Duration) *sweeper {
+func newSweeper(shards []paddedShard, clock timeSource, every time.Duration) *sweeper {
 	w := &sweeper{sweepShards: sweepFunc(shards, clock), every: every}
 	if every > 0 {
 		w.stop, w.done = make(chan struct{}), make(chan struct{})
@@ -101,12 +99,12 @@ func (w *sweeper) sweep() {
 // full at clock's time is dropped, one shard at a time. (A function value,
 // not a field of type []paddedShard: a shard points to its sweeper, and the
 // padding of paddedShard needs the size of shard.)
-func sweepFunc(shards []paddedShard, clock floodgate.Clock) func() {
+func sweepFunc(shards []paddedShard, clock timeSource) func() {
 	return func() {
 		for i := range shards {
 			sh := &shards[i].shard
 			sh.mu.Lock()
-			now := micronow(clock)
+			now := clock.micros()
 			for k := range sh.tables {
 				if t := &sh.tables[k]; t.n > 0 {
 					r := t.sweep(now)

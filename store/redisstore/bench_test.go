@@ -231,3 +231,31 @@ func BenchmarkVsPing(b *testing.B) {
 		b.ReportMetric(float64(decs)/float64(pings), "x-ping")
 	})
 }
+
+// BenchmarkDecisionDenied is BenchmarkDecision on keys that are all
+// denied (one unit an hour, taken before the timer starts): a denial
+// leaves the state as it was and writes nothing back.
+func BenchmarkDecisionDenied(b *testing.B) {
+	s := benchClient(b)
+	l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, k := range benchKeys[:1024] {
+		if _, err := l.Take(ctx, k, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := l.Take(ctx, benchKeys[i&1023], 1); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("parallel64", func(b *testing.B) { benchParallel64(b, l) })
+}

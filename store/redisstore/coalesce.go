@@ -37,17 +37,21 @@ local base = 5 + np
 local out = {}
 local vals = redis.call('MGET', unpack(KEYS))
 local states = {} -- the latest state of each key of the batch
+local raw = {} -- the value each key held
 for i = 1, #KEYS do
   local key = KEYS[i]
   local s = states[key]
-  if not s then s = load(vals[i], q, now) end
+  if not s then
+    raw[key] = vals[i]
+    s = load(vals[i], q, now)
+  end
   local s2, d = step(s, now, tonumber(ARGV[base + i]), p)
   states[key] = s2
   local o = (i - 1) * 6
   for j = 1, 6 do out[o + j] = d[j] end
 end
 for key, s in pairs(states) do
-  save(key, s, words, maxlog, now, test, pstr)
+  save(key, s, words, maxlog, now, test, pstr, raw[key])
 end
 return out
 `

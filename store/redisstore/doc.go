@@ -29,7 +29,9 @@
 // it however their own clocks drift), loads the key's state, runs the step,
 // writes the state back with a TTL equal to its time to full
 // (algo.State.W[0] - now) or deletes the key when the state is full, and
-// returns the decision. The Go step and the Lua twin are checked to agree,
+// returns the decision. A state the step left as it was (a denial) is not
+// written again: the key already holds it, with a TTL that runs to the same
+// time to full. The Go step and the Lua twin are checked to agree,
 // decision by decision and state by state, on random sequences: the store
 // implements storetest.TwinStepper ([Store.StepTwin]), so every
 // storetest.RunAlgorithm run on it (every algorithm package runs one when
@@ -135,8 +137,10 @@
 // a share of the timeout machinery (calls that start within the same
 // fraction of the timeout share one deadline context; a caller context that
 // can be cancelled and has no deadline pays context.WithTimeout instead). Its
-// latency is one Redis round trip plus the script (a few microseconds of
-// server time); under concurrency rueidis pipelines the calls of all
+// latency is one Redis round trip plus the script (on a 2-core KVM guest,
+// about 18µs of server time for an admitted token-bucket decision, of which
+// the TIME, GET and SET calls are about 10µs, against 0.2µs for a PING; a
+// denial skips the SET); under concurrency rueidis pipelines the calls of all
 // goroutines on one connection. The store never shows rueidis the deadline
 // of a call, only its Done channel: with a deadline rueidis may run a lone
 // call synchronously and close the connection when it times out, and the

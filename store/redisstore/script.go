@@ -114,16 +114,27 @@ local function load(v, q, now)
 end
 -- save writes s to key with the parameters pstr it was stepped with and a
 -- TTL equal to its time to full (at least a minute with an injected time),
--- or deletes key when s is full.
-local function save(key, s, words, maxlog, now, injected, pstr)
+-- or deletes key when s is full. old is the value the key held when the
+-- script read it (false: none; nil: not known): a key that already holds
+-- the very value is left alone (a denial changes nothing, and the TTL its
+-- write set still runs to the same time to full), and a key that held
+-- none is not deleted.
+local function save(key, s, words, maxlog, now, injected, pstr, old)
   local w = s[1]
   if w <= now then
-    redis.call('DEL', key)
+    if old ~= false then redis.call('DEL', key) end
     return
   end
+  local v
+  if words == 1 and maxlog == 0 then
+    v = string.format('%d|%s', w, pstr)
+  else
+    v = encode(s, words, maxlog) .. '|' .. pstr
+  end
+  if v == old and not injected then return end
   local ttl = math.floor((w - now + 999) / 1000)
   if injected and ttl < 60000 then ttl = 60000 end
-  redis.call('SET', key, encode(s, words, maxlog) .. '|' .. pstr, 'PX', ttl)
+  redis.call('SET', key, v, 'PX', ttl)
 end
 `
 
@@ -151,13 +162,14 @@ for i = 1, tonumber(ARGV[3]) do
   pol[i] = {steps[t], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), p, ARGV[a + 4 + c], converts[t]}
   a = a + 5 + c
 end
-local states, shape, moved, out = {}, {}, {}, {1}
+local states, shape, raw, moved, out = {}, {}, {}, {}, {1}
 local o = 1
 for i = a, #ARGV, 3 do
   local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
   local s = states[k]
   if s == nil then
     local v = redis.call('GET', KEYS[k])
+    raw[k] = v
     s = load(v, q, now)
     if v and q[6] then
       local bar = string.find(v, '|', 1, true)
@@ -200,7 +212,7 @@ end
 if mode == '2' or (mode == '1' and out[1] == 1) then
   for k, s in pairs(states) do
     local q = shape[k]
-    save(KEYS[k], s, q[2], q[3], now, test, q[5])
+    save(KEYS[k], s, q[2], q[3], now, test, q[5], raw[k])
   end
 elseif mode == '3' or mode == '1' then
   -- Refused, or evaluated for a commit: the keys written with other
@@ -209,7 +221,7 @@ elseif mode == '3' or mode == '1' then
   -- whatever the group decides.
   for k, m in pairs(moved) do
     local q = m[2]
-    save(KEYS[k], m[1], q[2], q[3], now, test, q[5])
+    save(KEYS[k], m[1], q[2], q[3], now, test, q[5], raw[k])
   end
 end
 return out
@@ -239,6 +251,8 @@ return out
 // parameters as a value holds them. The reply is the decision. It keeps the
 // encoding of the other scripts and is written out without luaCommon's
 // helpers: every closure a script creates costs server time on every call.
+// Like save, it writes nothing when the key already holds the new value (a
+// denial) and deletes nothing when there is no key.
 const scriptOneWord = `
 local n = tonumber(ARGV[1])
 local test = ARGV[2] ~= ''
@@ -272,11 +286,14 @@ end
 local s, d = step({w}, now, n, p)
 w = s[1]
 if w <= now then
-  redis.call('DEL', KEYS[1])
+  if v then redis.call('DEL', KEYS[1]) end
 else
-  local ttl = math.floor((w - now + 999) / 1000)
-  if test and ttl < 60000 then ttl = 60000 end
-  redis.call('SET', KEYS[1], string.format('%d', w) .. '|' .. pstr, 'PX', ttl)
+  local nv = string.format('%d|%s', w, pstr)
+  if test or nv ~= v then
+    local ttl = math.floor((w - now + 999) / 1000)
+    if test and ttl < 60000 then ttl = 60000 end
+    redis.call('SET', KEYS[1], nv, 'PX', ttl)
+  end
 end
 return d
 `
