@@ -123,14 +123,16 @@
 // # Cost, time, concurrency
 //
 // Recording a decision allocates nothing and takes no lock shared by all
-// keys: a hash of the key, one atomic add on a counter spread by key
-// (two more when it asks for more than one unit or is refused), a load
-// of the distinct-key register (written only when it grows) and of the
-// top-K's keys; one decision in 8 of the keys outside the top-K updates
-// the count-min; a sampled key adds to its slot with one atomic add, and
-// takes a spin lock on one bucket of the table only to begin a window or
-// a sub-window. On the shared 2-core test machine that is about 30 to
-// 50 ns of CPU a decision (see BenchmarkObserve and BenchmarkDecision). By
+// keys. Its common path is a hash of the key, loads (the window, the
+// distinct-key register, the top-K's keys and threshold) and one atomic
+// add on a counter spread by key; a sampled key adds one more, to its
+// slot, and takes a spin lock on one bucket of the table only to begin a
+// window or a sub-window. A decision adds one more when it asks for more
+// than one unit, when it is refused, when its key is in the top-K; the
+// distinct-key register is written only when it grows; one decision in 8
+// of the keys outside a full top-K updates the count-min.
+// BenchmarkObserve and BenchmarkDecision measure it: see the README,
+// "Measure, then enforce", for the figures. By
 // default decisions are timed by floodgate's clock read every millisecond
 // (Config.Resolution) by a goroutine that Close stops: reading a clock on
 // every decision would cost more than the recording. Config.Clock replaces
