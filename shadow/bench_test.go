@@ -46,17 +46,17 @@ func cpuPerOp(b *testing.B, loop func()) {
 	}
 }
 
-// warm records three windows of every key before now, so that a benchmark
-// measures the steady state (the sample sized to the keys), not the first
-// window's.
+// warm records decisions of every key, in real time, until two windows
+// have begun since the policy was tracked, so that a benchmark measures
+// the steady state (the sample sized to the keys at the first window
+// change), not the first window's. (Decisions timed before the policy's
+// current window change no window: warming in the past would not do.)
 func warm(d *shadow.Demand, keys []string) {
-	now := time.Now().UnixNano()
-	for w := int64(3); w >= 1; w-- {
-		at := now - w*int64(d.Window())
-		for j := range 3 {
-			for _, k := range keys {
-				d.ObserveAt(at+int64(j), k, 1, false)
-			}
+	win := int64(d.Window())
+	until := (time.Now().UnixNano()/win + 2) * win
+	for time.Now().UnixNano() < until {
+		for _, k := range keys {
+			d.Observe(k, 1, false)
 		}
 	}
 }

@@ -19,29 +19,40 @@ const (
 	maxLevel   = 24 // the sample never falls below 2^-24 of the keys
 	stripes    = 8
 	spoilRing  = 64
+	// Once the top-K is full, one decision in 2^cmSampleBits of the keys
+	// outside it is counted in the count-min (see Demand.heavy).
+	cmSampleBits = 3
 )
 
 // slot is one sampled key's window: the window number (absolute, modulo
-// 2^32, compared with wrap-around), meta the sub-window of cur (bits 0-7)
-// and the sampling level the window was recorded at (bits 8-15), the units
-// of the window, of the current sub-window, and of its largest sub-window.
+// 2^32, compared with wrap-around), meta the current sub-window (bits 0-7)
+// and the sampling level the window was recorded at (bits 8-15), cnt the
+// units of the window (up to cntMax). A decision in the slot's window and
+// sub-window adds to cnt without the bucket's lock; the rest (a new
+// window, a new sub-window, a new key, a large count) is done under the
+// lock, the only writer of win and meta. base is cnt when the sub-window
+// began and peak the units of the largest sub-window before it, both
+// under the lock.
 type slot struct {
-	win, meta, cnt, cur, peak uint32
+	win, meta, cnt atomic.Uint32
+	base, peak     uint32
 }
 
-func (s *slot) level() uint32 { return s.meta >> 8 }
+// cntMax is the most units a slot counts in a window: the lock-free adds
+// (below 2^16 each) stay far from wrapping 32 bits.
+const cntMax = 1 << 31
 
 // tbucket is a set of the key table, with its lock. fp holds the top 32
 // bits of each slot's key hash (0: empty), apart so that a look-up scans
-// two cache lines.
+// two cache lines; it is written under the lock and read without.
 type tbucket struct {
 	lock atomic.Uint32
 	full uint32 // window number + 1 when no slot is free for that window
-	// hits counts the sampled decisions since the last window change, drops
-	// those of them that found no slot, starts the key-windows begun.
-	hits, drops, starts uint32
-	fp                  [ways]uint32
-	slots               [ways]slot
+	// drops counts the sampled decisions since the last window change that
+	// found no slot, starts the key-windows begun.
+	drops, starts uint32
+	fp            [ways]atomic.Uint32
+	slots         [ways]slot
 }
 
 func (b *tbucket) acquire() {
@@ -70,7 +81,7 @@ type topEntry struct {
 	win     atomic.Uint64 // window number of cnt
 	cnt     atomic.Uint64 // units in window win
 	peak    atomic.Uint64 // largest units in one window before win
-	total   atomic.Uint64 // units since the entry was taken
+	total   atomic.Uint64 // units since the entry was taken, before window win
 	denied  atomic.Uint64 // decisions the current limit refused
 	windows atomic.Uint64 // windows before win with demand
 	entry   atomic.Uint64 // the window it entered in
@@ -86,6 +97,7 @@ func (e *topEntry) score() uint64 { return max(e.peak.Load(), e.cnt.Load()) }
 func (e *topEntry) observe(w uint64, n uint64, denied bool) {
 	if ew := e.win.Load(); w > ew && e.win.CompareAndSwap(ew, w) {
 		c := e.cnt.Swap(0)
+		e.total.Add(c)
 		if ew == e.entry.Load() {
 			// The window it entered in counts what the count-min said, an
 			// over-estimate: its peak keeps the lower bound.
@@ -97,7 +109,6 @@ func (e *topEntry) observe(w uint64, n uint64, denied bool) {
 		}
 	}
 	e.cnt.Add(n)
-	e.total.Add(n)
 	if denied {
 		e.denied.Add(1)
 	}
@@ -136,6 +147,9 @@ type Demand struct {
 
 	level  atomic.Uint32
 	curWin atomic.Uint64
+	// seen is the number of decisions when the current window began (see
+	// advance).
+	seen atomic.Uint64
 	// spoiled holds (window number + 1) of recent windows whose samples are
 	// not counted; spoiledN counts them all.
 	spoiled  [spoilRing]atomic.Uint32
@@ -211,7 +225,7 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 		}
 	}
 	st := &d.stripes[h&(stripes-1)]
-	st.decisions.Add(1)
+	c := st.decisions.Add(1)
 	if un > 1 {
 		st.extra.Add(un - 1)
 	}
@@ -219,8 +233,16 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 		st.denied.Add(1)
 	}
 	m := mix(h)
-	d.keys.add(m)
-	d.heavy(h|1, m, w, un, refused, key, now)
+	if d.keys.below(m) {
+		d.keys.add(m)
+	}
+	// The heaviest keys: see heavy. The checks that reject most decisions
+	// are here, without a call.
+	id := h | 1
+	inTop := d.idMask[id>>62].Load()&(1<<((id>>56)&63)) != 0 && d.topObserve(id, w, un, refused)
+	if thr := d.thr.Load(); !inTop && (thr == 0 || mix(c^m)>>(64-cmSampleBits) == 0) {
+		d.heavy(id, m, w, un, thr, refused, key, now)
+	}
 	if lvl := d.level.Load(); lvl == 0 || mix(h^(w*0x9e3779b97f4a7c15))>>(64-lvl) == 0 {
 		d.sample(h, now, w, un, lvl)
 	}
@@ -248,14 +270,24 @@ func (d *Demand) advance(w uint64) {
 			break
 		}
 	}
-	var s, dr, st uint64
+	var dr, st uint64
 	for i := range d.table {
 		b := &d.table[i]
 		b.acquire()
-		s, dr, st = s+uint64(b.hits), dr+uint64(b.drops), st+uint64(b.starts)
-		b.hits, b.drops, b.starts = 0, 0, 0
+		dr, st = dr+uint64(b.drops), st+uint64(b.starts)
+		b.drops, b.starts = 0, 0
 		b.release()
 	}
+	// The sampled decisions of the window that ended: the decisions since
+	// the last change times the sampling rate (exact at level 0; the
+	// sampled ones are not counted apart, which would cost every one of
+	// them a shared write).
+	var all uint64
+	for i := range d.stripes {
+		all += d.stripes[i].decisions.Load()
+	}
+	// Those that started a key-window or found no slot were sampled.
+	s := max((all-min(d.seen.Swap(all), all))>>d.level.Load(), st+dr)
 	if lvl := d.level.Load(); dr == 0 && lvl > 0 && st*20 < uint64(len(d.table)*ways)*7 {
 		// Twice the keys would fill under 70% of the table (where a bucket
 		// of 32 overflows rarely): sample twice as many.
@@ -280,27 +312,41 @@ func (d *Demand) advance(w uint64) {
 	}
 }
 
-// heavy keeps the top-K: a key in it is counted there; another is counted
-// in the count-min rows and enters when its estimate for the window beats
-// the lightest entry.
-func (d *Demand) heavy(id, m, w, n uint64, refused bool, key string, now int64) {
-	if d.idMask[id>>62].Load()&(1<<((id>>56)&63)) != 0 {
-		for i := range d.ids {
-			if d.ids[i].Load() == id {
-				d.top[i].observe(w, n, refused)
-				return
-			}
+// topObserve counts a decision of the key of the given id in the top-K,
+// if it is there.
+func (d *Demand) topObserve(id, w, n uint64, refused bool) bool {
+	for i := range d.ids {
+		if d.ids[i].Load() == id {
+			d.top[i].observe(w, n, refused)
+			return true
 		}
 	}
-	// Conservative update: the estimate is the smaller counter plus n, and
-	// no counter is raised above it.
+	return false
+}
+
+// heavy keeps the top-K: a key in it is counted there (topObserve);
+// another is counted in the count-min rows and enters when its estimate
+// for the window beats the lightest entry, thr.
+//
+// Once the top-K is full (thr > 0), only one decision in 2^cmSampleBits of
+// the keys outside it (drawn from a hash of the key and of its stripe's
+// decision count, so that no pattern of keys escapes it) reaches the
+// count-min, counting 2^cmSampleBits times its units: the other decisions
+// of keys outside the top-K write nothing.
+func (d *Demand) heavy(id, m, w, n, thr uint64, refused bool, key string, now int64) {
+	inc := n
+	if thr != 0 {
+		inc = n << cmSampleBits
+	}
+	// Conservative update: the estimate is the smaller counter plus the
+	// increment, and no counter is raised above it.
 	a, b := &d.cm[0][m&(cmWidth-1)], &d.cm[1][(m>>10)&(cmWidth-1)]
 	ca, cb := a.Load(), b.Load()
-	est := satAdd(min(ca, cb), uint32(min(n, 1<<32-1)))
+	est := satAdd(min(ca, cb), uint32(min(inc, 1<<32-1)))
 	raise(a, ca, est)
 	raise(b, cb, est)
-	if est := uint64(est); est > d.thr.Load() {
-		d.admit(id, w, est, n, refused, key, now)
+	if est := uint64(est); est > thr {
+		d.admit(id, w, max(est, n), n, refused, key, now)
 	}
 }
 
@@ -334,7 +380,7 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 	e.win.Store(w)
 	e.cnt.Store(est)
 	e.peak.Store(0)
-	e.total.Store(est)
+	e.total.Store(0)
 	e.windows.Store(0)
 	e.denied.Store(0)
 	if refused {
@@ -370,34 +416,59 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 
 // sample counts n units of a sampled key in its slot. Which keys are
 // sampled changes with every window (the hash is salted with the window
-// number), so that over many windows every key is measured.
+// number), so that over many windows every key is measured. A key whose
+// slot is at its window and sub-window adds to it with one atomic add; the
+// lock is taken for the rest.
 func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 	fp := uint32(h >> 32)
 	if fp == 0 {
 		fp = 1
 	}
 	w32 := uint32(w)
-	sub := uint32((max(now, 0) - int64(w)*d.window) / d.subLen)
-	n32 := uint32(min(n, 1<<32-1))
+	sub := d.subWindow(max(now, 0) - int64(w)*d.window)
 	b := &d.table[h&d.mask]
+	// A key takes the first free slot from its own place in the bucket,
+	// where a look-up starts.
+	home := int(h >> 16)
+	for j := range ways {
+		i := (home + j) & (ways - 1)
+		if b.fp[i].Load() == fp {
+			s := &b.slots[i]
+			if n < 1<<16 && s.win.Load() == w32 && s.meta.Load()&0xff == sub {
+				if s.cnt.Add(uint32(n)) >= cntMax {
+					b.acquire()
+					s.add(0) // back to the bound
+					b.release()
+				}
+				return
+			}
+			break
+		}
+	}
 	b.acquire()
-	b.hits++
-	for i, f := range &b.fp {
-		if f != fp {
+	for j := range ways {
+		i := (home + j) & (ways - 1)
+		if b.fp[i].Load() != fp {
 			continue
 		}
 		s := &b.slots[i]
-		if older(s.win, w32) {
-			d.emit(s)
-			*s = slot{win: w32, meta: sub | lvl<<8}
+		sw, meta := s.win.Load(), s.meta.Load()
+		switch {
+		case older(sw, w32):
+			d.end(s)
+			d.begin(s, w32, sub, lvl, n)
 			b.starts++
+		case sub > meta&0xff && sw == w32:
+			c := s.cnt.Load()
+			s.peak = max(s.peak, c-min(c, s.base))
+			s.base = c
+			s.meta.Store(sub | meta&^0xff)
+			s.add(n)
+		default:
+			// An earlier sub-window, or a decision timed before the
+			// key's latest window: it counts in the latest.
+			s.add(n)
 		}
-		if cur := s.meta & 0xff; sub > cur && !older(w32, s.win) {
-			s.meta, s.cur = sub|s.meta&^0xff, 0
-		}
-		s.cnt = satAdd(s.cnt, n32)
-		s.cur = satAdd(s.cur, n32)
-		s.peak = max(s.peak, s.cur)
 		b.release()
 		return
 	}
@@ -407,15 +478,15 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 		b.release()
 		return
 	}
-	for i, f := range &b.fp {
-		if f == 0 {
+	for j := range ways {
+		if i := (home + j) & (ways - 1); b.fp[i].Load() == 0 {
 			free = i
 			break
 		}
 	}
 	if free < 0 {
-		for i := range b.slots {
-			if older(b.slots[i].win, w32) {
+		for j := range ways {
+			if i := (home + j) & (ways - 1); older(b.slots[i].win.Load(), w32) {
 				free = i
 				break
 			}
@@ -428,13 +499,65 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 		return
 	}
 	s := &b.slots[free]
-	if b.fp[free] != 0 {
-		d.emit(s)
+	if b.fp[free].Load() != 0 {
+		d.end(s)
 	}
-	b.fp[free] = fp
+	b.fp[free].Store(fp)
 	b.starts++
-	*s = slot{win: w32, meta: sub | lvl<<8, cnt: n32, cur: n32, peak: n32}
+	d.begin(s, w32, sub, lvl, n)
 	b.release()
+}
+
+// subWindow returns the sub-window of an offset 0 <= x < window into it:
+// x / subLen, without a division.
+func (d *Demand) subWindow(x int64) uint32 {
+	s, k := d.subLen, int64(0)
+	if x >= 4*s {
+		k = 4
+	}
+	if x >= (k+2)*s {
+		k += 2
+	}
+	if x >= (k+1)*s {
+		k++
+	}
+	if k == subWindows-1 && x >= subWindows*s {
+		// A window that is not a multiple of 8 ns: its last few ns.
+		return uint32(x / s)
+	}
+	return uint32(k)
+}
+
+// begin starts window w32 of a slot, at sub-window sub and sampling level
+// lvl, with n units. Under the bucket's lock.
+func (d *Demand) begin(s *slot, w32, sub, lvl uint32, n uint64) {
+	s.win.Store(w32)
+	s.meta.Store(sub | lvl<<8)
+	s.base, s.peak = 0, 0
+	s.cnt.Store(uint32(min(n, cntMax)))
+}
+
+// add counts n units in the slot's window, up to cntMax, under the
+// bucket's lock (lock-free adds may run at the same time).
+func (s *slot) add(n uint64) {
+	for {
+		c := s.cnt.Load()
+		v := uint32(min(uint64(c)+n, cntMax))
+		if c >= cntMax {
+			v = cntMax // lock-free adds went beyond: back to the bound
+		}
+		if s.cnt.CompareAndSwap(c, v) {
+			return
+		}
+	}
+}
+
+// end takes a slot's finished window out of it (its units to 0) and adds
+// it to the sketches. Under the bucket's lock.
+func (d *Demand) end(s *slot) {
+	c := min(s.cnt.Swap(0), cntMax)
+	peak := max(s.peak, c-min(c, s.base))
+	d.emit(s.win.Load(), s.meta.Load()>>8, uint64(c), uint64(peak))
 }
 
 // older reports whether window number a is before b (modulo 2^32).
@@ -447,15 +570,16 @@ func satAdd(a, b uint32) uint32 {
 	return 1<<32 - 1
 }
 
-// emit adds a slot's finished window to the sketches, weighted by the
-// inverse of the probability that its key was sampled.
-func (d *Demand) emit(s *slot) {
-	if s.cnt == 0 || d.spoiled[s.win%spoilRing].Load() == s.win+1 {
+// emit adds a key's finished window (number w32, sampled at level lvl,
+// cnt units, peak in its largest sub-window) to the sketches, weighted by
+// the inverse of the probability that its key was sampled.
+func (d *Demand) emit(w32, lvl uint32, cnt, peak uint64) {
+	if cnt == 0 || d.spoiled[w32%spoilRing].Load() == w32+1 {
 		return
 	}
-	wt := uint64(1) << s.level()
-	d.demand.add(uint64(s.cnt), wt)
-	d.burst.add(uint64(s.peak), wt)
+	wt := uint64(1) << lvl
+	d.demand.add(cnt, wt)
+	d.burst.add(peak, wt)
 }
 
 // flush emits every finished window still in the table and frees its slot,
@@ -466,9 +590,11 @@ func (d *Demand) flush(now int64) {
 		b := &d.table[i]
 		b.acquire()
 		for j := range b.slots {
-			if s := &b.slots[j]; b.fp[j] != 0 && older(s.win, w32) {
-				d.emit(s)
-				*s, b.fp[j] = slot{}, 0
+			if s := &b.slots[j]; b.fp[j].Load() != 0 && older(s.win.Load(), w32) {
+				d.end(s)
+				b.fp[j].Store(0)
+				s.win.Store(0)
+				s.meta.Store(0)
 			}
 		}
 		b.release()

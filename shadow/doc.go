@@ -45,8 +45,12 @@
 // windows, covers every key; a sampled window weighs 2^level. The level
 // starts at 0 (every key) and rises when the table of sampled keys
 // overflows (more than 1/256 of the sampled decisions of a window found no
-// slot); such a window's samples are dropped, as they favour the keys that
-// came first. The sampling adds an error in rank of about
+// slot; the sampled decisions are not counted apart but estimated as the
+// window's decisions x 2^-level, exact at level 0); such a window's
+// samples are dropped, as they favour the keys that came first. A
+// key-window counts up to 2^31 units. A decision that races, on another
+// goroutine, the start of its key's next window (or sub-window) may count
+// in that one. The sampling adds an error in rank of about
 // sqrt(q(1-q)/m) for m sampled key-windows. Measured on 10,000 keys with
 // log-normal demand over 20 seeds, the recommended limit was within 3.4% of
 // the true p95 x 1.4 after 5 windows with sigma 0.5, within 4% with sigma 1
@@ -58,10 +62,19 @@
 // current window (2 x 1,024 counters, conservative update, cleared at each
 // window) and replaces the lightest entry when its estimate beats that
 // entry's heaviest window. Its counts may over-state by the estimate it
-// entered with (Key.Overcount). A key is certain to be found when its share
-// of a window's units is above about 1/1,000; a key far heavier than the
-// others (an abuser at 50 times the median) is found at once. The number of
-// distinct keys is a HyperLogLog of 1,024 registers (3.3% standard error).
+// entered with (Key.Overcount). While the top-K has a free entry every
+// decision reaches the count-min; once it is full, one decision in 8 of
+// the keys outside it does (drawn from a hash of the key and of a counter
+// of decisions), counting 8 times its units, and the others write nothing
+// there. A key's estimate then gains a standard error of about
+// sqrt(7 x units) (8% of an abuser's 1,000 a window, a key of 20 a window
+// is drowned in its counters' collisions either way), and a heavy key
+// enters about 8 decisions later than it would: its counts from then on
+// are exact, Key.Refused counts the refusals since. A key is certain to be
+// found when its share of a window's units is above about 1/1,000; a key
+// far heavier than the others (an abuser at 50 times the median) is found
+// within its first few dozen decisions. The number of distinct keys is a
+// HyperLogLog of 1,024 registers (3.3% standard error).
 //
 // # Memory
 //
@@ -110,9 +123,16 @@
 // # Cost, time, concurrency
 //
 // Recording a decision allocates nothing and takes no lock shared by all
-// keys: a hash of the key, a few atomic counters spread by key, the
-// top-K's keys read, the count-min and a spin lock on one bucket of the
-// table for sampled keys (see BenchmarkObserve and BenchmarkDecision). By
+// keys. Its common path is a hash of the key, loads (the window, the
+// distinct-key register, the top-K's keys and threshold) and one atomic
+// add on a counter spread by key; a sampled key adds one more, to its
+// slot, and takes a spin lock on one bucket of the table only to begin a
+// window or a sub-window. A decision adds one more when it asks for more
+// than one unit, when it is refused, when its key is in the top-K; the
+// distinct-key register is written only when it grows; one decision in 8
+// of the keys outside a full top-K updates the count-min.
+// BenchmarkObserve and BenchmarkDecision measure it: see the README,
+// "Measure, then enforce", for the figures. By
 // default decisions are timed by floodgate's clock read every millisecond
 // (Config.Resolution) by a goroutine that Close stops: reading a clock on
 // every decision would cost more than the recording. Config.Clock replaces

@@ -17,7 +17,11 @@ import (
 func Example() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := floodgate.ClockFunc(func() time.Time { return now })
-	rec, err := shadow.New(shadow.Config{Clock: clock, MinObservation: 3 * time.Second})
+	// A top-K of 20 holds every key of the example: each is counted there
+	// from its first decision. (Beyond, the decisions of keys outside a
+	// full top-K are sampled, and a key enters it a little later: see the
+	// package documentation, "Accuracy".)
+	rec, err := shadow.New(shadow.Config{Clock: clock, MinObservation: 3 * time.Second, TopK: 20})
 	if err != nil {
 		panic(err)
 	}

@@ -15,6 +15,15 @@ type distinct struct {
 
 const hllRegisters = 1024
 
+// below reports whether the register of mixed hash m is below its rank,
+// that is whether add(m) would change anything: a load, inlined, on
+// every decision.
+func (d *distinct) below(m uint64) bool {
+	j := m >> 54
+	rank := uint32(bits.LeadingZeros64(m<<10|1<<9)) + 1
+	return (d.words[j>>2].Load()>>((j&3)*8))&0xff < rank
+}
+
 // add counts the key of mixed hash m.
 func (d *distinct) add(m uint64) {
 	j := m >> 54                                        // top 10 bits: the register

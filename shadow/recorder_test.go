@@ -275,3 +275,43 @@ func TestSampleFollowsKeys(t *testing.T) {
 	}
 	assert.Equal(t, 1.0, rep.SampleRate)
 }
+
+// Decisions of a few keys from several goroutines within one sub-window
+// take the sampled keys' lock-free path: every key-window is counted
+// exactly, and so is its largest burst (one sub-window holds them all).
+func TestConcurrentSampledCounts(t *testing.T) {
+	clk := newFakeClock()
+	rec, err := shadow.New(shadow.Config{Clock: clk})
+	require.NoError(t, err)
+	defer rec.Close()
+	d, err := rec.Track("api", time.Second, 10)
+	require.NoError(t, err)
+	base := (clk.Now().UnixNano()/int64(time.Second) + 1) * int64(time.Second)
+	const workers, per, keys = 4, 3000, 10
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				// key k asks for (k+1) units per decision: k's window
+				// holds workers*per/keys*(k+1) units.
+				k := (w + i) % keys
+				d.ObserveAt(base+int64(i), fmt.Sprint("k", k), int64(k+1), false)
+			}
+		}()
+	}
+	wg.Wait()
+	rep := d.ReportAt(base + int64(time.Second))
+	require.Equal(t, 1.0, rep.SampleRate)
+	assert.EqualValues(t, workers*per, rep.Decisions)
+	assert.Equal(t, float64(keys), rep.KeyWindows)
+	perKey := workers * per / keys
+	assert.Equal(t, float64(perKey*keys), rep.Demand.Max)
+	assert.Equal(t, float64(perKey*keys), rep.Burst.Max, "the window is one sub-window")
+	var units uint64
+	for k := range keys {
+		units += uint64(perKey * (k + 1))
+	}
+	assert.Equal(t, units, rep.Units)
+}

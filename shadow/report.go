@@ -256,15 +256,21 @@ func (d *Demand) topKeys(rec Recommendation, w uint64) []Key {
 		if id == 0 {
 			continue
 		}
+		ew, cnt := e.win.Load(), e.cnt.Load()
 		k := Key{
 			Key: string(e.label[:e.labelN]), Hash: fmt.Sprintf("%016x", id),
-			Peak: e.score(), Total: e.total.Load(), Windows: e.windows.Load(),
+			Peak: e.score(), Total: e.total.Load() + cnt, Windows: e.windows.Load(),
 			Refused: e.denied.Load(), Overcount: e.over.Load(),
 		}
-		if e.win.Load() == w {
-			k.Current = e.cnt.Load()
-		} else if e.cnt.Load() > 0 {
+		if ew == w {
+			k.Current = cnt
+		} else if cnt > 0 {
 			k.Windows++ // its last window has ended
+			if ew == e.entry.Load() {
+				// It ended as the window the key entered in: its peak
+				// counts it by its lower bound, as a later decision would.
+				k.Peak = max(e.peak.Load(), cnt-min(cnt, k.Overcount))
+			}
 		}
 		k.AboveRecommendation = rec.OK && k.Peak > uint64(rec.Limit)
 		out = append(out, k)

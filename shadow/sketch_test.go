@@ -5,8 +5,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // The sketch's quantiles are within its stated relative error of the exact
@@ -72,4 +76,51 @@ func TestDistinctEstimate(t *testing.T) {
 		}
 		assert.InEpsilon(t, n, d.estimate(), 0.1, "%d keys", n)
 	}
+}
+
+// subWindow is the division it replaces, for every offset into windows of
+// many lengths (multiples of 8 ns or not, shorter than 8 ns included).
+func TestSubWindow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, win := range []int64{1, 2, 5, 7, 8, 9, 15, 17, 100, 1001, 1e9, 1e9 + 3, 86400e9 + 5} {
+		d := &Demand{window: win, subLen: max(win/subWindows, 1)}
+		for range 2000 {
+			x := rng.Int64N(win)
+			if got, want := d.subWindow(x), uint32(x/d.subLen); got != want {
+				t.Fatalf("window %d, offset %d: sub-window %d, want %d", win, x, got, want)
+			}
+		}
+		for _, x := range []int64{0, win - 1, d.subLen - 1, d.subLen, 7 * d.subLen, min(8*d.subLen, win-1)} {
+			if x < 0 || x >= win {
+				continue
+			}
+			if got, want := d.subWindow(x), uint32(x/d.subLen); got != want {
+				t.Fatalf("window %d, offset %d: sub-window %d, want %d", win, x, got, want)
+			}
+		}
+	}
+}
+
+// A key-window counts up to cntMax units, whether the lock-free adds or
+// the locked ones take it there; the totals stay exact.
+func TestSlotSaturates(t *testing.T) {
+	r, err := New(Config{Clock: floodgate.ClockFunc(func() time.Time { return time.Unix(0, 0) })})
+	require.NoError(t, err)
+	defer r.Close()
+	d, err := r.Track("p", time.Second, 1)
+	require.NoError(t, err)
+	base := int64(10 * time.Second)
+	d.ObserveAt(base, "a", cntMax-5, false) // locked: a new window
+	for range 10 {
+		d.ObserveAt(base+1, "a", 1, false) // lock-free, crossing the bound
+	}
+	d.ObserveAt(base+2, "b", 1<<40, false) // one decision beyond it
+	d.ObserveAt(base+int64(time.Second)/2, "b", 3, false)
+	rep := d.ReportAt(base + int64(time.Second))
+	assert.EqualValues(t, 13, rep.Decisions)
+	assert.EqualValues(t, cntMax-5+10+1<<40+3, rep.Units)
+	assert.EqualValues(t, 2, rep.KeyWindows)
+	assert.EqualValues(t, cntMax, rep.Demand.Max)
+	assert.EqualValues(t, cntMax, rep.Burst.Max)
+	assert.EqualValues(t, cntMax, rep.Demand.P50)
 }
