@@ -82,6 +82,11 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 	if *configDir == "" {
 		return errors.New("-config is required")
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := checkFlags(set, *redisAddr, *redisCluster, *redisTimeout, *redisFailure, *nodes, *shutdownAfter); err != nil {
+		return err
+	}
 	var hs rls.HeaderSet
 	for _, h := range strings.Split(*headers, ",") {
 		switch strings.TrimSpace(h) {
@@ -193,6 +198,47 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownAfter)
 		defer cancel()
 		_ = msrv.Shutdown(sctx)
+	}
+	return nil
+}
+
+// checkFlags refuses, at startup, every flag value that could only fail
+// later (when Redis goes away, at shutdown) and every flag that would be
+// silently ignored; set holds the flags given on the command line.
+func checkFlags(set map[string]bool, redisAddr, redisCluster string, redisTimeout time.Duration, failure string, nodes int, shutdownAfter time.Duration) error {
+	switch failure {
+	case "error", "open", "closed", "local":
+	default:
+		return fmt.Errorf("-redis-failure: unknown %q (want error, open, closed, local)", failure)
+	}
+	if nodes < 1 {
+		return fmt.Errorf("-nodes %d: want at least 1 (the number of floodgate-rls processes sharing the limits)", nodes)
+	}
+	if redisAddr != "" && redisCluster != "" {
+		return errors.New("-redis and -redis-cluster: choose one")
+	}
+	if redisCluster != "" {
+		for _, a := range strings.Split(redisCluster, ",") {
+			if strings.TrimSpace(a) == "" {
+				return fmt.Errorf("-redis-cluster %q: an empty address", redisCluster)
+			}
+		}
+	}
+	if redisAddr == "" && redisCluster == "" {
+		for _, f := range []string{"redis-failure", "nodes", "redis-prefix", "redis-timeout"} {
+			if set[f] {
+				return fmt.Errorf("-%s needs -redis or -redis-cluster: the embedded memory store never fails and keeps no keys in Redis", f)
+			}
+		}
+	}
+	if set["nodes"] && failure != "local" {
+		return fmt.Errorf("-nodes applies only with -redis-failure local (it divides the local fallback's rate), not with %s", failure)
+	}
+	if redisTimeout <= 0 {
+		return fmt.Errorf("-redis-timeout %v: want more than 0", redisTimeout)
+	}
+	if shutdownAfter <= 0 {
+		return fmt.Errorf("-shutdown-timeout %v: want more than 0", shutdownAfter)
 	}
 	return nil
 }

@@ -198,3 +198,37 @@ func TestRedis(t *testing.T) {
 		t.Fatalf("codes %v", got)
 	}
 }
+
+// Every flag is checked at startup: values that could only fail later
+// (-nodes 0 fails only once Redis is away) and flags that would be
+// ignored (-redis-failure, -nodes without Redis) are refused.
+func TestFlagsCheckedAtStartup(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-redis", "127.0.0.1:1", "-redis-failure", "local", "-nodes", "0"}, "-nodes 0"},
+		{[]string{"-redis", "127.0.0.1:1", "-redis-failure", "local", "-nodes", "-3"}, "-nodes -3"},
+		{[]string{"-nodes", "0"}, "-nodes 0"},
+		{[]string{"-redis-failure", "fail"}, "unknown \"fail\""},
+		{[]string{"-redis-failure", "closed"}, "-redis-failure needs -redis"},
+		{[]string{"-nodes", "3"}, "-nodes needs -redis"},
+		{[]string{"-redis-timeout", "1s"}, "-redis-timeout needs -redis"},
+		{[]string{"-redis", "127.0.0.1:1", "-nodes", "3"}, "-nodes applies only with -redis-failure local"},
+		{[]string{"-redis", "127.0.0.1:1", "-redis-timeout", "0s"}, "-redis-timeout 0s"},
+		{[]string{"-shutdown-timeout", "-1s"}, "-shutdown-timeout"},
+		{[]string{"-redis-cluster", "127.0.0.1:1,"}, "an empty address"},
+		{[]string{"-redis", "127.0.0.1:1", "-redis-cluster", "127.0.0.1:2"}, "choose one"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := run(ctx, append([]string{"-config", dir, "-addr", "127.0.0.1:0"}, tc.args...), io.Discard, nil)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}
