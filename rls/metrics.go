@@ -20,6 +20,7 @@ import (
 //	ratelimit_service_config_load_success                   configs applied
 //	ratelimit_service_config_load_error                     configs refused
 //	ratelimit_service_should_rate_limit_error{err_type}     calls the store could not decide (redis_error)
+//	floodgate_rls_store_unavailable_total{failure_mode}     calls answered by a failure mode: error, open, closed (the store returned an error, or redisstore's FailOpen/FailClosed answered), local (redisstore's local fallback decided)
 //
 // key is the descriptor's path in the config without the domain
 // ("destination_cluster_image-origin.prod.source_service"), or the request's
@@ -30,6 +31,7 @@ type Metrics struct {
 	totalHits, withinLimit, nearLimit, overLimit, shadowMode *prometheus.CounterVec
 	loadSuccess, loadError                                   prometheus.Counter
 	callError                                                *prometheus.CounterVec
+	unavailable                                              *prometheus.CounterVec
 	// counters caches each (domain, key)'s counters: a label lookup per
 	// call is the dearest part of counting.
 	counters sync.Map // string -> *keyCounters
@@ -66,8 +68,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		loadError:   prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Configs refused."}),
 		callError: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_should_rate_limit_error",
 			Help: "Calls the store could not decide."}, []string{"err_type"}),
+		unavailable: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_rls_store_unavailable_total",
+			Help: "Calls answered by a failure mode (error, open, closed, local) because the store could not decide."}, []string{"failure_mode"}),
 	}
-	for _, c := range []prometheus.Collector{m.totalHits, m.withinLimit, m.nearLimit, m.overLimit, m.shadowMode, m.loadSuccess, m.loadError, m.callError} {
+	for _, c := range []prometheus.Collector{m.totalHits, m.withinLimit, m.nearLimit, m.overLimit, m.shadowMode, m.loadSuccess, m.loadError, m.callError, m.unavailable} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
 		}
@@ -84,6 +88,8 @@ func (m *Metrics) configLoad(ok bool) {
 }
 
 func (m *Metrics) storeError() { m.callError.WithLabelValues("redis_error").Inc() }
+
+func (m *Metrics) storeUnavailable(mode string) { m.unavailable.WithLabelValues(mode).Inc() }
 
 // record counts one descriptor's hits as the reference does: with before
 // the units used before the request and after = before + hits, hits past

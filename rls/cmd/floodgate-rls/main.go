@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -67,7 +69,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		redisCluster  = fs.String("redis-cluster", "", "Redis Cluster nodes, comma-separated")
 		redisPrefix   = fs.String("redis-prefix", "floodgate-rls:", "the prefix of the keys written to Redis")
 		redisTimeout  = fs.Duration("redis-timeout", 50*time.Millisecond, "the timeout of one Redis decision")
-		redisFailure  = fs.String("redis-failure", "error", "when Redis is away: error (the call fails, Envoy's failure_mode_deny decides), open, closed, or local (decide on a local memory store, the rate divided by -nodes)")
+		redisFailure  = fs.String("redis-failure", "error", "when Redis is away: error (the call fails, Envoy's failure_mode_deny decides), open (OK, with no limit and no headers), closed (OVER_LIMIT, with no reset time), or local (decide on a local memory store, the rate divided by -nodes)")
 		nodes         = fs.Int("nodes", 1, "with -redis-failure local: the number of floodgate-rls processes sharing the limits")
 		headers       = fs.String("headers", "", "response headers for Envoy to add: ietf, legacy or ietf,legacy")
 		shadow        = fs.Bool("shadow", false, "global shadow mode: answer OK whatever the limits say")
@@ -108,11 +110,32 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		opts = append(opts, rls.WithKeySecret(bytes.TrimSpace(b)))
 	}
 
-	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes)
+	// The store's failure-policy events reach the service once it exists.
+	var svcp atomic.Pointer[rls.Service]
+	storeEvents := floodgate.ObserverFunc(func(e floodgate.Event) {
+		if s := svcp.Load(); s != nil {
+			s.ObserveStore(e)
+		}
+	})
+	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes, storeEvents)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
+	storeName, failureMode := "memory", "none (the memory store cannot fail)"
+	switch {
+	case *redisAddr != "":
+		storeName, failureMode = "redis "+*redisAddr, *redisFailure
+	case *redisCluster != "":
+		storeName, failureMode = "redis-cluster "+*redisCluster, *redisFailure
+	}
+	switch *redisFailure {
+	case "open":
+		opts = append(opts, rls.WithFailureMode(rls.FailOpen))
+	case "closed":
+		opts = append(opts, rls.WithFailureMode(rls.FailClosed))
+	}
+	opts = append(opts, rls.WithLogger(log))
 	reg := prometheus.NewRegistry()
 	m, err := rls.NewMetrics(reg)
 	if err != nil {
@@ -134,7 +157,8 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 	if err != nil {
 		return err
 	}
-	log.Info("config loaded", "dir", *configDir, "domains", svc.Domains())
+	svcp.Store(svc)
+	log.Info("config loaded", "dir", *configDir, "domains", svc.Domains(), "store", storeName, "redis_failure", failureMode)
 	if *watch {
 		if err := svc.WatchDir(ctx, *configDir); err != nil {
 			return err
@@ -243,7 +267,7 @@ func checkFlags(set map[string]bool, redisAddr, redisCluster string, redisTimeou
 	return nil
 }
 
-func openStore(addr, cluster, prefix string, timeout time.Duration, failure string, nodes int) (store.Store, func(), error) {
+func openStore(addr, cluster, prefix string, timeout time.Duration, failure string, nodes int, events floodgate.Observer) (store.Store, func(), error) {
 	if addr == "" && cluster == "" {
 		s, err := memstore.New()
 		if err != nil {
@@ -262,15 +286,13 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: %w", err)
 	}
-	var fp redisstore.FailurePolicy
+	// open and closed are the service's failure modes (rls.FailOpen,
+	// rls.FailClosed: answers without a quota that would make a client
+	// wait); the store returns the error.
+	fp := redisstore.FailError()
 	closeLocal := func() {}
 	switch failure {
-	case "error":
-		fp = redisstore.FailError()
-	case "open":
-		fp = redisstore.FailOpen()
-	case "closed":
-		fp = redisstore.FailClosed(time.Second)
+	case "error", "open", "closed":
 	case "local":
 		local, err := memstore.New()
 		if err != nil {
@@ -283,7 +305,7 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 		client.Close()
 		return nil, nil, fmt.Errorf("-redis-failure: unknown %q (want error, open, closed, local)", failure)
 	}
-	s, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp))
+	s, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp), redisstore.WithObserver(events))
 	if err != nil {
 		client.Close()
 		closeLocal()

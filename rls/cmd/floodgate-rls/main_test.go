@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +35,12 @@ descriptors:
 // connection and the function that stops it (and reports run's error).
 func start(t *testing.T, args ...string) (rlspb.RateLimitServiceClient, *grpc.ClientConn, string, func() error) {
 	t.Helper()
+	return startLog(t, io.Discard, args...)
+}
+
+// startLog is start with the command's log written to logw.
+func startLog(t *testing.T, logw io.Writer, args ...string) (rlspb.RateLimitServiceClient, *grpc.ClientConn, string, func() error) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
@@ -41,7 +49,7 @@ func start(t *testing.T, args ...string) (rlspb.RateLimitServiceClient, *grpc.Cl
 	ready := make(chan [2]string, 1)
 	done := make(chan error, 1)
 	args = append([]string{"-config", dir, "-addr", "127.0.0.1:0", "-metrics", "127.0.0.1:0"}, args...)
-	go func() { done <- run(ctx, args, io.Discard, ready) }()
+	go func() { done <- run(ctx, args, logw, ready) }()
 	var addrs [2]string
 	select {
 	case addrs = <-ready:
@@ -230,5 +238,116 @@ func TestFlagsCheckedAtStartup(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the command's log and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// With Redis away, open answers OK with nothing that makes a client wait
+// (no limit, no reset, no headers) and closed OVER_LIMIT without a made-up
+// reset; the outage is logged once when it starts and once when it ends,
+// and every call answered by the failure mode is counted.
+func TestRedisOutageAnswersAndVisibility(t *testing.T) {
+	for _, mode := range []string{"error", "open", "closed", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			addr, redis := startRedis(t)
+			var logb syncBuffer
+			args := []string{"-redis", addr, "-redis-failure", mode, "-redis-timeout", "2s", "-headers", "ietf,legacy"}
+			client, _, maddr, _ := startLog(t, &logb, args...)
+			if !strings.Contains(logb.String(), "store=\"redis "+addr+"\" redis_failure="+mode) {
+				t.Errorf("the startup log does not name the store and the failure mode:\n%s", logb.String())
+			}
+			if _, err := client.ShouldRateLimit(context.Background(), req("a")); err != nil {
+				t.Fatal(err)
+			}
+			redis.Process.Kill()
+			redis.Wait()
+			for range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r, err := client.ShouldRateLimit(ctx, req("a"))
+				cancel()
+				switch mode {
+				case "error":
+					if status.Code(err) != codes.Unavailable {
+						t.Fatalf("%v %v, want Unavailable", r, err)
+					}
+				case "open":
+					st := r.GetStatuses()[0]
+					if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK || st.CurrentLimit != nil || st.LimitRemaining != 0 ||
+						st.DurationUntilReset != nil || len(r.ResponseHeadersToAdd) != 0 {
+						t.Fatalf("open: %v %v, want OK with no limit, no reset, no headers", r, err)
+					}
+				case "closed":
+					st := r.GetStatuses()[0]
+					if err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetRequestsPerUnit() != 2 ||
+						st.DurationUntilReset != nil || len(r.ResponseHeadersToAdd) != 0 {
+						t.Fatalf("closed: %v %v, want OVER_LIMIT with the limit, no reset, no headers", r, err)
+					}
+				case "local":
+					if err != nil || r.GetStatuses()[0].CurrentLimit == nil {
+						t.Fatalf("local: %v %v", r, err)
+					}
+				}
+			}
+			if n := strings.Count(logb.String(), "rate limit store unavailable"); n != 1 {
+				t.Errorf("%d outage log lines after 3 calls, want 1:\n%s", n, logb.String())
+			}
+			m := scrape(t, maddr)
+			if w := `floodgate_rls_store_unavailable_total{failure_mode="` + mode + `"} 3`; !strings.Contains(m, w) {
+				t.Errorf("metrics lack %q:\n%s", w, m)
+			}
+			if mode != "local" {
+				if w := `ratelimit_service_should_rate_limit_error{err_type="redis_error"} 3`; !strings.Contains(m, w) {
+					t.Errorf("metrics lack %q:\n%s", w, m)
+				}
+			}
+			// Redis back on the same port: one line says so.
+			port := addr[strings.LastIndexByte(addr, ':')+1:]
+			back := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no")
+			if err := back.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { back.Process.Kill(); back.Wait() })
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(logb.String(), "rate limit store available again") {
+				if time.Now().After(deadline) {
+					t.Fatalf("no recovery logged:\n%s", logb.String())
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				client.ShouldRateLimit(ctx, req("b"))
+				cancel()
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := strings.Count(logb.String(), "rate limit store available again"); n != 1 {
+				t.Errorf("%d recovery lines, want 1", n)
+			}
+		})
 	}
 }
