@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -161,15 +162,11 @@ func ParseDomain(name string, b []byte) (Domain, error) {
 	p := parser{file: name}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		msg := err.Error()
-		if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-			if i := strings.IndexByte(rest, ':'); i > 0 {
-				if n, err := strconv.Atoi(rest[:i]); err == nil {
-					return Domain{}, &policy.ConfigError{File: name, Line: n, Msg: "error loading config file: " + strings.TrimSpace(rest[i+1:])}
-				}
-			}
+		line, msg := yamlError(err)
+		if line == 0 {
+			return Domain{}, &policy.ConfigError{File: name, Line: 1, Msg: "error loading config file: " + msg}
 		}
-		return Domain{}, &policy.ConfigError{File: name, Line: 1, Msg: "error loading config file: " + strings.TrimPrefix(msg, "yaml: ")}
+		return Domain{}, &policy.ConfigError{File: name, Line: errorLine(b, line, msg), Msg: "error loading config file: " + msg}
 	}
 	if len(doc.Content) == 0 {
 		return Domain{}, p.errf(&doc, "config file cannot have empty domain")
@@ -193,6 +190,53 @@ func ParseDomain(name string, b []byte) (Domain, error) {
 		return Domain{}, p.errf(root, "config file cannot have empty domain")
 	}
 	return d, nil
+}
+
+// yamlError splits yaml.v3's "yaml: line N: what" into N and what (N 0
+// when the error names no line).
+func yamlError(err error) (int, string) {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+		if i := strings.IndexByte(rest, ':'); i > 0 {
+			if n, err := strconv.Atoi(rest[:i]); err == nil {
+				return n, strings.TrimSpace(rest[i+1:])
+			}
+		}
+	}
+	return 0, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// errorLine finds the line of a YAML syntax error. yaml.v3 names the line
+// where the enclosing block starts when it has one ("did not find
+// expected '-' indicator" at the sequence's first line, not at the
+// misindented entry): the line is the last of the shortest prefix of b
+// that fails with the same message, found by bisection (a prefix holding
+// the error fails with it; a shorter one parses); reported when no prefix
+// fails so.
+func errorLine(b []byte, reported int, msg string) int {
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	fails := func(k int) bool {
+		var n yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:k], nil), &n)
+		if err == nil {
+			return false
+		}
+		_, m := yamlError(err)
+		return m == msg
+	}
+	if !fails(len(lines)) {
+		return reported
+	}
+	lo, hi := 0, len(lines) // fails(hi); lo is a prefix that does not fail
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 type parser struct{ file string }
