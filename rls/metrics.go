@@ -13,7 +13,7 @@ import (
 // reference's statsd names come out of its Prometheus mapping:
 //
 //	ratelimit_service_rate_limit_total_hits{domain, key}    hits of every limited descriptor
-//	ratelimit_service_rate_limit_within_limit{domain, key}  hits admitted
+//	ratelimit_service_rate_limit_within_limit{domain, key}  hits admitted (charged: a descriptor within its limit whose request another descriptor refused counts in total_hits only)
 //	ratelimit_service_rate_limit_near_limit{domain, key}    hits above the near-limit ratio, up to the limit
 //	ratelimit_service_rate_limit_over_limit{domain, key}    hits beyond the limit
 //	ratelimit_service_rate_limit_shadow_mode{domain, key}   over_limit hits of shadow-mode descriptors
@@ -138,6 +138,9 @@ func (m *Metrics) record(domain, stats string, checks []floodgate.Check, lm *lim
 			c.shadow.Add(float64(o))
 		}
 		return
+	}
+	if !charged {
+		return // refused by another descriptor: nothing admitted, nothing charged
 	}
 	c.within.Add(h)
 	if after > near {

@@ -876,7 +876,9 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 		}
 		st.DurationUntilReset = durationpb.New(resetOf(l, dec, over, now))
 		if s.opts.metrics != nil && !d.neg && d.hits > 0 {
-			s.opts.metrics.record(req.Domain, d.stats, d.checks, d.lm, d.hits, s.opts.nearRatio, admitted && !quotaOver)
+			// Charged: quota-mode descriptors each when they admit, the
+			// others when the request is admitted.
+			s.opts.metrics.record(req.Domain, d.stats, d.checks, d.lm, d.hits, s.opts.nearRatio, d.lm.quota || (admitted && !quotaOver))
 		}
 		if over && d.lm.shadow {
 			st.Code = rlspb.RateLimitResponse_OK
