@@ -72,7 +72,7 @@ type RateLimit struct {
 	RequestsPerUnit uint32
 	// Unit is "second", "minute", "hour", "day", "week", "month" (30
 	// days) or "year" (365 days), case-insensitive, or (an extension) a
-	// duration such as "30s" or "5m".
+	// duration such as "30s" or "5m", a whole number of seconds.
 	Unit string
 	// UnitMultiplier multiplies the unit (0 means 1).
 	UnitMultiplier uint32
@@ -109,8 +109,12 @@ func (r RateLimit) Window() (time.Duration, error) {
 		d = 365 * 24 * time.Hour
 	default:
 		v, err := time.ParseDuration(r.Unit)
-		if err != nil || v <= 0 || v%time.Millisecond != 0 {
+		if err != nil || v <= 0 {
 			return 0, fmt.Errorf("invalid rate limit unit '%s' (want second, minute, hour, day, week, month, year or a duration such as 30s)", r.Unit)
+		}
+		if v%time.Second != 0 {
+			// current_limit and duration_until_reset speak in whole seconds.
+			return 0, fmt.Errorf("invalid rate limit unit '%s': a duration unit must be a whole number of seconds (such as 2s or 90s)", r.Unit)
 		}
 		d = v
 	}

@@ -52,7 +52,7 @@
 //
 //	rate_limit:
 //	  algorithm: token-bucket   # fixed-window (default), token-bucket, leaky-bucket, sliding-log, sliding-counter
-//	  unit: 30s                 # besides the named units: any duration (30s, 5m, 90s)
+//	  unit: 30s                 # besides the named units: a duration of whole seconds (30s, 5m, 90s)
 //	  requests_per_unit: 100
 //	  burst: 200                # a token bucket's capacity (default requests_per_unit), a leaky bucket's burst
 //	rate_limits:                # further limits of the descriptor, checked with rate_limit all or nothing
