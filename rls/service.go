@@ -904,7 +904,11 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 	}
 	resp.OverallCode = overall
 	if s.opts.headers != 0 && leadSt != nil {
-		resp.ResponseHeadersToAdd = s.headers(ds, leadSt)
+		var capacity int64
+		if lead != nil {
+			capacity = lead.Limiter.(*store.Limiter).Capacity()
+		}
+		resp.ResponseHeadersToAdd = s.headers(ds, leadSt, capacity)
 	}
 	return resp, lead, nil
 }
