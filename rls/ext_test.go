@@ -297,8 +297,8 @@ func TestMetricsAndHeaders(t *testing.T) {
 	for _, hv := range r.ResponseHeadersToAdd {
 		h[hv.Key] = hv.Value
 	}
-	if h["X-RateLimit-Limit"] != "10" || h["X-RateLimit-Remaining"] != "0" || h["RateLimit-Policy"] != `"edge.tenant";q=10;w=3600` ||
-		!strings.HasPrefix(h["RateLimit"], `"edge.tenant";r=0;t=`) || h["X-RateLimit-Reset"] == "" {
+	if h["X-RateLimit-Limit"] != "10" || h["X-RateLimit-Remaining"] != "0" || h["RateLimit-Policy"] != `"rl-1b87f654";q=10;w=3600` ||
+		!strings.HasPrefix(h["RateLimit"], `"rl-1b87f654";r=0;t=`) || h["X-RateLimit-Reset"] == "" {
 		t.Errorf("headers %v", h)
 	}
 	// Shadow mode: over_limit and shadow_mode both count.

@@ -17,7 +17,9 @@ const (
 	// ("name";q=requests;w=window seconds), and RateLimit, the same members
 	// with r (units left) and t (seconds until reset), as
 	// draft-ietf-httpapi-ratelimit-headers writes them and floodgate's
-	// middleware sends them.
+	// middleware sends them. A member's name is the rate_limit's name, else
+	// a short hash of its config path, never the path itself (see
+	// WithHeaderPolicyNames).
 	HeadersIETF HeaderSet = 1 << iota
 	// HeadersLegacy: X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds) of the descriptor closest to its limit
@@ -43,14 +45,17 @@ func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_Descriptor
 			}
 			j := pick(d.checks)
 			l := &d.lm.lims[j]
-			name := l.policy
-			if d.lm.name != "" {
-				name = policyName(d.lm.name)
-			}
+			name := l.header
 			if seen[name] {
 				continue
 			}
 			seen[name] = true
+			if s.opts.noHeaderNames {
+				name = "default"
+				if n := len(seen); n > 1 {
+					name = "limit-" + strconv.Itoa(n)
+				}
+			}
 			if pol.Len() > 0 {
 				pol.WriteString(", ")
 				rl.WriteString(", ")

@@ -77,6 +77,18 @@ type options struct {
 	now       func() time.Time
 	secret    []byte
 	logger    *slog.Logger
+	// noHeaderNames: RateLimit-Policy members are named by position.
+	noHeaderNames bool
+}
+
+// WithHeaderPolicyNames says how the members of RateLimit-Policy and
+// RateLimit (HeadersIETF) are named, which end clients see. On (the
+// default): a limit's rate_limit name when set, else "rl-" and a short
+// stable hash of its config path, which tells nothing of the config. Off:
+// by position, as floodgate's middleware names unnamed limits: "default"
+// for the first member, "limit-2", "limit-3" for the next.
+func WithHeaderPolicyNames(on bool) Option {
+	return Option{func(c *options) error { c.noHeaderNames = !on; return nil }}
 }
 
 // WithLogger logs on l when the store stops deciding (Redis away: the
@@ -583,7 +595,7 @@ func (s *Service) override(domain string, rpu uint32, unit string, mult uint32, 
 	s.ovMu.Unlock()
 	if !ok {
 		name := fmt.Sprintf("rls-override:%d/%s", rpu, w)
-		l = &lim{policy: name, window: w, fixed: true, limit: int64(rpu), pb: currentLimit(rpu, w, "", mult)}
+		l = &lim{policy: name, header: name, window: w, fixed: true, limit: int64(rpu), pb: currentLimit(rpu, w, "", mult)}
 		pol, err := r.policy(name)
 		if err != nil {
 			return nil, fmt.Errorf("the descriptor's limit: %w", err)

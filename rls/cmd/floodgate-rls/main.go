@@ -72,6 +72,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		redisFailure  = fs.String("redis-failure", "error", "when Redis is away: error (the call fails, Envoy's failure_mode_deny decides), open (OK, with no limit and no headers), closed (OVER_LIMIT, with no reset time), or local (decide on a local memory store, the rate divided by -nodes)")
 		nodes         = fs.Int("nodes", 1, "with -redis-failure local: the number of floodgate-rls processes sharing the limits")
 		headers       = fs.String("headers", "", "response headers for Envoy to add: ietf, legacy or ietf,legacy")
+		headerNames   = fs.Bool("header-policy-names", true, "with -headers ietf: name RateLimit-Policy members by the rate_limit's name, else a short hash (never the config path); false: by position (default, limit-2, ...)")
 		shadow        = fs.Bool("shadow", false, "global shadow mode: answer OK whatever the limits say")
 		watch         = fs.Bool("watch", true, "reload the config directory when it changes")
 		secretFile    = fs.String("key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
@@ -101,7 +102,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 			return fmt.Errorf("-headers: unknown group %q (want ietf, legacy)", h)
 		}
 	}
-	opts := []rls.Option{rls.WithHeaders(hs), rls.WithGlobalShadowMode(*shadow)}
+	opts := []rls.Option{rls.WithHeaders(hs), rls.WithGlobalShadowMode(*shadow), rls.WithHeaderPolicyNames(*headerNames)}
 	if *secretFile != "" {
 		b, err := os.ReadFile(*secretFile)
 		if err != nil {
