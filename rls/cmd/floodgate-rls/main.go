@@ -10,9 +10,11 @@
 // It reloads the config directory on every change (a bad file is refused,
 // logged with file:line, and the running config stays), serves the gRPC
 // health service (SERVING once a config is loaded, NOT_SERVING while
-// shutting down), Prometheus metrics on -metrics at /metrics, and stops
-// gracefully on SIGINT or SIGTERM (in-flight calls finish, within
-// -shutdown-timeout).
+// shutting down), Prometheus metrics on -metrics at /metrics, reloads the
+// config directory on SIGHUP, and stops gracefully on SIGINT or SIGTERM:
+// the health turns NOT_SERVING, calls are still served for -shutdown-drain
+// (2s), then in-flight calls finish, within -shutdown-timeout, and
+// "stopped" is logged.
 package main
 
 import (
@@ -77,6 +79,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		watch         = fs.Bool("watch", true, "reload the config directory when it changes")
 		secretFile    = fs.String("key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
 		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown")
+		drain         = fs.Duration("shutdown-drain", 2*time.Second, "at shutdown, how long the gRPC health says NOT_SERVING while calls are still served, before the server stops taking new ones (for Envoy's health checks to move away)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -89,6 +92,9 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err := checkFlags(set, *redisAddr, *redisCluster, *redisTimeout, *redisFailure, *nodes, *shutdownAfter); err != nil {
 		return err
+	}
+	if *drain < 0 {
+		return fmt.Errorf("-shutdown-drain %v: want 0 or more", *drain)
 	}
 	var hs rls.HeaderSet
 	for _, h := range strings.Split(*headers, ",") {
@@ -202,16 +208,38 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		ready <- [2]string{lis.Addr().String(), mAddr}
 	}
 
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		g.Stop()
-		return err
+	// SIGHUP reloads the config directory now (the watch aside).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case <-hup:
+			log.Info("SIGHUP: reloading the config directory", "dir", *configDir)
+			_ = svc.ReloadDir(*configDir) // applied or refused: logged by the reload callback
+		case err := <-serveErr:
+			g.Stop()
+			return err
+		}
 	}
-	// Graceful shutdown: tell the health checkers first, then let the calls
-	// in flight finish, within the timeout.
-	log.Info("shutting down")
+	// Graceful shutdown: tell the health checkers first and keep serving
+	// for the drain, so that Envoy moves away; then let the calls in flight
+	// finish, within the timeout.
+	log.Info("shutting down: health NOT_SERVING", "drain", drain.String())
 	hsrv.Shutdown()
+	if *drain > 0 {
+		t := time.NewTimer(*drain)
+		select {
+		case <-t.C:
+		case err := <-serveErr:
+			t.Stop()
+			g.Stop()
+			return err
+		}
+	}
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
 	select {
@@ -224,6 +252,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		defer cancel()
 		_ = msrv.Shutdown(sctx)
 	}
+	log.Info("stopped")
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func startLog(t *testing.T, logw io.Writer, args ...string) (rlspb.RateLimitServ
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan [2]string, 1)
 	done := make(chan error, 1)
-	args = append([]string{"-config", dir, "-addr", "127.0.0.1:0", "-metrics", "127.0.0.1:0"}, args...)
+	args = append([]string{"-config", dir, "-addr", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-shutdown-drain", "0s"}, args...)
 	go func() { done <- run(ctx, args, logw, ready) }()
 	var addrs [2]string
 	select {
@@ -349,5 +350,90 @@ func TestRedisOutageAnswersAndVisibility(t *testing.T) {
 				t.Errorf("%d recovery lines, want 1", n)
 			}
 		})
+	}
+}
+
+// SIGHUP reloads the config directory (and does not kill the process);
+// at shutdown the health turns NOT_SERVING while calls are still served
+// for the drain, then the server stops and says so.
+func TestSIGHUPAndDrain(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logb syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-config", dir, "-addr", "127.0.0.1:0", "-watch=false", "-shutdown-drain", "400ms"}, &logb, ready)
+	}()
+	var addrs [2]string
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client, hc := rlspb.NewRateLimitServiceClient(conn), healthpb.NewHealthClient(conn)
+	// 2 per hour, then 5 per hour after the SIGHUP reload (no watch).
+	if err := os.WriteFile(file, []byte(strings.Replace(config, "requests_per_unit: 2", "requests_per_unit: 5", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := client.ShouldRateLimit(context.Background(), req("hup"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload after SIGHUP:\n%s", logb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logb.String(), "SIGHUP: reloading") {
+		t.Errorf("the SIGHUP is not logged:\n%s", logb.String())
+	}
+	cancel()
+	// During the drain: NOT_SERVING, and calls are still answered.
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		h, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+		if err != nil {
+			t.Fatalf("health during the drain: %v", err)
+		}
+		if h.Status == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("health never NOT_SERVING")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := client.ShouldRateLimit(context.Background(), req("drain")); err != nil {
+		t.Errorf("a call during the drain: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no stop")
+	}
+	if !strings.Contains(logb.String(), "msg=stopped") {
+		t.Errorf("no \"stopped\" logged:\n%s", logb.String())
 	}
 }
