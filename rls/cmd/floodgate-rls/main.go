@@ -7,6 +7,10 @@
 //	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis 127.0.0.1:6379
 //	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
 //
+// With -redis, it starts even when Redis is down, answering by
+// -redis-failure until Redis answers; -redis-cluster needs one node up at
+// startup.
+//
 // It reloads the config directory on every change (a bad file is refused,
 // logged with file:line, and the running config stays), serves the gRPC
 // health service (SERVING once a config is loaded, NOT_SERVING while
@@ -124,7 +128,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 			s.ObserveStore(e)
 		}
 	})
-	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes, storeEvents)
+	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes, storeEvents, log)
 	if err != nil {
 		return err
 	}
@@ -297,7 +301,7 @@ func checkFlags(set map[string]bool, redisAddr, redisCluster string, redisTimeou
 	return nil
 }
 
-func openStore(addr, cluster, prefix string, timeout time.Duration, failure string, nodes int, events floodgate.Observer) (store.Store, func(), error) {
+func openStore(addr, cluster, prefix string, timeout time.Duration, failure string, nodes int, events floodgate.Observer, log *slog.Logger) (store.Store, func(), error) {
 	if addr == "" && cluster == "" {
 		s, err := memstore.New()
 		if err != nil {
@@ -312,8 +316,13 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 	if cluster != "" {
 		addrs = strings.Split(cluster, ",")
 	}
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
-	if err != nil {
+	// A single node's client is made even when the node is down (it dials
+	// again on every call), so that the service starts and answers by the
+	// failure mode until Redis is there. A cluster client needs a node up.
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: cluster == ""})
+	if err != nil && client != nil {
+		log.Warn("redis unreachable at startup: answering by -redis-failure until it is there", "redis", addr, "redis_failure", failure, "err", err)
+	} else if err != nil {
 		return nil, nil, fmt.Errorf("redis: %w", err)
 	}
 	// open and closed are the service's failure modes (rls.FailOpen,

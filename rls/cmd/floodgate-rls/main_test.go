@@ -437,3 +437,68 @@ func TestSIGHUPAndDrain(t *testing.T) {
 		t.Errorf("no \"stopped\" logged:\n%s", logb.String())
 	}
 }
+
+// With the Redis node down at startup, the command starts and answers by
+// the failure mode, and decides on Redis once it is there.
+func TestRedisDownAtStartup(t *testing.T) {
+	for _, mode := range []string{"error", "open", "closed", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+			l.Close()
+			var logb syncBuffer
+			client, _, _, _ := startLog(t, &logb, "-redis", "127.0.0.1:"+port, "-redis-failure", mode, "-redis-timeout", "2s")
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r, err := client.ShouldRateLimit(ctx, req("down"))
+			cancel()
+			switch mode {
+			case "error":
+				if status.Code(err) != codes.Unavailable {
+					t.Fatalf("%v %v, want Unavailable", r, err)
+				}
+			case "open", "local":
+				if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK {
+					t.Fatalf("%v %v, want OK", r, err)
+				}
+			case "closed":
+				if err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("%v %v, want OVER_LIMIT", r, err)
+				}
+			}
+			srv := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no")
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+			// Redis decides: 2 per hour, the third call over.
+			deadline := time.Now().Add(15 * time.Second)
+			for !strings.Contains(logb.String(), "rate limit store available again") {
+				if time.Now().After(deadline) {
+					t.Fatalf("Redis never decided:\n%s", logb.String())
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				client.ShouldRateLimit(ctx, req("probe"))
+				cancel()
+				time.Sleep(20 * time.Millisecond)
+			}
+			var codes []rlspb.RateLimitResponse_Code
+			for range 3 {
+				r, err := client.ShouldRateLimit(context.Background(), req("up"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				codes = append(codes, r.OverallCode)
+			}
+			if codes[1] != rlspb.RateLimitResponse_OK || codes[2] != rlspb.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("codes %v once Redis is up, want OK OK OVER_LIMIT", codes)
+			}
+			out, err := exec.Command("redis-cli", "-p", port, "dbsize").Output()
+			if err != nil || strings.TrimSpace(string(out)) == "0" {
+				t.Errorf("redis dbsize %q %v: the keys should be in Redis", out, err)
+			}
+		})
+	}
+}
