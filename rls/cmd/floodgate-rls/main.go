@@ -7,9 +7,8 @@
 //	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis 127.0.0.1:6379
 //	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
 //
-// With -redis, it starts even when Redis is down, answering by
-// -redis-failure until Redis answers; -redis-cluster needs one node up at
-// startup.
+// It starts even when Redis is down, answering by -redis-failure until
+// Redis answers (a Redis Cluster's client is made in the background).
 //
 // It reloads the config directory on every change (a bad file is refused,
 // logged with file:line, and the running config stays), serves the gRPC
@@ -34,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,6 +48,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -316,15 +317,6 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 	if cluster != "" {
 		addrs = strings.Split(cluster, ",")
 	}
-	// A single node's client is made even when the node is down (it dials
-	// again on every call), so that the service starts and answers by the
-	// failure mode until Redis is there. A cluster client needs a node up.
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: cluster == ""})
-	if err != nil && client != nil {
-		log.Warn("redis unreachable at startup: answering by -redis-failure until it is there", "redis", addr, "redis_failure", failure, "err", err)
-	} else if err != nil {
-		return nil, nil, fmt.Errorf("redis: %w", err)
-	}
 	// open and closed are the service's failure modes (rls.FailOpen,
 	// rls.FailClosed: answers without a quota that would make a client
 	// wait); the store returns the error.
@@ -335,20 +327,102 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 	case "local":
 		local, err := memstore.New()
 		if err != nil {
-			client.Close()
 			return nil, nil, err
 		}
 		closeLocal = func() { local.Close() }
 		fp = redisstore.Fallback(local, nodes)
 	default:
-		client.Close()
 		return nil, nil, fmt.Errorf("-redis-failure: unknown %q (want error, open, closed, local)", failure)
 	}
-	s, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp), redisstore.WithObserver(events))
+	newStore := func(c rueidis.Client) (*redisstore.Store, error) {
+		return redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp), redisstore.WithObserver(events))
+	}
+	clusterOpt := rueidis.ClientOption{InitAddress: addrs, DisableCache: true}
+	client, err := rueidis.NewClient(clusterOpt)
+	late := false
+	if err != nil && cluster != "" {
+		// A cluster client needs a node up. Meanwhile a single-node client
+		// to the first address, made without it (it dials again on every
+		// call), fails every call: the failure policy answers.
+		log.Warn("redis cluster unreachable at startup: answering by -redis-failure, connecting in the background", "redis_cluster", cluster, "redis_failure", failure, "err", err)
+		client, _ = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs[:1], DisableCache: true, ForceSingleClient: true})
+		late = true
+	} else if err != nil {
+		// A single node's client is made even when the node is down (it
+		// dials again on every call): the failure policy answers until the
+		// node is there.
+		log.Warn("redis unreachable at startup: answering by -redis-failure until it is there", "redis", addr, "redis_failure", failure, "err", err)
+		client, _ = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: true})
+	}
+	if client == nil {
+		closeLocal()
+		return nil, nil, fmt.Errorf("redis: %w", err)
+	}
+	s, err := newStore(client)
 	if err != nil {
 		client.Close()
 		closeLocal()
 		return nil, nil, err
 	}
-	return s, func() { client.Close(); closeLocal() }, nil
+	if !late {
+		return s, func() { client.Close(); closeLocal() }, nil
+	}
+	ls := &lateStore{}
+	ls.cur.Store(s)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var clusterClient rueidis.Client
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			c, err := rueidis.NewClient(clusterOpt)
+			if err != nil {
+				continue
+			}
+			cs, err := newStore(c)
+			if err != nil {
+				c.Close()
+				log.Error("redis cluster store", "err", err)
+				return
+			}
+			clusterClient = c
+			ls.cur.Store(cs)
+			log.Info("redis cluster connected: deciding on it", "redis_cluster", cluster)
+			return
+		}
+	}()
+	return ls, func() {
+		close(done)
+		wg.Wait()
+		client.Close()
+		if clusterClient != nil {
+			clusterClient.Close()
+		}
+		closeLocal()
+	}, nil
 }
+
+// lateStore is the Redis Cluster store once its client could be made, and
+// until then a store that fails every call (its failure policy answers).
+type lateStore struct {
+	cur atomic.Pointer[redisstore.Store]
+}
+
+func (l *lateStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
+	return l.cur.Load().Apply(ctx, key, alg, n)
+}
+
+func (l *lateStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	return l.cur.Load().ApplyAll(ctx, ops, out, commit)
+}
+
+// Shared: the state is Redis's, shared by every process.
+func (l *lateStore) Shared() bool { return true }

@@ -502,3 +502,79 @@ func TestRedisDownAtStartup(t *testing.T) {
 		})
 	}
 }
+
+// With the Redis Cluster down at startup, the command starts, answers by
+// the failure mode and connects in the background: once a (one-node)
+// cluster is up, Redis decides.
+func TestRedisClusterDownAtStartup(t *testing.T) {
+	var port int
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if p+10000 > 65535 {
+			continue
+		}
+		if bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000)); err == nil {
+			bus.Close()
+			port = p
+			break
+		}
+	}
+	if port == 0 {
+		t.Fatal("no free port pair for a cluster node")
+	}
+	ps := strconv.Itoa(port)
+	var logb syncBuffer
+	client, _, _, _ := startLog(t, &logb, "-redis-cluster", "127.0.0.1:"+ps, "-redis-failure", "local", "-redis-timeout", "2s")
+	r, err := client.ShouldRateLimit(context.Background(), req("down"))
+	if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK || !strings.Contains(logb.String(), "redis cluster unreachable at startup") {
+		t.Fatalf("%v %v, want OK from the local fallback:\n%s", r, err, logb.String())
+	}
+	dir := t.TempDir()
+	srv := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", ps, "--save", "", "--appendonly", "no",
+		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--dir", dir)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, _ := exec.Command("redis-cli", "-p", ps, "cluster", "addslotsrange", "0", "16383").CombinedOutput()
+		info, _ := exec.Command("redis-cli", "-p", ps, "cluster", "info").Output()
+		if strings.Contains(string(info), "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no cluster: %s %s", out, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for !strings.Contains(logb.String(), "redis cluster connected") || !strings.Contains(logb.String(), "rate limit store available again") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster never decided:\n%s", logb.String())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		client.ShouldRateLimit(ctx, req("probe"))
+		cancel()
+		time.Sleep(20 * time.Millisecond)
+	}
+	var codes []rlspb.RateLimitResponse_Code
+	for range 3 {
+		r, err := client.ShouldRateLimit(context.Background(), req("up"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, r.OverallCode)
+	}
+	if codes[1] != rlspb.RateLimitResponse_OK || codes[2] != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("codes %v on the cluster, want OK OK OVER_LIMIT", codes)
+	}
+	out, err := exec.Command("redis-cli", "-p", ps, "dbsize").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "0" {
+		t.Errorf("redis dbsize %q %v: the keys should be in the cluster", out, err)
+	}
+}
