@@ -66,6 +66,11 @@ func main() {
 // shutdown) or on an error. ready, when not nil, receives the gRPC address
 // and then the metrics address ("" when off) once both listen.
 func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]string) error {
+	// SIGHUP reloads the config directory (the watch aside); caught from
+	// the start, so that one sent during startup does not kill the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := flag.NewFlagSet("floodgate-rls", flag.ContinueOnError)
 	fs.SetOutput(logw)
 	var (
@@ -213,10 +218,6 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		ready <- [2]string{lis.Addr().String(), mAddr}
 	}
 
-	// SIGHUP reloads the config directory now (the watch aside).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 wait:
 	for {
 		select {
