@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -90,6 +92,7 @@ func currentLimit(rpu uint32, w time.Duration, name string, multiplier uint32) *
 // lim is one compiled rate limit.
 type lim struct {
 	policy  string // its floodgate policy name
+	header  string // its name in RateLimit-Policy and RateLimit
 	l       *store.Limiter
 	blocked bool // requests_per_unit 0 on a window: nothing is admitted
 	fixed   bool // a fixed window: duration_until_reset is the window's end
@@ -193,7 +196,7 @@ func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, 
 						return &policy.ConfigError{File: p.file, Line: max(r.Line, d.Line, 1), Msg: err.Error()}
 					}
 					w, _ := r.Window()
-					l := lim{policy: name, window: w, limit: int64(r.RequestsPerUnit),
+					l := lim{policy: name, header: headerName(d.RateLimit.Name, name), window: w, limit: int64(r.RequestsPerUnit),
 						fixed: r.Algorithm == "" || r.Algorithm == policy.FixedWindow,
 						pb:    currentLimit(r.RequestsPerUnit, w, r.Name, r.UnitMultiplier)}
 					if pol.Name == "" {
@@ -250,6 +253,18 @@ func bindNode(n *node, set *policy.Set) error {
 
 // policyName turns a descriptor path into a policy name: printable ASCII
 // without spaces, quotes or backslashes, other bytes as %XX.
+// headerName is a limit's name in the RateLimit-Policy and RateLimit
+// headers, which end clients see: the rate_limit's name when it has one,
+// else "rl-" and 32 bits of SHA-256 of its policy name, stable across
+// processes and reloads and telling nothing of the config's paths.
+func headerName(name, policy string) string {
+	if name != "" {
+		return policyName(name)
+	}
+	sum := sha256.Sum256([]byte(policy))
+	return "rl-" + hex.EncodeToString(sum[:4])
+}
+
 func policyName(path string) string {
 	ok := true
 	for i := 0; i < len(path); i++ {

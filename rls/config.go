@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -71,7 +72,7 @@ type RateLimit struct {
 	RequestsPerUnit uint32
 	// Unit is "second", "minute", "hour", "day", "week", "month" (30
 	// days) or "year" (365 days), case-insensitive, or (an extension) a
-	// duration such as "30s" or "5m".
+	// duration such as "30s" or "5m", a whole number of seconds.
 	Unit string
 	// UnitMultiplier multiplies the unit (0 means 1).
 	UnitMultiplier uint32
@@ -108,8 +109,12 @@ func (r RateLimit) Window() (time.Duration, error) {
 		d = 365 * 24 * time.Hour
 	default:
 		v, err := time.ParseDuration(r.Unit)
-		if err != nil || v <= 0 || v%time.Millisecond != 0 {
+		if err != nil || v <= 0 {
 			return 0, fmt.Errorf("invalid rate limit unit '%s' (want second, minute, hour, day, week, month, year or a duration such as 30s)", r.Unit)
+		}
+		if v%time.Second != 0 {
+			// current_limit and duration_until_reset speak in whole seconds.
+			return 0, fmt.Errorf("invalid rate limit unit '%s': a duration unit must be a whole number of seconds (such as 2s or 90s)", r.Unit)
 		}
 		d = v
 	}
@@ -161,15 +166,11 @@ func ParseDomain(name string, b []byte) (Domain, error) {
 	p := parser{file: name}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		msg := err.Error()
-		if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-			if i := strings.IndexByte(rest, ':'); i > 0 {
-				if n, err := strconv.Atoi(rest[:i]); err == nil {
-					return Domain{}, &policy.ConfigError{File: name, Line: n, Msg: "error loading config file: " + strings.TrimSpace(rest[i+1:])}
-				}
-			}
+		line, msg := yamlError(err)
+		if line == 0 {
+			return Domain{}, &policy.ConfigError{File: name, Line: 1, Msg: "error loading config file: " + msg}
 		}
-		return Domain{}, &policy.ConfigError{File: name, Line: 1, Msg: "error loading config file: " + strings.TrimPrefix(msg, "yaml: ")}
+		return Domain{}, &policy.ConfigError{File: name, Line: errorLine(b, line, msg), Msg: "error loading config file: " + msg}
 	}
 	if len(doc.Content) == 0 {
 		return Domain{}, p.errf(&doc, "config file cannot have empty domain")
@@ -193,6 +194,53 @@ func ParseDomain(name string, b []byte) (Domain, error) {
 		return Domain{}, p.errf(root, "config file cannot have empty domain")
 	}
 	return d, nil
+}
+
+// yamlError splits yaml.v3's "yaml: line N: what" into N and what (N 0
+// when the error names no line).
+func yamlError(err error) (int, string) {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+		if i := strings.IndexByte(rest, ':'); i > 0 {
+			if n, err := strconv.Atoi(rest[:i]); err == nil {
+				return n, strings.TrimSpace(rest[i+1:])
+			}
+		}
+	}
+	return 0, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// errorLine finds the line of a YAML syntax error. yaml.v3 names the line
+// where the enclosing block starts when it has one ("did not find
+// expected '-' indicator" at the sequence's first line, not at the
+// misindented entry): the line is the last of the shortest prefix of b
+// that fails with the same message, found by bisection (a prefix holding
+// the error fails with it; a shorter one parses); reported when no prefix
+// fails so.
+func errorLine(b []byte, reported int, msg string) int {
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	fails := func(k int) bool {
+		var n yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:k], nil), &n)
+		if err == nil {
+			return false
+		}
+		_, m := yamlError(err)
+		return m == msg
+	}
+	if !fails(len(lines)) {
+		return reported
+	}
+	lo, hi := 0, len(lines) // fails(hi); lo is a prefix that does not fail
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 type parser struct{ file string }

@@ -52,7 +52,7 @@
 //
 //	rate_limit:
 //	  algorithm: token-bucket   # fixed-window (default), token-bucket, leaky-bucket, sliding-log, sliding-counter
-//	  unit: 30s                 # besides the named units: any duration (30s, 5m, 90s)
+//	  unit: 30s                 # besides the named units: a duration of whole seconds (30s, 5m, 90s)
 //	  requests_per_unit: 100
 //	  burst: 200                # a token bucket's capacity (default requests_per_unit), a leaky bucket's burst
 //	rate_limits:                # further limits of the descriptor, checked with rate_limit all or nothing
@@ -115,8 +115,26 @@
 //     left leaves 1; a fresh key has 5). The reference keeps the count (3
 //     left). A change of algorithm or window length starts the keys afresh.
 //   - Store errors: the reference answers with an error; so does the
-//     default FailError, and FailOpen / FailClosed answer instead.
-//     redisstore's failure policies (a local fallback) apply before.
+//     default FailError. FailOpen answers OK with no limit information
+//     (no current_limit, limit_remaining or duration_until_reset, no
+//     headers: nothing that tells a client to wait); FailClosed answers
+//     OVER_LIMIT for every enforcing limited descriptor with its
+//     current_limit, limit_remaining 0 and no duration_until_reset (when
+//     the store is back is unknown), no headers; shadow-mode descriptors
+//     answer OK there too. redisstore's failure policies apply before: its
+//     FailOpen / FailClosed are answered as these, its local Fallback
+//     decides. Feed the store's observer events to [Service.ObserveStore]
+//     so that a failure policy deciding inside the store is seen; each such
+//     call is counted (floodgate_rls_store_unavailable_total) and an
+//     outage logged once when it starts and once when it ends
+//     ([WithLogger]).
+//   - Store keys are floodgate's (redisstore's key format, the domain and
+//     every entry escaped), not the reference's: moving from the reference
+//     on one Redis starts every counter afresh.
+//   - Headers (WithHeaders) name a limit by its rate_limit name, else by a
+//     short hash of its config path ([WithHeaderPolicyNames]), never the
+//     path; X-RateLimit-Limit is the limit's capacity (a token bucket's
+//     burst).
 //   - Month is 30 days and year 365, as the reference without its
 //     calendar-month setting; the metric labels are domain and key (the
 //     descriptor path), not the mapping's key1/key2 split at dots.

@@ -126,7 +126,7 @@ func TestConfigErrors(t *testing.T) {
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra}\n", "x.yaml:4: unknown algorithm \"gcra\""},
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, burst: 2}\n", "x.yaml:4: burst belongs to token-bucket and leaky-bucket"},
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limits: [{unit: second, requests_per_unit: 5}]\n", "x.yaml:3: rate_limits needs a rate_limit beside it"},
-		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second\n", "x.yaml:3: error loading config file"},
+		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second\n", "x.yaml:4: error loading config file"},
 	} {
 		_, err := rls.ParseDomain("x.yaml", []byte(tc.body))
 		var ce *policy.ConfigError
@@ -297,8 +297,8 @@ func TestMetricsAndHeaders(t *testing.T) {
 	for _, hv := range r.ResponseHeadersToAdd {
 		h[hv.Key] = hv.Value
 	}
-	if h["X-RateLimit-Limit"] != "10" || h["X-RateLimit-Remaining"] != "0" || h["RateLimit-Policy"] != `"edge.tenant";q=10;w=3600` ||
-		!strings.HasPrefix(h["RateLimit"], `"edge.tenant";r=0;t=`) || h["X-RateLimit-Reset"] == "" {
+	if h["X-RateLimit-Limit"] != "10" || h["X-RateLimit-Remaining"] != "0" || h["RateLimit-Policy"] != `"rl-1b87f654";q=10;w=3600` ||
+		!strings.HasPrefix(h["RateLimit"], `"rl-1b87f654";r=0;t=`) || h["X-RateLimit-Reset"] == "" {
 		t.Errorf("headers %v", h)
 	}
 	// Shadow mode: over_limit and shadow_mode both count.

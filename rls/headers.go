@@ -17,17 +17,23 @@ const (
 	// ("name";q=requests;w=window seconds), and RateLimit, the same members
 	// with r (units left) and t (seconds until reset), as
 	// draft-ietf-httpapi-ratelimit-headers writes them and floodgate's
-	// middleware sends them.
+	// middleware sends them. A member's name is the rate_limit's name, else
+	// a short hash of its config path, never the path itself (see
+	// WithHeaderPolicyNames).
 	HeadersIETF HeaderSet = 1 << iota
 	// HeadersLegacy: X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds) of the descriptor closest to its limit
-	// (or the one over it), as the reference's response headers.
+	// (or the one over it), as floodgate's middleware writes them:
+	// X-RateLimit-Limit is the limit's capacity (a token bucket's burst,
+	// which may exceed requests_per_unit; a window's requests_per_unit), so
+	// that Remaining never exceeds it, and Reset the seconds until the
+	// budget is full again (on a refusal, until the request would pass).
 	HeadersLegacy
 )
 
 // headers writes the header groups of a response; lead is the status of
 // the descriptor closest to (or over) its limit.
-func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
+func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_DescriptorStatus, capacity int64) []*corepb.HeaderValue {
 	var out []*corepb.HeaderValue
 	if s.opts.headers&HeadersIETF != 0 {
 		var pol, rl strings.Builder
@@ -39,14 +45,17 @@ func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_Descriptor
 			}
 			j := pick(d.checks)
 			l := &d.lm.lims[j]
-			name := l.policy
-			if d.lm.name != "" {
-				name = policyName(d.lm.name)
-			}
+			name := l.header
 			if seen[name] {
 				continue
 			}
 			seen[name] = true
+			if s.opts.noHeaderNames {
+				name = "default"
+				if n := len(seen); n > 1 {
+					name = "limit-" + strconv.Itoa(n)
+				}
+			}
 			if pol.Len() > 0 {
 				pol.WriteString(", ")
 				rl.WriteString(", ")
@@ -69,9 +78,20 @@ func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_Descriptor
 	}
 	if s.opts.headers&HeadersLegacy != 0 && lead.CurrentLimit != nil {
 		out = append(out,
-			&corepb.HeaderValue{Key: "X-RateLimit-Limit", Value: strconv.FormatUint(uint64(lead.CurrentLimit.RequestsPerUnit), 10)},
+			&corepb.HeaderValue{Key: "X-RateLimit-Limit", Value: strconv.FormatInt(limitHeader(lead, capacity), 10)},
 			&corepb.HeaderValue{Key: "X-RateLimit-Remaining", Value: strconv.FormatUint(uint64(lead.LimitRemaining), 10)},
 			&corepb.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(lead.GetDurationUntilReset().GetSeconds(), 10)})
 	}
 	return out
+}
+
+// limitHeader is X-RateLimit-Limit: the capacity of the lead limit (a
+// token bucket's burst, a window's limit), as floodgate's middleware
+// advertises it, so that X-RateLimit-Remaining never exceeds it;
+// requests_per_unit when the capacity is unknown (a blocked limit).
+func limitHeader(lead *rlspb.RateLimitResponse_DescriptorStatus, capacity int64) int64 {
+	if capacity > 0 {
+		return capacity
+	}
+	return int64(lead.CurrentLimit.RequestsPerUnit)
 }

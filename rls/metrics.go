@@ -13,13 +13,14 @@ import (
 // reference's statsd names come out of its Prometheus mapping:
 //
 //	ratelimit_service_rate_limit_total_hits{domain, key}    hits of every limited descriptor
-//	ratelimit_service_rate_limit_within_limit{domain, key}  hits admitted
+//	ratelimit_service_rate_limit_within_limit{domain, key}  hits admitted (charged: a descriptor within its limit whose request another descriptor refused counts in total_hits only)
 //	ratelimit_service_rate_limit_near_limit{domain, key}    hits above the near-limit ratio, up to the limit
 //	ratelimit_service_rate_limit_over_limit{domain, key}    hits beyond the limit
 //	ratelimit_service_rate_limit_shadow_mode{domain, key}   over_limit hits of shadow-mode descriptors
 //	ratelimit_service_config_load_success                   configs applied
 //	ratelimit_service_config_load_error                     configs refused
 //	ratelimit_service_should_rate_limit_error{err_type}     calls the store could not decide (redis_error)
+//	floodgate_rls_store_unavailable_total{failure_mode}     calls answered by a failure mode: error, open, closed (the store returned an error, or redisstore's FailOpen/FailClosed answered), local (redisstore's local fallback decided)
 //
 // key is the descriptor's path in the config without the domain
 // ("destination_cluster_image-origin.prod.source_service"), or the request's
@@ -30,6 +31,7 @@ type Metrics struct {
 	totalHits, withinLimit, nearLimit, overLimit, shadowMode *prometheus.CounterVec
 	loadSuccess, loadError                                   prometheus.Counter
 	callError                                                *prometheus.CounterVec
+	unavailable                                              *prometheus.CounterVec
 	// counters caches each (domain, key)'s counters: a label lookup per
 	// call is the dearest part of counting.
 	counters sync.Map // string -> *keyCounters
@@ -66,8 +68,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		loadError:   prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Configs refused."}),
 		callError: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_should_rate_limit_error",
 			Help: "Calls the store could not decide."}, []string{"err_type"}),
+		unavailable: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_rls_store_unavailable_total",
+			Help: "Calls answered by a failure mode (error, open, closed, local) because the store could not decide."}, []string{"failure_mode"}),
 	}
-	for _, c := range []prometheus.Collector{m.totalHits, m.withinLimit, m.nearLimit, m.overLimit, m.shadowMode, m.loadSuccess, m.loadError, m.callError} {
+	for _, c := range []prometheus.Collector{m.totalHits, m.withinLimit, m.nearLimit, m.overLimit, m.shadowMode, m.loadSuccess, m.loadError, m.callError, m.unavailable} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
 		}
@@ -84,6 +88,8 @@ func (m *Metrics) configLoad(ok bool) {
 }
 
 func (m *Metrics) storeError() { m.callError.WithLabelValues("redis_error").Inc() }
+
+func (m *Metrics) storeUnavailable(mode string) { m.unavailable.WithLabelValues(mode).Inc() }
 
 // record counts one descriptor's hits as the reference does: with before
 // the units used before the request and after = before + hits, hits past
@@ -132,6 +138,9 @@ func (m *Metrics) record(domain, stats string, checks []floodgate.Check, lm *lim
 			c.shadow.Add(float64(o))
 		}
 		return
+	}
+	if !charged {
+		return // refused by another descriptor: nothing admitted, nothing charged
 	}
 	c.within.Add(h)
 	if after > near {

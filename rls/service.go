@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"sync"
@@ -36,11 +37,29 @@ const (
 	// FailError answers the call with a gRPC Unavailable error, as the
 	// reference does: Envoy's failure_mode_deny then decides. The default.
 	FailError FailureMode = iota
-	// FailOpen answers OK, with no limit, for every descriptor.
+	// FailOpen answers OK for every descriptor, with no current_limit,
+	// limit_remaining or duration_until_reset and no rate-limit headers:
+	// nothing that tells a client to slow down or wait.
 	FailOpen
-	// FailClosed answers OVER_LIMIT for every descriptor that has a limit.
+	// FailClosed answers OVER_LIMIT for every enforcing descriptor that has
+	// a limit, with its current_limit, limit_remaining 0 and no
+	// duration_until_reset (when the limit resets is unknown while the
+	// store is away), and no rate-limit headers. Shadow-mode descriptors
+	// answer OK, as they never refuse; unlimited and unknown ones OK.
 	FailClosed
 )
+
+func (m FailureMode) String() string {
+	switch m {
+	case FailError:
+		return "error"
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return "FailureMode(" + fmt.Sprint(int(m)) + ")"
+}
 
 // Option configures New.
 type Option struct {
@@ -57,6 +76,32 @@ type options struct {
 	onReload  func(Reload)
 	now       func() time.Time
 	secret    []byte
+	logger    *slog.Logger
+	// noHeaderNames: RateLimit-Policy members are named by position.
+	noHeaderNames bool
+}
+
+// WithHeaderPolicyNames says how the members of RateLimit-Policy and
+// RateLimit (HeadersIETF) are named, which end clients see. On (the
+// default): a limit's rate_limit name when set, else "rl-" and a short
+// stable hash of its config path, which tells nothing of the config. Off:
+// by position, as floodgate's middleware names unnamed limits: "default"
+// for the first member, "limit-2", "limit-3" for the next.
+func WithHeaderPolicyNames(on bool) Option {
+	return Option{func(c *options) error { c.noHeaderNames = !on; return nil }}
+}
+
+// WithLogger logs on l when the store stops deciding (Redis away: the
+// failure mode, or redisstore's local fallback, answers) and when it
+// decides again, once per transition, not per request.
+func WithLogger(l *slog.Logger) Option {
+	return Option{func(c *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: rls: nil logger", floodgate.ErrInvalidConfig)
+		}
+		c.logger = l
+		return nil
+	}}
 }
 
 // WithObserver reports one event per ShouldRateLimit call that a limit
@@ -203,6 +248,69 @@ type Service struct {
 
 	ovMu      sync.Mutex
 	overrides map[overrideKey]*lim
+
+	// storeDown: the last call that reached the store was answered by a
+	// failure policy (logged on each change).
+	storeDown atomic.Bool
+	// failN counts the store's failure-policy events (ObserveStore) by
+	// outcome: open, closed, local.
+	failN [3]atomic.Uint64
+}
+
+// ObserveStore takes the events of the store's own observer
+// (redisstore.WithObserver): the decisions its failure policy made
+// (FailOpen, FailClosed, Fallback), which a redisstore.Store does not mark
+// in every decision it returns. A call during which the store's failure
+// policy decided is then answered, counted and logged as such (a FailOpen
+// or FailClosed store as this service's FailOpen or FailClosed).
+func (s *Service) ObserveStore(e floodgate.Event) {
+	switch e.Outcome {
+	case floodgate.OutcomeErrorOpen:
+		s.failN[0].Add(1)
+	case floodgate.OutcomeErrorClosed:
+		s.failN[1].Add(1)
+	case floodgate.OutcomeFallback:
+		s.failN[2].Add(1)
+	}
+}
+
+// storeFailed records a call the store could not decide, answered by
+// mode: counted, and logged when the store was deciding until now.
+func (s *Service) storeFailed(mode string, err error) {
+	if s.opts.metrics != nil {
+		s.opts.metrics.storeUnavailable(mode)
+	}
+	if s.storeDown.CompareAndSwap(false, true) && s.opts.logger != nil {
+		args := []any{"failure_mode", mode}
+		if err != nil {
+			args = append(args, "err", err)
+		}
+		s.opts.logger.Warn("rate limit store unavailable: answering by the failure mode until it is back", args...)
+	}
+}
+
+// storeDecided records a call the store decided.
+func (s *Service) storeDecided() {
+	if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) && s.opts.logger != nil {
+		s.opts.logger.Info("rate limit store available again: deciding on it")
+	}
+}
+
+// failAnswer is the answer of a call the store could not decide, by
+// mode (FailOpen or FailClosed).
+func (s *Service) failAnswer(ds []dstatus, mode FailureMode) *rlspb.RateLimitResponse {
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	for i := range ds {
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		if lm := ds[i].lm; mode == FailClosed && lm != nil && !lm.unlimited && !lm.shadow {
+			st.Code, st.CurrentLimit = rlspb.RateLimitResponse_OVER_LIMIT, lm.lims[0].pb
+			if !s.opts.shadow {
+				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		resp.Statuses[i] = st
+	}
+	return resp
 }
 
 type overrideKey struct {
@@ -410,30 +518,32 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 	}
 	sc.ents = ents[:0]
+	n0, n1, n2 := s.failN[0].Load(), s.failN[1].Load(), s.failN[2].Load()
 	resp, lead, err := s.decide(ctx, req, ds, sc)
-	outcome := floodgate.OutcomeAllowed
+	if err == nil {
+		// redisstore's FailOpen / FailClosed: a blanket answer with no
+		// quota behind it, answered as this service's own failure modes.
+		open := s.failN[0].Load() != n0 || (lead != nil && lead.Decision.Fallback && lead.Decision.Limit == 0 && lead.Decision.Allowed)
+		closed := s.failN[1].Load() != n1 || (lead != nil && lead.Decision.Fallback && lead.Decision.Limit == 0 && !lead.Decision.Allowed)
+		switch {
+		case closed:
+			s.storeFailed(FailClosed.String(), nil)
+			return s.failAnswer(ds, FailClosed), nil
+		case open:
+			s.storeFailed(FailOpen.String(), nil)
+			return s.failAnswer(ds, FailOpen), nil
+		}
+	}
 	if err != nil {
 		// FailError: Envoy decides, by default (failure_mode_deny false)
 		// letting the request through.
-		outcome = floodgate.OutcomeErrorOpen
+		outcome := floodgate.OutcomeErrorOpen
 		switch s.opts.failure {
 		case FailOpen:
-			outcome = floodgate.OutcomeErrorOpen
-			resp = &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
-			for i := range ds {
-				resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-			}
+			resp = s.failAnswer(ds, FailOpen)
 		case FailClosed:
 			outcome = floodgate.OutcomeErrorClosed
-			resp = &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
-			for i := range ds {
-				st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-				if ds[i].lm != nil && !ds[i].lm.unlimited {
-					st.Code, st.CurrentLimit = rlspb.RateLimitResponse_OVER_LIMIT, ds[i].lm.lims[0].pb
-					resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-				}
-				resp.Statuses[i] = st
-			}
+			resp = s.failAnswer(ds, FailClosed)
 		}
 		if s.opts.observer != nil {
 			s.opts.observer.Observe(floodgate.Event{Policy: "rls", Outcome: outcome, Err: err, Latency: time.Since(start)})
@@ -441,10 +551,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		if s.opts.metrics != nil {
 			s.opts.metrics.storeError()
 		}
+		s.storeFailed(s.opts.failure.String(), err)
 		if resp == nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 		return resp, nil
+	}
+	outcome := floodgate.OutcomeAllowed
+	if lead != nil {
+		if lead.Decision.Fallback || s.failN[2].Load() != n2 {
+			s.storeFailed("local", nil)
+		} else {
+			s.storeDecided()
+		}
 	}
 	if s.opts.observer != nil && lead != nil {
 		ev := floodgate.Event{Policy: lead.Limiter.(*store.Limiter).Name(), Decision: lead.Decision, Latency: time.Since(start), Outcome: outcome}
@@ -476,7 +595,7 @@ func (s *Service) override(domain string, rpu uint32, unit string, mult uint32, 
 	s.ovMu.Unlock()
 	if !ok {
 		name := fmt.Sprintf("rls-override:%d/%s", rpu, w)
-		l = &lim{policy: name, window: w, fixed: true, limit: int64(rpu), pb: currentLimit(rpu, w, "", mult)}
+		l = &lim{policy: name, header: name, window: w, fixed: true, limit: int64(rpu), pb: currentLimit(rpu, w, "", mult)}
 		pol, err := r.policy(name)
 		if err != nil {
 			return nil, fmt.Errorf("the descriptor's limit: %w", err)
@@ -769,7 +888,9 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 		}
 		st.DurationUntilReset = durationpb.New(resetOf(l, dec, over, now))
 		if s.opts.metrics != nil && !d.neg && d.hits > 0 {
-			s.opts.metrics.record(req.Domain, d.stats, d.checks, d.lm, d.hits, s.opts.nearRatio, admitted && !quotaOver)
+			// Charged: quota-mode descriptors each when they admit, the
+			// others when the request is admitted.
+			s.opts.metrics.record(req.Domain, d.stats, d.checks, d.lm, d.hits, s.opts.nearRatio, d.lm.quota || (admitted && !quotaOver))
 		}
 		if over && d.lm.shadow {
 			st.Code = rlspb.RateLimitResponse_OK
@@ -795,7 +916,11 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 	}
 	resp.OverallCode = overall
 	if s.opts.headers != 0 && leadSt != nil {
-		resp.ResponseHeadersToAdd = s.headers(ds, leadSt)
+		var capacity int64
+		if lead != nil {
+			capacity = lead.Limiter.(*store.Limiter).Capacity()
+		}
+		resp.ResponseHeadersToAdd = s.headers(ds, leadSt, capacity)
 	}
 	return resp, lead, nil
 }

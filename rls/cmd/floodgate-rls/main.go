@@ -7,12 +7,17 @@
 //	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis 127.0.0.1:6379
 //	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
 //
+// It starts even when Redis is down, answering by -redis-failure until
+// Redis answers (a Redis Cluster's client is made in the background).
+//
 // It reloads the config directory on every change (a bad file is refused,
 // logged with file:line, and the running config stays), serves the gRPC
 // health service (SERVING once a config is loaded, NOT_SERVING while
-// shutting down), Prometheus metrics on -metrics at /metrics, and stops
-// gracefully on SIGINT or SIGTERM (in-flight calls finish, within
-// -shutdown-timeout).
+// shutting down), Prometheus metrics on -metrics at /metrics, reloads the
+// config directory on SIGHUP, and stops gracefully on SIGINT or SIGTERM:
+// the health turns NOT_SERVING, calls are still served for -shutdown-drain
+// (2s), then in-flight calls finish, within -shutdown-timeout, and
+// "stopped" is logged.
 package main
 
 import (
@@ -28,6 +33,8 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,8 +45,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -57,6 +66,11 @@ func main() {
 // shutdown) or on an error. ready, when not nil, receives the gRPC address
 // and then the metrics address ("" when off) once both listen.
 func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]string) error {
+	// SIGHUP reloads the config directory (the watch aside); caught from
+	// the start, so that one sent during startup does not kill the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := flag.NewFlagSet("floodgate-rls", flag.ContinueOnError)
 	fs.SetOutput(logw)
 	var (
@@ -67,13 +81,15 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		redisCluster  = fs.String("redis-cluster", "", "Redis Cluster nodes, comma-separated")
 		redisPrefix   = fs.String("redis-prefix", "floodgate-rls:", "the prefix of the keys written to Redis")
 		redisTimeout  = fs.Duration("redis-timeout", 50*time.Millisecond, "the timeout of one Redis decision")
-		redisFailure  = fs.String("redis-failure", "error", "when Redis is away: error (the call fails, Envoy's failure_mode_deny decides), open, closed, or local (decide on a local memory store, the rate divided by -nodes)")
+		redisFailure  = fs.String("redis-failure", "error", "when Redis is away: error (the call fails, Envoy's failure_mode_deny decides), open (OK, with no limit and no headers), closed (OVER_LIMIT, with no reset time), or local (decide on a local memory store, the rate divided by -nodes)")
 		nodes         = fs.Int("nodes", 1, "with -redis-failure local: the number of floodgate-rls processes sharing the limits")
 		headers       = fs.String("headers", "", "response headers for Envoy to add: ietf, legacy or ietf,legacy")
+		headerNames   = fs.Bool("header-policy-names", true, "with -headers ietf: name RateLimit-Policy members by the rate_limit's name, else a short hash (never the config path); false: by position (default, limit-2, ...)")
 		shadow        = fs.Bool("shadow", false, "global shadow mode: answer OK whatever the limits say")
 		watch         = fs.Bool("watch", true, "reload the config directory when it changes")
 		secretFile    = fs.String("key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
 		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown")
+		drain         = fs.Duration("shutdown-drain", 2*time.Second, "at shutdown, how long the gRPC health says NOT_SERVING while calls are still served, before the server stops taking new ones (for Envoy's health checks to move away)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -81,6 +97,14 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	if *configDir == "" {
 		return errors.New("-config is required")
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := checkFlags(set, *redisAddr, *redisCluster, *redisTimeout, *redisFailure, *nodes, *shutdownAfter); err != nil {
+		return err
+	}
+	if *drain < 0 {
+		return fmt.Errorf("-shutdown-drain %v: want 0 or more", *drain)
 	}
 	var hs rls.HeaderSet
 	for _, h := range strings.Split(*headers, ",") {
@@ -94,7 +118,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 			return fmt.Errorf("-headers: unknown group %q (want ietf, legacy)", h)
 		}
 	}
-	opts := []rls.Option{rls.WithHeaders(hs), rls.WithGlobalShadowMode(*shadow)}
+	opts := []rls.Option{rls.WithHeaders(hs), rls.WithGlobalShadowMode(*shadow), rls.WithHeaderPolicyNames(*headerNames)}
 	if *secretFile != "" {
 		b, err := os.ReadFile(*secretFile)
 		if err != nil {
@@ -103,11 +127,32 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		opts = append(opts, rls.WithKeySecret(bytes.TrimSpace(b)))
 	}
 
-	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes)
+	// The store's failure-policy events reach the service once it exists.
+	var svcp atomic.Pointer[rls.Service]
+	storeEvents := floodgate.ObserverFunc(func(e floodgate.Event) {
+		if s := svcp.Load(); s != nil {
+			s.ObserveStore(e)
+		}
+	})
+	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes, storeEvents, log)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
+	storeName, failureMode := "memory", "none (the memory store cannot fail)"
+	switch {
+	case *redisAddr != "":
+		storeName, failureMode = "redis "+*redisAddr, *redisFailure
+	case *redisCluster != "":
+		storeName, failureMode = "redis-cluster "+*redisCluster, *redisFailure
+	}
+	switch *redisFailure {
+	case "open":
+		opts = append(opts, rls.WithFailureMode(rls.FailOpen))
+	case "closed":
+		opts = append(opts, rls.WithFailureMode(rls.FailClosed))
+	}
+	opts = append(opts, rls.WithLogger(log))
 	reg := prometheus.NewRegistry()
 	m, err := rls.NewMetrics(reg)
 	if err != nil {
@@ -129,7 +174,8 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 	if err != nil {
 		return err
 	}
-	log.Info("config loaded", "dir", *configDir, "domains", svc.Domains())
+	svcp.Store(svc)
+	log.Info("config loaded", "dir", *configDir, "domains", svc.Domains(), "store", storeName, "redis_failure", failureMode)
 	if *watch {
 		if err := svc.WatchDir(ctx, *configDir); err != nil {
 			return err
@@ -172,16 +218,34 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		ready <- [2]string{lis.Addr().String(), mAddr}
 	}
 
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		g.Stop()
-		return err
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case <-hup:
+			log.Info("SIGHUP: reloading the config directory", "dir", *configDir)
+			_ = svc.ReloadDir(*configDir) // applied or refused: logged by the reload callback
+		case err := <-serveErr:
+			g.Stop()
+			return err
+		}
 	}
-	// Graceful shutdown: tell the health checkers first, then let the calls
-	// in flight finish, within the timeout.
-	log.Info("shutting down")
+	// Graceful shutdown: tell the health checkers first and keep serving
+	// for the drain, so that Envoy moves away; then let the calls in flight
+	// finish, within the timeout.
+	log.Info("shutting down: health NOT_SERVING", "drain", drain.String())
 	hsrv.Shutdown()
+	if *drain > 0 {
+		t := time.NewTimer(*drain)
+		select {
+		case <-t.C:
+		case err := <-serveErr:
+			t.Stop()
+			g.Stop()
+			return err
+		}
+	}
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
 	select {
@@ -194,10 +258,52 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		defer cancel()
 		_ = msrv.Shutdown(sctx)
 	}
+	log.Info("stopped")
 	return nil
 }
 
-func openStore(addr, cluster, prefix string, timeout time.Duration, failure string, nodes int) (store.Store, func(), error) {
+// checkFlags refuses, at startup, every flag value that could only fail
+// later (when Redis goes away, at shutdown) and every flag that would be
+// silently ignored; set holds the flags given on the command line.
+func checkFlags(set map[string]bool, redisAddr, redisCluster string, redisTimeout time.Duration, failure string, nodes int, shutdownAfter time.Duration) error {
+	switch failure {
+	case "error", "open", "closed", "local":
+	default:
+		return fmt.Errorf("-redis-failure: unknown %q (want error, open, closed, local)", failure)
+	}
+	if nodes < 1 {
+		return fmt.Errorf("-nodes %d: want at least 1 (the number of floodgate-rls processes sharing the limits)", nodes)
+	}
+	if redisAddr != "" && redisCluster != "" {
+		return errors.New("-redis and -redis-cluster: choose one")
+	}
+	if redisCluster != "" {
+		for _, a := range strings.Split(redisCluster, ",") {
+			if strings.TrimSpace(a) == "" {
+				return fmt.Errorf("-redis-cluster %q: an empty address", redisCluster)
+			}
+		}
+	}
+	if redisAddr == "" && redisCluster == "" {
+		for _, f := range []string{"redis-failure", "nodes", "redis-prefix", "redis-timeout"} {
+			if set[f] {
+				return fmt.Errorf("-%s needs -redis or -redis-cluster: the embedded memory store never fails and keeps no keys in Redis", f)
+			}
+		}
+	}
+	if set["nodes"] && failure != "local" {
+		return fmt.Errorf("-nodes applies only with -redis-failure local (it divides the local fallback's rate), not with %s", failure)
+	}
+	if redisTimeout <= 0 {
+		return fmt.Errorf("-redis-timeout %v: want more than 0", redisTimeout)
+	}
+	if shutdownAfter <= 0 {
+		return fmt.Errorf("-shutdown-timeout %v: want more than 0", shutdownAfter)
+	}
+	return nil
+}
+
+func openStore(addr, cluster, prefix string, timeout time.Duration, failure string, nodes int, events floodgate.Observer, log *slog.Logger) (store.Store, func(), error) {
 	if addr == "" && cluster == "" {
 		s, err := memstore.New()
 		if err != nil {
@@ -212,36 +318,112 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 	if cluster != "" {
 		addrs = strings.Split(cluster, ",")
 	}
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis: %w", err)
-	}
-	var fp redisstore.FailurePolicy
+	// open and closed are the service's failure modes (rls.FailOpen,
+	// rls.FailClosed: answers without a quota that would make a client
+	// wait); the store returns the error.
+	fp := redisstore.FailError()
 	closeLocal := func() {}
 	switch failure {
-	case "error":
-		fp = redisstore.FailError()
-	case "open":
-		fp = redisstore.FailOpen()
-	case "closed":
-		fp = redisstore.FailClosed(time.Second)
+	case "error", "open", "closed":
 	case "local":
 		local, err := memstore.New()
 		if err != nil {
-			client.Close()
 			return nil, nil, err
 		}
 		closeLocal = func() { local.Close() }
 		fp = redisstore.Fallback(local, nodes)
 	default:
-		client.Close()
 		return nil, nil, fmt.Errorf("-redis-failure: unknown %q (want error, open, closed, local)", failure)
 	}
-	s, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp))
+	newStore := func(c rueidis.Client) (*redisstore.Store, error) {
+		return redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp), redisstore.WithObserver(events))
+	}
+	clusterOpt := rueidis.ClientOption{InitAddress: addrs, DisableCache: true}
+	client, err := rueidis.NewClient(clusterOpt)
+	late := false
+	if err != nil && cluster != "" {
+		// A cluster client needs a node up. Meanwhile a single-node client
+		// to the first address, made without it (it dials again on every
+		// call), fails every call: the failure policy answers.
+		log.Warn("redis cluster unreachable at startup: answering by -redis-failure, connecting in the background", "redis_cluster", cluster, "redis_failure", failure, "err", err)
+		client, _ = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs[:1], DisableCache: true, ForceSingleClient: true})
+		late = true
+	} else if err != nil {
+		// A single node's client is made even when the node is down (it
+		// dials again on every call): the failure policy answers until the
+		// node is there.
+		log.Warn("redis unreachable at startup: answering by -redis-failure until it is there", "redis", addr, "redis_failure", failure, "err", err)
+		client, _ = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: true})
+	}
+	if client == nil {
+		closeLocal()
+		return nil, nil, fmt.Errorf("redis: %w", err)
+	}
+	s, err := newStore(client)
 	if err != nil {
 		client.Close()
 		closeLocal()
 		return nil, nil, err
 	}
-	return s, func() { client.Close(); closeLocal() }, nil
+	if !late {
+		return s, func() { client.Close(); closeLocal() }, nil
+	}
+	ls := &lateStore{}
+	ls.cur.Store(s)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var clusterClient rueidis.Client
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			c, err := rueidis.NewClient(clusterOpt)
+			if err != nil {
+				continue
+			}
+			cs, err := newStore(c)
+			if err != nil {
+				c.Close()
+				log.Error("redis cluster store", "err", err)
+				return
+			}
+			clusterClient = c
+			ls.cur.Store(cs)
+			log.Info("redis cluster connected: deciding on it", "redis_cluster", cluster)
+			return
+		}
+	}()
+	return ls, func() {
+		close(done)
+		wg.Wait()
+		client.Close()
+		if clusterClient != nil {
+			clusterClient.Close()
+		}
+		closeLocal()
+	}, nil
 }
+
+// lateStore is the Redis Cluster store once its client could be made, and
+// until then a store that fails every call (its failure policy answers).
+type lateStore struct {
+	cur atomic.Pointer[redisstore.Store]
+}
+
+func (l *lateStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
+	return l.cur.Load().Apply(ctx, key, alg, n)
+}
+
+func (l *lateStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
+	return l.cur.Load().ApplyAll(ctx, ops, out, commit)
+}
+
+// Shared: the state is Redis's, shared by every process.
+func (l *lateStore) Shared() bool { return true }
