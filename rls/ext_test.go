@@ -340,7 +340,7 @@ func TestReadmeConfig(t *testing.T) {
 func TestCredential(t *testing.T) {
 	c := redisClient(t, []string{singleAddr(t)})
 	prefix := fmt.Sprintf("rlscred:%d:", time.Now().UnixNano())
-	st, err := redisstore.New(c, redisstore.WithPrefix(prefix))
+	st, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second)) // a loaded test machine
 	if err != nil {
 		t.Fatal(err)
 	}
