@@ -72,7 +72,8 @@ func run(ctx context.Context, w io.Writer, redisAddr string) error {
 		return err
 	}
 	defer client.Close()
-	rs, err := redisstore.New(client, redisstore.WithPrefix(fmt.Sprintf("floodgate-twotier-%d:", time.Now().UnixNano())))
+	rs, err := redisstore.New(client, redisstore.WithPrefix(fmt.Sprintf("floodgate-twotier-%d:", time.Now().UnixNano())),
+		redisstore.WithTimeout(time.Second)) // a demo on a laptop or a loaded CI machine; production keeps a tight timeout
 	if err != nil {
 		return err
 	}
