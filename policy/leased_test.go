@@ -3,6 +3,8 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/middleware/httplimit"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
@@ -316,4 +319,30 @@ func leaseGoroutines() int {
 		}
 	}
 	return n
+}
+
+// A leased policy behind httplimit.Policies, through a real HTTP server:
+// its burst is admitted, then 429 with its name in RateLimit-Policy.
+func TestLeasedOverHTTP(t *testing.T) {
+	cfg, err := policy.Parse("limits.yaml", []byte("policies:\n  - {name: origin, rate: 1/m, burst: 30, leased: true}\nrules:\n  - {key: route, policy: origin}\n"))
+	require.NoError(t, err)
+	ctx := context.Background()
+	live, err := policy.NewLive(cfg, redistest.Stores(t)(t))
+	require.NoError(t, err)
+	defer live.Close(ctx)
+	limit, err := httplimit.Policies(live, httplimit.WithDescriptor(httplimit.ValueEntry("route", false, func(*http.Request) string { return "/img" })))
+	require.NoError(t, err)
+	srv := httptest.NewServer(limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})))
+	defer srv.Close()
+	codes := map[int]int{}
+	var policyHeader string
+	for range 60 {
+		resp, err := srv.Client().Get(srv.URL)
+		require.NoError(t, err)
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+		policyHeader = resp.Header.Get("RateLimit-Policy")
+	}
+	assert.Equal(t, map[int]int{http.StatusOK: 30, http.StatusTooManyRequests: 30}, codes)
+	assert.Equal(t, `"origin";q=1;w=60`, policyHeader, "the policy as its store limiter describes it")
 }
