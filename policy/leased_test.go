@@ -346,3 +346,21 @@ func TestLeasedOverHTTP(t *testing.T) {
 	assert.Equal(t, map[int]int{http.StatusOK: 30, http.StatusTooManyRequests: 30}, codes)
 	assert.Equal(t, `"origin";q=1;w=60`, policyHeader, "the policy as its store limiter describes it")
 }
+
+// The recompile that drops expired versions (Live's retire timer) keeps
+// the Set's credential check: on a shared store without WithKeySecret,
+// credentials stay refused.
+func TestRetireKeepsCredentialCheck(t *testing.T) {
+	s := redistest.Stores(t)(t)
+	cfg := policy.Config{Policies: []policy.Policy{{Name: "p", Rate: floodgate.PerSecond(10)}}}
+	live, err := policy.NewLive(cfg, s)
+	require.NoError(t, err)
+	require.Error(t, live.CheckCredentials())
+	cfg.Policies[0].Rate = floodgate.PerSecond(20)
+	_, err = live.Update(cfg, "api")
+	require.NoError(t, err)
+	now := time.Now().Add(24 * time.Hour)
+	policy.SetClock(live, func() time.Time { return now })
+	policy.Retire(live)
+	assert.ErrorIs(t, live.CheckCredentials(), floodgate.ErrInvalidConfig, "after the retire recompile")
+}
