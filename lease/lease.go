@@ -439,8 +439,32 @@ func (l *Limiter) kick(e *entry) {
 	}
 	select {
 	case l.work <- e:
+		if l.closed.Load() {
+			// Close may have drained the queue already: no worker will
+			// take this one.
+			l.drainWork()
+		}
 	default:
 		e.endFlight(f) // every worker busy: a later decision asks again
+	}
+}
+
+// drainWork ends the flights of the renewals queued for the workers that
+// no worker took (the workers have quit): without it Close, and the
+// requests waiting for such a renewal, would wait for it forever.
+func (l *Limiter) drainWork() {
+	for {
+		select {
+		case e := <-l.work:
+			e.mu.Lock()
+			f := e.fl
+			e.mu.Unlock()
+			if f != nil {
+				e.endFlight(f)
+			}
+		default:
+			return
+		}
 	}
 }
 
@@ -708,6 +732,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	}
 	close(l.quit)
 	l.wg.Wait()
+	l.drainWork()
 	var errs []error
 	l.tab.each(func(e *entry) bool {
 		// A flight a caller still runs installs after this: wait for it.

@@ -475,3 +475,44 @@ var (
 	_ floodgate.Refunder  = (*lease.Limiter)(nil)
 	_ floodgate.Describer = (*lease.Limiter)(nil)
 )
+
+// TestCloseUnderTraffic: Close while requests kick renewals returns (a
+// renewal queued for the workers when they quit is ended, not waited for
+// forever), and so do the requests waiting for it.
+func TestCloseUnderTraffic(t *testing.T) {
+	st := newStore(t, redisClient(t))
+	ctx := context.Background()
+	for round := range 20 {
+		cfg := bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(1_000_000), Burst: 1 << 20}
+		l, err := lease.New(st, lease.Config{Bucket: cfg, HotRate: 1, Refresh: time.Millisecond, Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				key := string(rune('a' + g))
+				for {
+					if _, err := l.Take(ctx, key, 1); errors.Is(err, floodgate.ErrClosed) {
+						return
+					} else if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(20 * time.Millisecond)
+		done := make(chan struct{})
+		go func() {
+			l.Close(ctx)
+			wg.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: Close under traffic did not return", round)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -67,8 +68,9 @@ func Parse(name string, b []byte) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	// Semantic checks, each placed at the line that caused it.
-	if _, err := Compile(cfg, nopStore{}); err != nil {
+	// Semantic checks, each placed at the line that caused it (store
+	// limiters only: whether the store grants leases is NewLive's check).
+	if _, err := compile(cfg, nopStore{}, nil, credkey.New(nil, "cred#"), nil); err != nil {
 		return Config{}, p.place(err)
 	}
 	return cfg, nil
@@ -199,7 +201,8 @@ func (p *parser) config(n *yaml.Node) (Config, error) {
 
 func (p *parser) policy(n *yaml.Node) (Policy, error) {
 	var pol Policy
-	known := []string{"name", "algorithm", "rate", "burst", "nodelay", "delay", "limit", "window", "dry_run"}
+	known := []string{"name", "algorithm", "rate", "burst", "nodelay", "delay", "limit", "window", "dry_run", "leased", "lease_refresh"}
+	leaseLine := 0 // of leased or lease_refresh, where their errors point
 	err := p.fields(n, "policy", known, func(k string, v *yaml.Node) error {
 		var err error
 		switch k {
@@ -243,6 +246,20 @@ func (p *parser) policy(n *yaml.Node) (Policy, error) {
 			}
 		case "dry_run":
 			pol.DryRun, err = p.bool(v, "dry_run")
+		case "leased":
+			leaseLine = v.Line
+			pol.Leased, err = p.bool(v, "leased")
+		case "lease_refresh":
+			if leaseLine == 0 {
+				leaseLine = v.Line
+			}
+			var s string
+			if s, err = p.str(v, "lease_refresh"); err == nil {
+				pol.LeaseRefresh, err = time.ParseDuration(s)
+				if err != nil || pol.LeaseRefresh <= 0 {
+					return p.errf(v, "lease_refresh %q: want a positive duration such as 100ms", s)
+				}
+			}
 		}
 		return err
 	})
@@ -253,7 +270,11 @@ func (p *parser) policy(n *yaml.Node) (Policy, error) {
 		return pol, p.errf(n, "a policy needs a name")
 	}
 	if err := pol.Validate(); err != nil {
-		return pol, p.errf(n, "%s", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": "))
+		at := n
+		if leaseLine != 0 && strings.Contains(err.Error(), "lease") {
+			at = &yaml.Node{Line: leaseLine}
+		}
+		return pol, p.errf(at, "%s", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": "))
 	}
 	return pol, nil
 }

@@ -95,6 +95,26 @@
 // not convert. A decision in flight across a change may be decided on the
 // old parameters.
 //
+// # Leased policies
+//
+// A token-bucket policy with Leased (leased: true in a file; lease_refresh
+// sets its refresh period) is decided by a
+// [github.com/floodgate-go/floodgate/lease.Limiter] on the Live's store,
+// which must grant leases (redisstore; NewLive and Update refuse others):
+// a hot key is decided in memory on tokens leased from the policy's one
+// global bucket, at about one Grant call per refresh period, instead of a
+// round trip per request. The fleet never admits more than that one bucket
+// would; it may admit less, by the tokens the leases hold (the bound is in
+// lease's documentation, "Bounds"). It costs each node six goroutines per
+// leased policy and the tokens its leases hold, which [Live.Close] gives
+// back. [Live.Take] and [Set.Match] decide such a policy through its lease
+// ([Set.Lease]); [Set.Limiter] and [Set.Plan] return the store limiter of
+// the same bucket, which decides directly. A live change keeps the global
+// bucket's state as for any policy on Redis (the Grant script converts it);
+// the changed policy gets a new lease limiter, and the old one, or that of a
+// removed policy, is closed a second later (its tokens go back), so that
+// the requests that picked it before the change still get a decision.
+//
 // # Concurrency
 //
 // A [Set] is immutable; [Live] swaps Sets atomically. Both are safe for

@@ -11,3 +11,11 @@ func SetClock(l *Live, now func() time.Time) {
 
 // Retire runs what l's timer runs.
 func Retire(l *Live) { l.retire() }
+
+// SetLeaseGrace sets how long a replaced lease limiter serves, and returns
+// the function that restores it.
+func SetLeaseGrace(d time.Duration) func() {
+	old := leaseGrace
+	leaseGrace = d
+	return func() { leaseGrace = old }
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -40,6 +41,10 @@ type lineages map[string][]version
 type plan struct {
 	now  time.Time
 	next map[string]version // the running version of each policy
+	// leases are the lease limiters of the config's Leased policies, and
+	// opened those made for it (closed if it does not compile).
+	leases map[string]leased
+	opened []*lease.Limiter
 }
 
 // limiter returns the limiter of p in the config being compiled: the
@@ -215,13 +220,13 @@ func (l *Live) retire() {
 		return
 	}
 	pl := &plan{now: l.now(), next: map[string]version{}}
-	set, err := compile(cur.cfg, l.store, l.resolver, l.hasher, func(p Policy) (*store.Limiter, error) {
-		return l.lineages.limiter(p, l.store, pl)
-	})
+	set, err := l.compile(cur.cfg, pl)
 	if err != nil {
 		return // cannot happen: the config compiled before
 	}
+	set.ownSecret = l.ownSecret
 	l.lineages.commit(pl)
 	l.cur.Store(set)
+	l.commitLeases(pl) // the same leases: the policies did not change
 	l.schedule()
 }

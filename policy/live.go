@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -34,6 +36,14 @@ type Live struct {
 	lineages lineages    // under mu: see lineage.go
 	timer    *time.Timer // under mu: the next retire
 	now      func() time.Time
+	// leases are the lease limiters of the running Leased policies, and
+	// retiring those replaced, each closed by its timer (leaseGrace after
+	// it was replaced) or by Close; closing counts the timers' closes in
+	// progress. All under mu.
+	leases   map[string]leased
+	retiring map[*lease.Limiter]*time.Timer
+	closing  sync.WaitGroup
+	closed   bool
 }
 
 // Change describes one applied config change, for an audit log.
@@ -211,10 +221,14 @@ func (l *Live) Update(cfg Config, source string) (Change, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ch := Change{Source: source, At: time.Now()}
+	if l.closed {
+		ch.Err = fmt.Errorf("policy: the Live is %w", floodgate.ErrClosed)
+		ch.Version = l.version.Load()
+		l.report(ch)
+		return ch, ch.Err
+	}
 	pl := &plan{now: l.now(), next: map[string]version{}}
-	set, err := compile(cfg, l.store, l.resolver, l.hasher, func(p Policy) (*store.Limiter, error) {
-		return l.lineages.limiter(p, l.store, pl)
-	})
+	set, err := l.compile(cfg, pl)
 	if set != nil {
 		set.ownSecret = l.ownSecret
 	}
@@ -234,6 +248,7 @@ func (l *Live) Update(cfg Config, source string) (Change, error) {
 	ch.Dropped = l.lineages.commit(pl)
 	ch.Version = l.version.Add(1)
 	l.cur.Store(set)
+	l.commitLeases(pl)
 	l.schedule()
 	l.report(ch)
 	return ch, nil
@@ -284,9 +299,20 @@ func diff(old, cur *Set) (added, removed, changed, details []string) {
 // are credentials, use descriptors with Entry.Credential (the store then
 // sees a keyed hash), not Take.
 func (l *Live) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	lim, err := l.cur.Load().Plan(ctx, key)
+	set := l.cur.Load()
+	pl, err := set.plan(ctx, key)
+	lim := pl.lim
 	if err != nil || lim == nil {
 		return floodgate.Decision{Allowed: err == nil}, err
+	}
+	if pl.lease != nil {
+		d, err := pl.lease.Take(ctx, key, n)
+		if err != nil && errors.Is(err, floodgate.ErrClosed) && l.cur.Load() != set {
+			// The policy changed under this request, past the lease's grace:
+			// decide it on the running Set.
+			return l.Take(ctx, key, n)
+		}
+		return d, err
 	}
 	if n < 1 || int64(n) > lim.Capacity() {
 		return lim.Take(ctx, key, n) // its cost error
@@ -296,7 +322,9 @@ func (l *Live) Take(ctx context.Context, key string, n int) (floodgate.Decision,
 	return lim.Store().Apply(ctx, key, lim.Algorithm(), int64(n))
 }
 
-// Refund implements [floodgate.Refunder] for [Live.Take].
+// Refund implements [floodgate.Refunder] for [Live.Take]. For a Leased
+// plan the units go back to the global bucket, as lease.Limiter.Refund
+// does.
 func (l *Live) Refund(ctx context.Context, key string, n int) error {
 	lim, err := l.cur.Load().Plan(ctx, key)
 	if err != nil || lim == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -84,22 +85,38 @@ type Set struct {
 	cfg      Config
 	store    store.Store
 	limiters map[string]*store.Limiter
+	leases   map[string]*lease.Limiter // the Leased policies'
 	policies map[string]Policy
 	// plans maps keys to limiters: the overrides (until 0), then the
 	// resolver's answers as the Set's requests bring them.
 	plans    *snapshot[planEntry]
-	deflt    *store.Limiter
+	deflt    limit
 	rules    []*node
 	resolver *resolver
 	hasher   *credkey.Hasher
 	// ownSecret: the hasher's secret is the process's (no WithKeySecret).
 	ownSecret bool
-	dry       map[*store.Limiter]bool
+	dry       map[floodgate.Limiter]bool // by limit.decider
+}
+
+// limit is a policy's limiters in a Set: its store limiter and, for a
+// Leased policy, the lease limiter that decides it.
+type limit struct {
+	lim   *store.Limiter
+	lease *lease.Limiter
+}
+
+// decider is the limiter that decides the policy's requests.
+func (l limit) decider() floodgate.Limiter {
+	if l.lease != nil {
+		return l.lease
+	}
+	return l.lim
 }
 
 type node struct {
 	key, value string
-	limiter    *store.Limiter
+	limiter    limit
 	plan       bool
 	children   []*node
 }
@@ -122,6 +139,11 @@ func Compile(cfg Config, s store.Store, opts ...Option) (*Set, error) {
 	if c.onChange != nil || c.observer != nil {
 		return nil, fmt.Errorf("%w: policy: WithOnChange and WithObserver report changes, which a compiled Set never has: use NewLive", floodgate.ErrInvalidConfig)
 	}
+	for _, p := range cfg.Policies {
+		if p.Leased {
+			return nil, fmt.Errorf("%w: policy %q: a leased policy runs in a Live (NewLive), whose Close gives its leases back", floodgate.ErrInvalidConfig, p.Name)
+		}
+	}
 	var res *resolver
 	if c.resolve != nil {
 		res = newResolver(c.resolve, c.ttl, c.max)
@@ -143,13 +165,17 @@ func (s *Set) CheckCredentials() error {
 }
 
 // compile is Compile with a resolver, a hasher and, when limiter is not
-// nil, the function that makes each (valid) policy's limiter.
-func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limiter func(Policy) (*store.Limiter, error)) (*Set, error) {
+// nil, the function that makes each (valid) policy's limiters (without
+// it, only store limiters: no leases).
+func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limiter func(Policy) (limit, error)) (*Set, error) {
 	if limiter == nil {
-		limiter = func(p Policy) (*store.Limiter, error) { return p.Limiter(s) }
+		limiter = func(p Policy) (limit, error) {
+			l, err := p.Limiter(s)
+			return limit{lim: l}, err
+		}
 	}
 	set := &Set{cfg: cfg, store: s, limiters: map[string]*store.Limiter{}, policies: map[string]Policy{},
-		resolver: res, hasher: h, dry: map[*store.Limiter]bool{}}
+		resolver: res, hasher: h, dry: map[floodgate.Limiter]bool{}}
 	overrides := map[string]planEntry{}
 	for _, p := range cfg.Policies {
 		if err := p.Validate(); err != nil {
@@ -162,18 +188,24 @@ func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limite
 		if err != nil {
 			return nil, err
 		}
-		set.limiters[p.Name] = l
+		set.limiters[p.Name] = l.lim
+		if l.lease != nil {
+			if set.leases == nil {
+				set.leases = map[string]*lease.Limiter{}
+			}
+			set.leases[p.Name] = l.lease
+		}
 		set.policies[p.Name] = p
 		if p.DryRun {
-			set.dry[l] = true
+			set.dry[l.decider()] = true
 		}
 	}
-	lookup := func(what, name string) (*store.Limiter, error) {
+	lookup := func(what, name string) (limit, error) {
 		l, ok := set.limiters[name]
 		if !ok {
-			return nil, fmt.Errorf("%w: %s names the unknown policy %q", floodgate.ErrInvalidConfig, what, name)
+			return limit{}, fmt.Errorf("%w: %s names the unknown policy %q", floodgate.ErrInvalidConfig, what, name)
 		}
-		return l, nil
+		return limit{lim: l, lease: set.leases[name]}, nil
 	}
 	if cfg.DefaultPlan != "" {
 		l, err := lookup("default_plan", cfg.DefaultPlan)
@@ -190,7 +222,7 @@ func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limite
 		if err != nil {
 			return nil, err
 		}
-		overrides[k] = planEntry{lim: l}
+		overrides[k] = planEntry{limit: l}
 	}
 	set.plans = newSnapshot(overrides)
 	var build func(rs []Rule, path string) ([]*node, error)
@@ -242,9 +274,19 @@ func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limite
 // Config returns the Config the Set was compiled from.
 func (s *Set) Config() Config { return s.cfg }
 
-// Limiter returns the limiter of the named policy.
+// Limiter returns the store limiter of the named policy. For a Leased
+// policy it decides directly on the store, without leases (the same global
+// bucket): [Set.Lease] returns the limiter that decides through them.
 func (s *Set) Limiter(name string) (*store.Limiter, bool) {
 	l, ok := s.limiters[name]
+	return l, ok
+}
+
+// Lease returns the lease limiter of the named policy when it is Leased:
+// what [Live.Take] and [Set.Match] decide its requests with. It belongs to
+// the [Live] (closed when the policy changes or goes, and by Live.Close).
+func (s *Set) Lease(name string) (*lease.Limiter, bool) {
+	l, ok := s.leases[name]
 	return l, ok
 }
 
@@ -257,10 +299,18 @@ func (s *Set) Policy(name string) (Policy, bool) {
 // Plan returns the limiter of key's plan: its override, else the
 // resolver's answer (cached), else the default plan. It returns nil when
 // none applies. With only the static table (no resolver, or a cached
-// answer) it takes no lock, reads no clock and allocates nothing.
+// answer) it takes no lock, reads no clock and allocates nothing. For a
+// Leased plan it is the plan's store limiter (see [Set.Limiter]);
+// [Live.Take] decides through the lease.
 func (s *Set) Plan(ctx context.Context, key string) (*store.Limiter, error) {
+	e, err := s.plan(ctx, key)
+	return e.lim, err
+}
+
+// plan is Plan returning both of the plan's limiters.
+func (s *Set) plan(ctx context.Context, key string) (limit, error) {
 	if e, ok := s.plans.load(key); ok && s.fresh(e) {
-		return e.lim, nil
+		return e.limit, nil
 	}
 	if s.resolver == nil {
 		return s.deflt, nil
@@ -268,10 +318,10 @@ func (s *Set) Plan(ctx context.Context, key string) (*store.Limiter, error) {
 	return s.resolve(ctx, key)
 }
 
-// planEntry is a key's limiter in a Set, and until when it holds: 0 for
+// planEntry is a key's limiters in a Set, and until when they hold: 0 for
 // an override, the resolver's answer's expiry otherwise.
 type planEntry struct {
-	lim   *store.Limiter
+	limit
 	until int64 // Nanotime
 }
 
@@ -281,28 +331,28 @@ func (s *Set) fresh(e planEntry) bool {
 
 // resolve is Plan's slow path: an answer of the resolver the Set has not
 // seen yet, or one that expired.
-func (s *Set) resolve(ctx context.Context, key string) (*store.Limiter, error) {
+func (s *Set) resolve(ctx context.Context, key string) (limit, error) {
 	if e, ok := s.plans.loadPending(key, s.trimPlans); ok && s.fresh(e) {
-		return e.lim, nil
+		return e.limit, nil
 	}
 	name, until, err := s.resolver.resolve(ctx, key)
 	if err != nil {
-		if s.deflt != nil && ctx.Err() == nil {
+		if s.deflt.lim != nil && ctx.Err() == nil {
 			// The resolver fails (for a second at a time, see
 			// resolver): an unknown key is on the default plan meanwhile.
 			return s.deflt, nil
 		}
-		return nil, err
+		return limit{}, err
 	}
 	lim := s.deflt
 	if name != "" {
 		l, ok := s.limiters[name]
 		if !ok {
-			return nil, fmt.Errorf("%w: policy: the resolver placed a key on %q, which is not a policy of the config", floodgate.ErrInvalidConfig, name)
+			return limit{}, fmt.Errorf("%w: policy: the resolver placed a key on %q, which is not a policy of the config", floodgate.ErrInvalidConfig, name)
 		}
-		lim = l
+		lim = limit{lim: l, lease: s.leases[name]}
 	}
-	s.plans.store(key, planEntry{lim: lim, until: until}, s.trimPlans)
+	s.plans.store(key, planEntry{limit: lim, until: until}, s.trimPlans)
 	return lim, nil
 }
 
@@ -339,7 +389,7 @@ func (s *Set) Match(ctx context.Context, descriptors []Descriptor, n int, dst []
 	tail := dst[base:]
 	k := 0
 	for i := range tail {
-		if !s.dry[tail[i].Limiter.(*store.Limiter)] {
+		if !s.dry[tail[i].Limiter] {
 			tail[k], tail[i] = tail[i], tail[k]
 			k++
 		}
@@ -367,11 +417,11 @@ func (s *Set) match(ctx context.Context, descriptors []Descriptor, n int, dst []
 		l := last.limiter
 		if last.plan {
 			var err error
-			if l, err = s.Plan(ctx, d[len(d)-1].Value); err != nil {
+			if l, err = s.plan(ctx, d[len(d)-1].Value); err != nil {
 				return dst, err
 			}
 		}
-		if l == nil {
+		if l.lim == nil {
 			continue
 		}
 		key := s.cfg.Domain + "|" + descriptorKey(d)
@@ -384,7 +434,7 @@ func (s *Set) match(ctx context.Context, descriptors []Descriptor, n int, dst []
 				break
 			}
 		}
-		dst = append(dst, floodgate.Check{Limiter: l, Key: key, N: n})
+		dst = append(dst, floodgate.Check{Limiter: l.decider(), Key: key, N: n})
 	}
 	return dst, nil
 }

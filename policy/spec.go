@@ -49,10 +49,22 @@ type Policy struct {
 	// DryRun runs the policy in shadow mode: decided, charged and reported
 	// as enforcement would, never refusing.
 	DryRun bool
+	// Leased decides a token-bucket policy at local speed on tokens leased
+	// from its global bucket (package
+	// [github.com/floodgate-go/floodgate/lease]): a [Live] on a shared store
+	// that grants leases (redisstore) only. The fleet still admits at most
+	// what the one global bucket grants; it may admit less, by the tokens
+	// the leases hold (see lease's "Bounds").
+	Leased bool
+	// LeaseRefresh is a leased policy's refresh period (lease.Config.Refresh,
+	// 1ms..10s; default lease.DefaultRefresh).
+	LeaseRefresh time.Duration
 }
 
 // Limiter returns the policy's keyed limiter on s. Two limiters of one
-// policy name on one store share each key's state.
+// policy name on one store share each key's state. For a Leased policy it
+// is the limiter deciding every request directly on the store (the global
+// bucket, without leases); a [Live] decides it through its leases.
 func (p Policy) Limiter(s store.Store) (*store.Limiter, error) {
 	alg, err := p.build()
 	if err != nil {
@@ -83,9 +95,13 @@ func (p Policy) build() (algo.Algorithm, error) {
 }
 
 // sameLimit reports whether p and q are the same limit with the same
-// parameters: all but DryRun, which is the transports' business.
+// parameters: all but DryRun, which is the transports' business, and the
+// lease options, which decide how the limit's tokens are spent, not the
+// limit (its state in the store is the same).
 func (p Policy) sameLimit(q Policy) bool {
 	p.DryRun, q.DryRun = false, false
+	p.Leased, q.Leased = false, false
+	p.LeaseRefresh, q.LeaseRefresh = 0, 0
 	p.Algorithm, q.Algorithm = p.algorithm(), q.algorithm()
 	return p == q
 }
@@ -132,6 +148,12 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: policy %q: rate and burst belong to the buckets, not %s", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
 	case p.algorithm() != LeakyBucket && (p.NoDelay || p.Delay != 0):
 		return fmt.Errorf("%w: policy %q: nodelay and delay belong to the leaky bucket", floodgate.ErrInvalidConfig, p.Name)
+	case p.Leased && p.algorithm() != TokenBucket:
+		return fmt.Errorf("%w: policy %q: leased is for token-bucket policies, not %s (a lease holds tokens)", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
+	case p.LeaseRefresh != 0 && !p.Leased:
+		return fmt.Errorf("%w: policy %q: lease_refresh needs leased: true", floodgate.ErrInvalidConfig, p.Name)
+	case p.LeaseRefresh != 0 && (p.LeaseRefresh < time.Millisecond || p.LeaseRefresh > 10*time.Second):
+		return fmt.Errorf("%w: policy %q: lease_refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, p.Name, p.LeaseRefresh)
 	}
 	return nil
 }
@@ -188,6 +210,12 @@ func (p Policy) String() string {
 		}
 	default:
 		b.WriteString(" " + strconv.FormatInt(p.Limit, 10) + " per " + p.Window.String())
+	}
+	if p.Leased {
+		b.WriteString(" leased")
+		if p.LeaseRefresh != 0 {
+			b.WriteString(" every " + p.LeaseRefresh.String())
+		}
 	}
 	if p.DryRun {
 		b.WriteString(" (dry run)")
