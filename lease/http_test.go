@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -22,7 +23,10 @@ import (
 func TestBehindHTTP(t *testing.T) {
 	st := newStore(t, redisClient(t))
 	l := newLease(t, st, lease.Config{Bucket: bucket.Config{Name: uniqueName(t), Rate: floodgate.PerMinute(10), Burst: 10}, HotRate: 4})
-	mw, err := httplimit.Middleware(l, httplimit.WithHeaderKey("X-Client"))
+	if _, err := httplimit.Middleware(l, httplimit.WithHeaderKey("X-Client")); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		t.Fatalf("a header key on a leased (shared) limiter without the fleet's secret: %v", err)
+	}
+	mw, err := httplimit.Middleware(l, httplimit.WithHeaderKey("X-Client"), httplimit.WithKeySecret([]byte("the fleet's secret, 32 bytes....")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -289,6 +289,12 @@ func (l *Limiter) now() int64 {
 // Policy implements [floodgate.Describer]: the global limit.
 func (l *Limiter) Policy() floodgate.Policy { return l.direct.Policy() }
 
+// Shared reports true: a Limiter's state is the global bucket that every
+// node shares, so that transports hashing credentials into its keys
+// require the fleet's secret (see
+// [github.com/floodgate-go/floodgate/store.IsShared]).
+func (l *Limiter) Shared() bool { return true }
+
 // Take implements [floodgate.Limiter]. A leased decision is made in memory
 // (no clock read, no allocation, one atomic compare-and-swap); see the
 // package documentation for the other paths.

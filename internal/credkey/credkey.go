@@ -75,12 +75,16 @@ func (h *Hasher) Key(credential string) string {
 // processes share ([store.IsShared]): a transport hashing credentials with
 // the per-process random secret must then refuse to run, since each node
 // would keep its own budget per credential. A limiter that is not a
-// [store.Limiter] (or does not say which store it runs on) is taken for a
-// local one.
+// [store.Limiter] (or does not say which store it runs on), and does not
+// say it is shared itself (a Shared() bool method, as lease.Limiter has),
+// is taken for a local one.
 func Shared(ls ...floodgate.Limiter) bool {
 	for _, l := range ls {
 		if sl, ok := l.(interface{ Store() store.Store }); ok && store.IsShared(sl.Store()) {
 			return true
+		}
+		if sh, ok := l.(interface{ Shared() bool }); ok && sh.Shared() {
+			return true // a limiter on a shared state of its own (lease.Limiter)
 		}
 	}
 	return false
