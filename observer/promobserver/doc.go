@@ -25,6 +25,7 @@
 // non-nil prometheus.Registerer; options have documented defaults. An
 // [Observer] is safe for concurrent use and never blocks.
 //
-// This is the only floodgate package that imports the Prometheus client:
-// programs that do not use it do not link it.
+// It and shadow/shadowprom are the only packages of the floodgate module
+// that import the Prometheus client: programs that do not use them do not
+// link it.
 package promobserver
