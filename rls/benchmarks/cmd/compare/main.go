@@ -3,8 +3,9 @@
 // modules and run as processes on loopback, with one config, one Redis and
 // one load: C concurrent callers on one gRPC connection each target,
 // interleaved rounds (reference on Redis, floodgate on Redis, floodgate on
-// its memory store), so that the noise of a shared machine falls on all of
-// them alike.
+// its memory store, and nullrls, a grpc-go server that decides nothing: the
+// ceiling of the transport), so that the noise of a shared machine falls on
+// all of them alike.
 package main
 
 import (
@@ -81,10 +82,12 @@ func main() {
 	}
 	refBin := filepath.Join(work, "ratelimit")
 	fgBin := filepath.Join(work, "floodgate-rls")
+	nullBin := filepath.Join(work, "nullrls")
 	build(refBin, "github.com/envoyproxy/ratelimit/src/service_cmd")
 	build(fgBin, "github.com/floodgate-go/floodgate/rls/cmd/floodgate-rls")
+	build(nullBin, "github.com/floodgate-go/floodgate/rls/benchmarks/cmd/nullrls")
 
-	refPort, fgRedisPort, fgMemPort := freePort(), freePort(), freePort()
+	refPort, fgRedisPort, fgMemPort, nullPort := freePort(), freePort(), freePort(), freePort()
 	ref := exec.Command(refBin)
 	ref.Env = append(os.Environ(),
 		// Metrics on, as floodgate-rls keeps its Prometheus counters.
@@ -98,6 +101,7 @@ func main() {
 	fgRedis := exec.Command(fgBin, "-config", fgDir, "-addr", "127.0.0.1:"+strconv.Itoa(fgRedisPort), "-redis", redis,
 		"-redis-prefix", fmt.Sprintf("rls-compare:%d:", time.Now().UnixNano()), "-redis-timeout", "1s")
 	fgMem := exec.Command(fgBin, "-config", fgDir, "-addr", "127.0.0.1:"+strconv.Itoa(fgMemPort))
+	null := exec.Command(nullBin, "-addr", "127.0.0.1:"+strconv.Itoa(nullPort))
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
@@ -105,7 +109,7 @@ func main() {
 			p.Wait()
 		}
 	}()
-	for _, p := range []*exec.Cmd{ref, fgRedis, fgMem} {
+	for _, p := range []*exec.Cmd{ref, fgRedis, fgMem, null} {
 		if p != ref { // the reference logs every stats flush
 			p.Stdout, p.Stderr = os.Stderr, os.Stderr
 		}
@@ -122,6 +126,7 @@ func main() {
 		{"envoyproxy/ratelimit, Redis", refPort, ref.Process.Pid},
 		{"floodgate-rls, Redis", fgRedisPort, fgRedis.Process.Pid},
 		{"floodgate-rls, memstore", fgMemPort, fgMem.Process.Pid},
+		{"nullrls (decides nothing)", nullPort, null.Process.Pid},
 	}
 	clients := make([]rlspb.RateLimitServiceClient, len(targets))
 	for i, t := range targets {
@@ -131,7 +136,7 @@ func main() {
 		}
 		defer conn.Close()
 		clients[i] = rlspb.NewRateLimitServiceClient(conn)
-		ready(clients[i], t.name)
+		ready(clients[i], t.name, t.port != nullPort)
 	}
 	fmt.Printf("ShouldRateLimit, %d callers, %d rounds of %v per target, interleaved; each request: the origin and purge-orchestrator descriptors and one of %d tenants\n\n",
 		*callers, *rounds, *duration, *tenants)
@@ -179,6 +184,17 @@ func main() {
 		fmt.Printf("%-30s throughput %.2fx (%.2f-%.2f)%s   p99 %.2fx (%.2f-%.2f)%s   calls per server CPU second %.2fx (%.2f-%.2f)%s\n", targets[i].name,
 			m, lo, hi, crosses(lo, hi), m2, lo2, hi2, crosses(lo2, hi2), m3, lo3, hi3, crosses(lo3, hi3))
 	}
+	// How close floodgate on memory comes to the transport's ceiling.
+	const mem, ceil = 2, 3
+	var th, cpu []float64
+	for r := range results[mem] {
+		th = append(th, results[mem][r].rps/results[ceil][r].rps)
+		cpu = append(cpu, results[ceil][r].cpu/results[mem][r].cpu)
+	}
+	m, lo, hi := stats(th)
+	m3, lo3, hi3 := stats(cpu)
+	fmt.Printf("\n%s against %s: throughput %.2fx (%.2f-%.2f)%s   calls per server CPU second %.2fx (%.2f-%.2f)%s\n", targets[mem].name, targets[ceil].name,
+		m, lo, hi, crosses(lo, hi), m3, lo3, hi3, crosses(lo3, hi3))
 }
 
 // redisPID asks the Redis at addr for its process id (it must run on this
@@ -288,14 +304,15 @@ func request(tenant int) *rlspb.RateLimitRequest {
 	}}
 }
 
-// ready waits until a target answers a call correctly.
-func ready(c rlspb.RateLimitServiceClient, name string) {
+// ready waits until a target answers a call correctly (with its limits when
+// limits is set).
+func ready(c rlspb.RateLimitServiceClient, name string, limits bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		resp, err := c.ShouldRateLimit(ctx, request(0))
 		cancel()
-		if err == nil && resp.OverallCode == rlspb.RateLimitResponse_OK && len(resp.Statuses) == 3 && resp.Statuses[2].CurrentLimit != nil {
+		if err == nil && resp.OverallCode == rlspb.RateLimitResponse_OK && len(resp.Statuses) == 3 && (!limits || resp.Statuses[2].CurrentLimit != nil) {
 			return
 		}
 		if time.Now().After(deadline) {
