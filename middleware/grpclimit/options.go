@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
+	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
@@ -147,8 +148,8 @@ type config struct {
 	shedRetry time.Duration
 	class     ClassFunc
 
-	client      clientConfig // NewClient's settings
-	descriptors [][]Source   // Policies' descriptors
+	client      clientConfig             // NewClient's settings
+	descriptors [][]describe.Entry[call] // Policies' descriptors
 }
 
 func invalid(format string, args ...any) error {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/policy"
 )
@@ -16,15 +17,21 @@ import (
 // name it) and where its value comes from. Build one with [PeerEntry],
 // [HeaderEntry], [MethodEntry] or [ValueEntry].
 type Source struct {
-	key        string
-	credential bool
-	value      func(c *config, ctx context.Context, method string) string
+	e describe.Entry[call]
+}
+
+// call is what a Source reads: the call's context and full method, and the
+// config of the interceptors it runs in (IP prefixes).
+type call struct {
+	c      *config
+	ctx    context.Context
+	method string
 }
 
 // PeerEntry is the entry key = the call's peer (its IP, aggregated by
 // [WithIPPrefix]: IPv6 by /64 by default); envoy's "remote_address".
 func PeerEntry(key string) Source {
-	return Source{key: key, value: func(c *config, ctx context.Context, _ string) string { return c.peerKey(ctx) }}
+	return Source{describe.Entry[call]{Key: key, Value: func(q call) string { return q.c.peerKey(q.ctx) }}}
 }
 
 // HeaderEntry is the entry key = the first value of metadata entry name (a
@@ -33,25 +40,29 @@ func PeerEntry(key string) Source {
 // (policy.WithKeySecret). A call without the entry does not yield the
 // descriptor.
 func HeaderEntry(name, key string) Source {
-	return Source{key: key, credential: true, value: func(_ *config, ctx context.Context, _ string) string {
-		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
+	return Source{describe.Entry[call]{Key: key, Credential: true, Value: func(q call) string {
+		if v := metadata.ValueFromIncomingContext(q.ctx, name); len(v) > 0 {
 			return v[0]
 		}
 		return ""
-	}}
+	}}}
 }
 
 // MethodEntry is the entry key = the call's full method
 // ("/package.Service/Method").
 func MethodEntry(key string) Source {
-	return Source{key: key, value: func(_ *config, _ context.Context, method string) string { return method }}
+	return Source{describe.Entry[call]{Key: key, Value: func(q call) string { return q.method }}}
 }
 
 // ValueEntry is the entry key = f(ctx, method); "" means the call does not
 // yield the descriptor. Mark credentials: they are stored only as a keyed
 // hash.
 func ValueEntry(key string, credential bool, f func(ctx context.Context, method string) string) Source {
-	return Source{key: key, credential: credential, value: func(_ *config, ctx context.Context, method string) string { return f(ctx, method) }}
+	e := describe.Entry[call]{Key: key, Credential: credential}
+	if f != nil {
+		e.Value = func(q call) string { return f(q.ctx, q.method) }
+	}
+	return Source{e}
 }
 
 // WithDescriptor adds a descriptor that every call yields to [Policies]:
@@ -59,15 +70,14 @@ func ValueEntry(key string, credential bool, f func(ctx context.Context, method 
 // yield that descriptor. It applies to Policies.
 func WithDescriptor(entries ...Source) Option {
 	return option("WithDescriptor", ctorPolicies, func(c *config) error {
-		if len(entries) == 0 {
-			return invalid("WithDescriptor without entries")
-		}
+		d := make([]describe.Entry[call], len(entries))
 		for i, e := range entries {
-			if e.value == nil || e.key == "" {
-				return invalid("WithDescriptor: entry %d is the zero Source or has no key", i)
-			}
+			d[i] = e.e
 		}
-		c.descriptors = append(c.descriptors, append([]Source(nil), entries...))
+		if err := describe.Check(d); err != nil {
+			return invalid("%v", err)
+		}
+		c.descriptors = append(c.descriptors, d)
 		return nil
 	})
 }
@@ -93,17 +103,13 @@ func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.descriptors) == 0 {
-		return nil, invalid("Policies needs at least one WithDescriptor")
+	var cost func(call) int
+	if cfg.cost != nil {
+		cost = func(q call) int { return q.c.cost(q.ctx, q.method) }
 	}
-	for _, d := range cfg.descriptors {
-		for _, src := range d {
-			if src.credential {
-				if err := live.CheckCredentials(); err != nil {
-					return nil, err
-				}
-			}
-		}
+	set, err := describe.New(live, cfg.descriptors, cost)
+	if err != nil {
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun}
 	if cfg.failMode == FailClosed {
@@ -112,52 +118,12 @@ func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
 	if cfg.delayMode == DelayRefuse {
 		acfg.DelayMode = admit.DelayRefuse
 	}
-	return &Interceptors{cfg: cfg, core: admit.NewDynamic(acfg), live: live}, nil
+	return &Interceptors{cfg: cfg, core: admit.NewDynamic(acfg), set: set}, nil
 }
 
 // admitPolicies decides one call of a Policies interceptor.
 func (i *Interceptors) admitPolicies(ctx context.Context, method string, ev floodgate.Event, start int64) admit.Verdict {
-	checks, enforcing, err := i.matchPolicies(ctx, method)
-	if err != nil {
-		return i.core.DecideChecks(ctx, []floodgate.Check{{Limiter: failing{err}, N: 1}}, nil, ev, start)
-	}
-	return i.core.DecideChecks(ctx, checks[:enforcing], checks[enforcing:], ev, start)
-}
-
-// matchPolicies builds the call's descriptors and matches them, turning a
-// panicking source, cost function or resolver into an error.
-func (i *Interceptors) matchPolicies(ctx context.Context, method string) (checks []floodgate.Check, enforcing int, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: grpclimit: a descriptor, cost or resolver function: %v", ErrLimiterPanic, p)
-		}
-	}()
-	n := 1
-	if i.cfg.cost != nil {
-		n = i.cfg.cost(ctx, method)
-	}
-	descs := make([]policy.Descriptor, 0, len(i.cfg.descriptors))
-	for _, srcs := range i.cfg.descriptors {
-		d := make(policy.Descriptor, 0, len(srcs))
-		for _, s := range srcs {
-			v := s.value(&i.cfg, ctx, method)
-			if v == "" {
-				d = nil
-				break
-			}
-			d = append(d, policy.Entry{Key: s.key, Value: v, Credential: s.credential})
-		}
-		if d != nil {
-			descs = append(descs, d)
-		}
-	}
-	return i.live.Match(ctx, descs, n, nil)
-}
-
-// failing is the limiter of a call whose checks could not be built: it
-// reports err, which the core judges by the fail mode.
-type failing struct{ err error }
-
-func (f failing) Take(context.Context, string, int) (floodgate.Decision, error) {
-	return floodgate.Decision{}, f.err
+	v, m := i.set.Decide(ctx, i.core, call{&i.cfg, ctx, method}, ev, start)
+	m.Release()
+	return v
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/credkey"
+	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
-	"github.com/floodgate-go/floodgate/policy"
 )
 
 // PushbackTrailer is the trailer gRPC clients read to delay their next retry
@@ -86,9 +86,9 @@ func (f AcquirerFunc) Acquire(ctx context.Context) (func(success bool), bool, er
 // concurrent use.
 type Interceptors struct {
 	cfg  config
-	core *admit.Core  // New, Policies
-	acq  Acquirer     // Shed
-	live *policy.Live // Policies
+	core *admit.Core         // New, Policies
+	acq  Acquirer            // Shed
+	set  *describe.Set[call] // Policies
 }
 
 // New returns the server interceptors that rate-limit calls with l (and
@@ -259,7 +259,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 	if i.cfg.observer != nil {
 		ev.Route = i.route(method)
 	}
-	if i.live != nil {
+	if i.set != nil {
 		return nil, answer(ctx, ss, i.admitPolicies(ctx, method, ev, start))
 	}
 	var v admit.Verdict

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
+	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
@@ -145,7 +146,7 @@ type config struct {
 	secret      []byte // WithKeySecret, or nil: a random one
 	hasher      *credkey.Hasher
 	extra       []extraLimit
-	descriptors [][]Source // Policies' descriptors
+	descriptors [][]describe.Entry[request] // Policies' descriptors
 	cost        CostFunc
 	trusted     []netip.Prefix
 	fwdHeader   string // "X-Forwarded-For" or "Forwarded"

@@ -1,15 +1,14 @@
 package httplimit
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/policy"
 )
@@ -19,15 +18,20 @@ import (
 // [ClientIPEntry], [HeaderEntry], [RouteEntry], [MethodEntry] or
 // [ValueEntry].
 type Source struct {
-	key        string
-	credential bool
-	value      func(c *config, r *http.Request) string
+	e describe.Entry[request]
+}
+
+// request is what a Source reads: the request, and the config of the
+// wrapper it runs in (trusted proxies, IP prefixes).
+type request struct {
+	c *config
+	r *http.Request
 }
 
 // ClientIPEntry is the entry key = the client IP (trusted proxies and IP
 // prefixes applied), envoy's "remote_address".
 func ClientIPEntry(key string) Source {
-	return Source{key: key, value: func(c *config, r *http.Request) string { return c.clientKey(r) }}
+	return Source{describe.Entry[request]{Key: key, Value: func(q request) string { return q.c.clientKey(q.r) }}}
 }
 
 // HeaderEntry is the entry key = the value of header name (a service token,
@@ -36,36 +40,40 @@ func ClientIPEntry(key string) Source {
 // without the header does not yield the descriptor.
 func HeaderEntry(name, key string) Source {
 	canon := http.CanonicalHeaderKey(name)
-	return Source{key: key, credential: true, value: func(_ *config, r *http.Request) string {
-		if v := r.Header[canon]; len(v) > 0 {
+	return Source{describe.Entry[request]{Key: key, Credential: true, Value: func(q request) string {
+		if v := q.r.Header[canon]; len(v) > 0 {
 			return v[0]
 		}
 		return ""
-	}}
+	}}}
 }
 
 // RouteEntry is the entry key = the request's route: the pattern of the
 // http.ServeMux route that matched (r.Pattern), else the URL path. Put the
 // middleware inside the mux (around each handler) for patterns.
 func RouteEntry(key string) Source {
-	return Source{key: key, value: func(_ *config, r *http.Request) string {
-		if r.Pattern != "" {
-			return r.Pattern
+	return Source{describe.Entry[request]{Key: key, Value: func(q request) string {
+		if q.r.Pattern != "" {
+			return q.r.Pattern
 		}
-		return r.URL.Path
-	}}
+		return q.r.URL.Path
+	}}}
 }
 
 // MethodEntry is the entry key = the request's method.
 func MethodEntry(key string) Source {
-	return Source{key: key, value: func(_ *config, r *http.Request) string { return r.Method }}
+	return Source{describe.Entry[request]{Key: key, Value: func(q request) string { return q.r.Method }}}
 }
 
 // ValueEntry is the entry key = f(r); "" means the request does not yield
 // the descriptor. Mark values that are credentials with credential: they
 // are then stored only as a keyed hash.
 func ValueEntry(key string, credential bool, f func(*http.Request) string) Source {
-	return Source{key: key, credential: credential, value: func(_ *config, r *http.Request) string { return f(r) }}
+	e := describe.Entry[request]{Key: key, Credential: credential}
+	if f != nil {
+		e.Value = func(q request) string { return f(q.r) }
+	}
+	return Source{e}
 }
 
 // WithDescriptor adds a descriptor that every request yields to
@@ -74,29 +82,22 @@ func ValueEntry(key string, credential bool, f func(*http.Request) string) Sourc
 // descriptor. It applies to Policies.
 func WithDescriptor(entries ...Source) Option {
 	return option("WithDescriptor", forPolicies, func(c *config) error {
-		if len(entries) == 0 {
-			return invalid("WithDescriptor without entries")
-		}
+		d := make([]describe.Entry[request], len(entries))
 		for i, e := range entries {
-			if e.value == nil || e.key == "" {
-				return invalid("WithDescriptor: entry %d is the zero Source or has no key", i)
-			}
+			d[i] = e.e
 		}
-		c.descriptors = append(c.descriptors, append([]Source(nil), entries...))
+		if err := describe.Check(d); err != nil {
+			return invalid("%v", err)
+		}
+		c.descriptors = append(c.descriptors, d)
 		return nil
 	})
 }
 
 type policiesMW struct {
 	cfg  config
-	live *policy.Live
+	set  *describe.Set[request]
 	core *admit.Core
-	bufs sync.Pool // *policyBufs
-}
-
-type policyBufs struct {
-	descs  []policy.Descriptor
-	checks []floodgate.Check
 }
 
 // Policies returns a wrapper that limits requests by the rules of a live
@@ -126,24 +127,19 @@ func Policies(live *policy.Live, opts ...Option) (func(http.Handler) http.Handle
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.descriptors) == 0 {
-		return nil, invalid("Policies needs at least one WithDescriptor")
+	var cost func(request) int
+	if cfg.cost != nil {
+		cost = func(q request) int { return q.c.cost(q.r) }
 	}
-	for _, d := range cfg.descriptors {
-		for _, src := range d {
-			if src.credential {
-				if err := live.CheckCredentials(); err != nil {
-					return nil, err
-				}
-			}
-		}
+	set, err := describe.New(live, cfg.descriptors, cost)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	ac := admit.Config{
 		Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer,
 		FailMode: admit.FailMode(cfg.failMode), DelayMode: admit.DelayMode(cfg.delayMode), DryRun: cfg.dryRun,
 	}
-	m := &policiesMW{cfg: cfg, live: live, core: admit.NewDynamic(ac)}
-	m.bufs.New = func() any { return &policyBufs{} }
+	m := &policiesMW{cfg: cfg, set: set, core: admit.NewDynamic(ac)}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			next = http.DefaultServeMux
@@ -161,81 +157,17 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	c := &m.cfg
 	start := m.core.Start()
-	ev := floodgate.Event{Route: c.route}
-	b := m.bufs.Get().(*policyBufs)
-	defer func() {
-		clear(b.checks)
-		for i := range b.descs {
-			clear(b.descs[i]) // no credential stays reachable from the pool
-			b.descs[i] = b.descs[i][:0]
-		}
-		b.checks, b.descs = b.checks[:0], b.descs[:0]
-		m.bufs.Put(b)
-	}()
-	checks, enforcing, err := m.prepare(r, b)
-	var v admit.Verdict
-	if err != nil {
-		checks = []floodgate.Check{{Limiter: failing{err}, N: 1}}
-		v = m.core.DecideChecks(r.Context(), checks, nil, ev, start)
-	} else {
-		shadow := checks[enforcing:]
-		checks = checks[:enforcing]
-		v = m.core.DecideChecks(r.Context(), checks, shadow, ev, start)
-	}
+	v, match := m.set.Decide(r.Context(), m.core, request{c, r}, floodgate.Event{Route: c.route}, start)
 	const scope = "descriptor"
-	if c.answer(w, v, scope, func() {
-		if len(checks) > 0 {
-			setPolicyHeaders(c, w.Header(), checks, v, scope)
+	admitted := c.answer(w, v, scope, func() {
+		if len(match.Checks) > 0 {
+			setPolicyHeaders(c, w.Header(), match.Checks, v, scope)
 		}
-	}) {
+	})
+	match.Release()
+	if admitted {
 		h.next.ServeHTTP(w, r)
 	}
-}
-
-// prepare builds the request's descriptors and matches them, turning a
-// panicking source or resolver into an error.
-func (m *policiesMW) prepare(r *http.Request, b *policyBufs) (checks []floodgate.Check, enforcing int, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", ErrLimiterPanic, p)
-		}
-	}()
-	c := &m.cfg
-	cost := 1
-	if c.cost != nil {
-		cost = c.cost(r)
-	}
-	for _, srcs := range c.descriptors {
-		k := len(b.descs)
-		if k < cap(b.descs) {
-			b.descs = b.descs[:k+1]
-		} else {
-			b.descs = append(b.descs, nil)
-		}
-		d := b.descs[k][:0]
-		for _, s := range srcs {
-			v := s.value(c, r)
-			if v == "" {
-				d = nil
-				break
-			}
-			d = append(d, policy.Entry{Key: s.key, Value: v, Credential: s.credential})
-		}
-		if d == nil {
-			b.descs = b.descs[:k]
-			continue
-		}
-		b.descs[k] = d
-	}
-	return m.live.Match(r.Context(), b.descs, cost, b.checks)
-}
-
-// failing is the limiter of a request whose checks could not be built: it
-// reports err, which the core judges by the fail mode.
-type failing struct{ err error }
-
-func (f failing) Take(_ context.Context, _ string, _ int) (floodgate.Decision, error) {
-	return floodgate.Decision{}, f.err
 }
 
 // setPolicyHeaders writes the informational headers of a verdict on
