@@ -167,6 +167,10 @@ func TestPoliciesOptionsAndErrors(t *testing.T) {
 		"nil live":      func() error { _, err := Policies(nilLive, WithDescriptor(MethodEntry("m"))); return err },
 		"no descriptor": func() error { _, err := Policies(live); return err },
 		"zero source":   func() error { _, err := Policies(live, WithDescriptor(Source{})); return err },
+		"nil value func": func() error {
+			_, err := Policies(live, WithDescriptor(ValueEntry("k", false, nil)))
+			return err
+		},
 		"header key": func() error {
 			_, err := Policies(live, WithDescriptor(MethodEntry("m")), WithHeaderKey("X"))
 			return err
