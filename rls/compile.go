@@ -129,9 +129,9 @@ func currentLimit(rpu uint32, w time.Duration, name string, multiplier uint32) *
 
 // lim is one compiled rate limit.
 type lim struct {
-	policy  string // its floodgate policy name
-	header  string // its name in RateLimit-Policy and RateLimit
-	l       *store.Limiter
+	policy string // its floodgate policy name
+	header string // its name in RateLimit-Policy and RateLimit
+	l      *store.Limiter
 	// leased is a leased limit's lease limiter (nil for the others): what
 	// decides its counted hits; l decides the rest (looks, refunds).
 	leased  *leased

@@ -1,6 +1,9 @@
 package rls
 
-import "github.com/floodgate-go/floodgate/lease"
+import (
+	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/store"
+)
 
 // LeaseStats returns the counters of the lease limiter of the running
 // leased limit named policy (its descriptor path), for the tests.
@@ -11,3 +14,6 @@ func LeaseStats(s *Service, policy string) (lease.Stats, bool) {
 	}
 	return ll.Stats(), true
 }
+
+// StoreOf returns the store s decides on, for the tests.
+func StoreOf(s *Service) store.Store { return s.store }
