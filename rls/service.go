@@ -356,6 +356,7 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 		return nil, err
 	}
 	if err := c.bind(live.Set()); err != nil {
+		live.Close(context.Background()) // its leases hold no tokens yet
 		return nil, err
 	}
 	svc.live = live
