@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,10 +62,31 @@ func fleet(t *testing.T, addrs []string, n int, files map[string]string) []*serv
 // d, and counts the calls and the admitted ones; a call that fails, leaves
 // a descriptor unanswered or refuses without duration_until_reset fails
 // the test.
-func hammerFleet(t *testing.T, srvs []*server, g int, d time.Duration, req *rlspb.RateLimitRequest, admitted, calls *atomic.Int64) time.Duration {
+// The start of every call (unix ns) is appended to starts when not nil.
+func hammerFleet(t *testing.T, srvs []*server, g int, d time.Duration, req *rlspb.RateLimitRequest, admitted, calls *atomic.Int64, starts *[]int64) time.Duration {
 	t.Helper()
 	var after, never atomic.Int64
-	return hammerFleetAfter(t, srvs, g, d, req, admitted, calls, &after, &never)
+	return hammerFleetAfter(t, srvs, g, d, req, admitted, calls, &after, &never, starts)
+}
+
+// ideal is how many of one-unit calls started at starts (unix ns) one
+// token bucket of rate per second and burst, full at the first, admits.
+func ideal(starts []int64, rate float64, burst int64) int64 {
+	if len(starts) == 0 {
+		return 0
+	}
+	slices.Sort(starts)
+	tokens, last := float64(burst), starts[0]
+	var n int64
+	for _, at := range starts {
+		tokens = min(float64(burst), tokens+float64(at-last)*rate/1e9)
+		last = at
+		if tokens >= 1 {
+			tokens--
+			n++
+		}
+	}
+	return n
 }
 
 const fleetYAML = `domain: fleet
@@ -81,9 +103,10 @@ descriptors:
 
 // Two services on one Redis (two nodes of a fleet) hammering one leased
 // limit for 2 s admit within the one global bucket's bound (burst + rate x
-// elapsed: tokens are debited from it before they are spent), at least 80%
-// of it, every call answered, and decide on leases: Redis calls (grants and
-// direct decisions) for at most half the calls.
+// elapsed: tokens are debited from it before they are spent), at most 3
+// bursts (and what expired) less than one bucket fed the same calls, every
+// call answered, and decide on leases: Redis calls (grants and direct
+// decisions) for at most half the calls.
 func TestLeasedWithinGlobalBound(t *testing.T) {
 	testLeasedBound(t, []string{singleAddr(t)}, 2*time.Second)
 }
@@ -98,9 +121,10 @@ func testLeasedBound(t *testing.T, addrs []string, d time.Duration) {
 	srvs := fleet(t, addrs, 2, map[string]string{"fleet.yaml": fleetYAML})
 	req := &rlspb.RateLimitRequest{Domain: "fleet", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("route", "/img")}}
 	var admitted, calls atomic.Int64
-	elapsed := hammerFleet(t, srvs, 6, d, req, &admitted, &calls)
+	var starts []int64
+	elapsed := hammerFleet(t, srvs, 6, d, req, &admitted, &calls, &starts)
 	bound := burst + int64(rate*elapsed.Seconds()) + 1
-	var grants, granted, direct int64
+	var grants, granted, direct, expired int64
 	for _, srv := range srvs {
 		st, ok := rls.LeaseStats(srv.svc, "fleet.route")
 		if !ok {
@@ -109,17 +133,22 @@ func testLeasedBound(t *testing.T, addrs []string, d time.Duration) {
 		grants += st.Grants
 		granted += st.Granted
 		direct += st.Direct
+		expired += st.Expired
 		if st.Nodes != 2 {
 			t.Errorf("a node counts %d nodes, want 2", st.Nodes)
 		}
 	}
-	n := admitted.Load()
-	t.Logf("admitted %d of at most %d in %v (%d calls); %d grants brought %d tokens, %d direct decisions", n, bound, elapsed, calls.Load(), grants, granted, direct)
+	n, one := admitted.Load(), ideal(starts, rate, burst)
+	t.Logf("admitted %d of at most %d in %v (one bucket fed the same calls: %d; %d calls); %d grants brought %d tokens, %d expired, %d direct decisions",
+		n, bound, elapsed, one, calls.Load(), grants, granted, expired, direct)
 	if n > bound {
 		t.Errorf("admitted %d, above the global bound %d", n, bound)
 	}
-	if ideal := min(bound, calls.Load()); float64(n) < 0.8*float64(ideal) {
-		t.Errorf("admitted %d, under 80%% of the %d that one bucket would have admitted", n, ideal)
+	// Under-admission: at most what the leases held, what they dropped at
+	// their TTL and what the nodes waited for (lease's "Bounds": about 2.5
+	// bursts with every node busy, plus what expired); 3 bursts here.
+	if short := one - n; short > 3*burst+expired {
+		t.Errorf("admitted %d, %d less than one bucket fed the same calls (%d): more than 3 bursts and the %d expired", n, short, one, expired)
 	}
 	if grants == 0 || grants+direct > calls.Load()/2 {
 		t.Errorf("%d grants and %d direct decisions for %d calls: not decided on leases", grants, direct, calls.Load())
@@ -158,7 +187,7 @@ func TestLeasedReloadRaise(t *testing.T) {
 		}
 		reloadedAt.Store(time.Now().UnixNano())
 	}()
-	elapsed := hammerFleetAfter(t, srvs, 4, 1800*time.Millisecond, req, &admitted, &calls, &after, &reloadedAt)
+	elapsed := hammerFleetAfter(t, srvs, 4, 1800*time.Millisecond, req, &admitted, &calls, &after, &reloadedAt, nil)
 	<-done
 	if t.Failed() {
 		return
@@ -186,16 +215,28 @@ func TestLeasedReloadRaise(t *testing.T) {
 
 // hammerFleetAfter is hammerFleet that also counts in after the admitted
 // calls that started once *since (unix ns) was set.
-func hammerFleetAfter(t *testing.T, srvs []*server, g int, d time.Duration, req *rlspb.RateLimitRequest, admitted, calls, after, since *atomic.Int64) time.Duration {
+func hammerFleetAfter(t *testing.T, srvs []*server, g int, d time.Duration, req *rlspb.RateLimitRequest, admitted, calls, after, since *atomic.Int64, starts *[]int64) time.Duration {
 	t.Helper()
 	var wg sync.WaitGroup
 	var failed atomic.Value
+	var mu sync.Mutex
 	start := time.Now()
 	end := start.Add(d)
 	for _, srv := range srvs {
 		for range g {
 			wg.Go(func() {
+				var mine []int64
+				if starts != nil {
+					defer func() {
+						mu.Lock()
+						*starts = append(*starts, mine...)
+						mu.Unlock()
+					}()
+				}
 				for now := time.Now(); now.Before(end); now = time.Now() {
+					if starts != nil {
+						mine = append(mine, now.UnixNano())
+					}
 					s := since.Load()
 					late := s != 0 && now.UnixNano() >= s
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
