@@ -2,6 +2,7 @@ package rls_test
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +105,34 @@ func TestLeasedRefusedOnMemstore(t *testing.T) {
 		t.Errorf("version %d after the refused reload, want 1", srv.svc.Version())
 	}
 	want(t, srv.call(t, "a", 1, desc("k", "v")), ok, "OK 3")
+}
+
+// The README's leased example is testdata/leased/edge.yaml, verbatim: it
+// runs on Redis and is refused on the memory store at its leased line.
+func TestReadmeLeasedConfig(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile("testdata/leased/edge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```yaml\n"+string(file)+"```") {
+		t.Fatal("README.md does not show testdata/leased/edge.yaml verbatim")
+	}
+	cfg, err := rls.LoadDir("testdata/leased")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rls.New(stores[0].make(t, nil), cfg); err == nil || !strings.HasPrefix(err.Error(), "testdata/leased/edge.yaml:12: leased needs a store") {
+		t.Errorf("on the memory store: %v, want testdata/leased/edge.yaml:12: leased needs a store ...", err)
+	}
+	svc, err := rls.New(stores[1].make(t, nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close(t.Context())
+	srv := serveService(t, svc, "testdata/leased")
+	want(t, srv.call(t, "edge", 0, desc("destination_cluster", "image-origin.prod")), ok, "OK 14999")
 }
