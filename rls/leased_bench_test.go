@@ -20,7 +20,7 @@ func BenchmarkShouldRateLimitRedis(b *testing.B) {
 descriptors:
   - key: destination_cluster
     value: image-origin.prod
-    rate_limit: {algorithm: token-bucket, unit: second, requests_per_unit: 1000000000, burst: 1000000000LEASED}
+    rate_limit: {algorithm: token-bucket, unit: second, requests_per_unit: 1000000, burst: 100000000LEASED}
 `
 	for _, mode := range []struct{ name, field string }{{"direct", ""}, {"leased", ", leased: true"}} {
 		b.Run(mode.name, func(b *testing.B) {
