@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -24,7 +25,10 @@ func (r RateLimit) policy(name string) (policy.Policy, error) {
 	if err != nil {
 		return policy.Policy{}, err
 	}
-	p := policy.Policy{Name: name, Algorithm: r.Algorithm}
+	p := policy.Policy{Name: name, Algorithm: r.Algorithm, Leased: r.Leased, LeaseRefresh: r.LeaseRefresh}
+	if err := r.checkLease(); err != nil {
+		return policy.Policy{}, err
+	}
 	switch r.Algorithm {
 	case "", policy.FixedWindow, policy.SlidingLog, policy.SlidingCounter:
 		if p.Algorithm == "" {
@@ -51,6 +55,40 @@ func (r RateLimit) policy(name string) (policy.Policy, error) {
 		return policy.Policy{}, err
 	}
 	return p, nil
+}
+
+// leaseError is an error of a limit's leased or lease_refresh field,
+// told at that field's line.
+type leaseError struct{ field, msg string }
+
+func (e *leaseError) Error() string { return e.msg }
+
+// Unwrap returns [floodgate.ErrInvalidConfig].
+func (e *leaseError) Unwrap() error { return floodgate.ErrInvalidConfig }
+
+// checkLease checks the lease fields of r: leased only on a token bucket,
+// lease_refresh only with leased and within lease's range. The policy
+// checks them again; these errors speak of the file's fields.
+func (r RateLimit) checkLease() error {
+	if !r.Leased && r.LeaseRefresh == 0 {
+		return nil
+	}
+	if !r.Leased {
+		return &leaseError{"lease_refresh", "lease_refresh needs leased: true"}
+	}
+	switch r.Algorithm {
+	case policy.TokenBucket:
+	case "", policy.FixedWindow:
+		return &leaseError{"leased", "leased needs algorithm: token-bucket (a lease holds a token bucket's tokens); this limit is a fixed-window, the default without algorithm"}
+	case policy.LeakyBucket, policy.SlidingLog, policy.SlidingCounter:
+		return &leaseError{"leased", fmt.Sprintf("leased needs algorithm: token-bucket (a lease holds a token bucket's tokens), not %s", r.Algorithm)}
+	default:
+		return nil // the algorithm's own error
+	}
+	if r.LeaseRefresh != 0 && (r.LeaseRefresh < time.Millisecond || r.LeaseRefresh > 10*time.Second) {
+		return &leaseError{"lease_refresh", fmt.Sprintf("lease_refresh %v outside 1ms..10s", r.LeaseRefresh)}
+	}
+	return nil
 }
 
 // units are the reference's units, largest first, for CurrentLimit.
@@ -91,9 +129,12 @@ func currentLimit(rpu uint32, w time.Duration, name string, multiplier uint32) *
 
 // lim is one compiled rate limit.
 type lim struct {
-	policy  string // its floodgate policy name
-	header  string // its name in RateLimit-Policy and RateLimit
-	l       *store.Limiter
+	policy string // its floodgate policy name
+	header string // its name in RateLimit-Policy and RateLimit
+	l      *store.Limiter
+	// leased is a leased limit's lease limiter (nil for the others): what
+	// decides its counted hits; l decides the rest (looks, refunds).
+	leased  *leased
 	blocked bool // requests_per_unit 0 on a window: nothing is admitted
 	fixed   bool // a fixed window: duration_until_reset is the window's end
 	window  time.Duration
@@ -131,6 +172,8 @@ type compiled struct {
 	named []*lim
 	// credential: a descriptor of the config is marked credential.
 	credential bool
+	// leasedAt is where the config's first leased limit is (nil: none).
+	leasedAt *policy.ConfigError
 }
 
 // compile builds the trees of cfg and the policies they need; limiters are
@@ -193,7 +236,14 @@ func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, 
 					seen[name] = true
 					pol, err := r.policy(name)
 					if err != nil {
-						return &policy.ConfigError{File: p.file, Line: max(r.Line, d.Line, 1), Msg: err.Error()}
+						line := r.leaseLine(err)
+						if line == 0 {
+							line = max(r.Line, d.Line, 1)
+						}
+						return &policy.ConfigError{File: p.file, Line: line, Msg: strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: ")}
+					}
+					if pol.Leased && c.leasedAt == nil {
+						c.leasedAt = &policy.ConfigError{File: p.file, Line: max(r.leasedLine, r.Line, d.Line, 1)}
 					}
 					w, _ := r.Window()
 					l := lim{policy: name, header: headerName(d.RateLimit.Name, name), window: w, limit: int64(r.RequestsPerUnit),
@@ -241,6 +291,9 @@ func bindNode(n *node, set *policy.Set) error {
 			if l.l, ok = set.Limiter(l.policy); !ok {
 				return fmt.Errorf("%w: rls: policy %q is not running", floodgate.ErrInvalidConfig, l.policy)
 			}
+			if ll, ok := set.Lease(l.policy); ok {
+				l.leased = &leased{Limiter: ll, direct: l.l}
+			}
 		}
 	}
 	for _, k := range n.children {
@@ -285,6 +338,34 @@ func policyName(path string) string {
 		}
 	}
 	return b.String()
+}
+
+// leased is the limiter of a leased limit: its lease limiter, which
+// decides the counted hits on the tokens its leases hold, and the store
+// limiter of the same global bucket, which decides directly.
+type leased struct {
+	*lease.Limiter
+	direct *store.Limiter
+}
+
+// direct returns the store limiter behind a check's limiter: itself, or a
+// leased limit's store limiter (the global bucket, without the lease).
+func direct(l floodgate.Limiter) *store.Limiter {
+	switch v := l.(type) {
+	case *store.Limiter:
+		return v
+	case *leased:
+		return v.direct
+	}
+	return nil
+}
+
+// decider is the limiter that decides a limit's counted hits.
+func (l *lim) decider() floodgate.Limiter {
+	if l.leased != nil {
+		return l.leased
+	}
+	return l.l
 }
 
 // lookup finds the limit of a request descriptor's entries in the tree of

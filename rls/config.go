@@ -2,6 +2,7 @@ package rls
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -85,8 +86,33 @@ type RateLimit struct {
 	// Burst is a token bucket's capacity (default requests_per_unit) or a
 	// leaky bucket's burst (default 0).
 	Burst int64
+	// Leased decides a token-bucket limit on tokens leased from its one
+	// global bucket (policy.Policy.Leased): on a store that grants leases
+	// (redisstore) only.
+	Leased bool
+	// LeaseRefresh is a leased limit's refresh period (1ms..10s; 0 means
+	// lease.DefaultRefresh, 100ms).
+	LeaseRefresh time.Duration
 	// Line is the line of the rate limit in its file.
 	Line int
+	// the lines of the leased and lease_refresh fields, where their errors
+	// point (0: absent, or a RateLimit built in code).
+	leasedLine, refreshLine int
+}
+
+// leaseLine is the line where an error of r's lease fields points.
+func (r RateLimit) leaseLine(err error) int {
+	var le *leaseError
+	if !errors.As(err, &le) {
+		return 0
+	}
+	if le.field == "lease_refresh" && r.refreshLine != 0 {
+		return r.refreshLine
+	}
+	if r.leasedLine != 0 {
+		return r.leasedLine
+	}
+	return r.refreshLine
 }
 
 // Window returns the limit's window: its unit times its multiplier.
@@ -408,7 +434,8 @@ func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) 
 func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 	r := RateLimit{Line: n.Line}
 	var unitNode *yaml.Node
-	err := p.fields(n, []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst"}, func(k string, v *yaml.Node) error {
+	err := p.fields(n, []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst",
+		"leased", "lease_refresh"}, func(k string, v *yaml.Node) error {
 		var err error
 		var u uint64
 		switch k {
@@ -449,6 +476,18 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 		case "burst":
 			u, err = p.uint(v, 52)
 			r.Burst = int64(u)
+		case "leased":
+			r.leasedLine = v.Line
+			r.Leased, err = p.bool(v)
+		case "lease_refresh":
+			r.refreshLine = v.Line
+			var s string
+			if s, err = p.str(v); err == nil {
+				r.LeaseRefresh, err = time.ParseDuration(s)
+				if err != nil || r.LeaseRefresh <= 0 {
+					return p.errf(v, "lease_refresh %q: want a duration from 1ms to 10s, such as 100ms", s)
+				}
+			}
 		}
 		return err
 	})
@@ -459,6 +498,9 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 		return r, p.errf(n, "replaces should not contain name of same descriptor")
 	}
 	if r.Unlimited {
+		if l := max(r.leasedLine, r.refreshLine); l != 0 && (r.Leased || r.LeaseRefresh != 0) {
+			return r, p.errf(&yaml.Node{Line: l}, "an unlimited limit cannot be leased (leased and lease_refresh belong to a token bucket)")
+		}
 		if r.Unit != "" {
 			if _, err := r.Window(); err == nil {
 				return r, p.errf(unitNode, "should not specify rate limit unit when unlimited")
@@ -474,7 +516,11 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 		return r, p.errf(at, "%s", err.Error())
 	}
 	if _, err := r.policy("check"); err != nil {
-		return r, p.errf(n, "%s", strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: "))
+		at = n
+		if l := r.leaseLine(err); l != 0 {
+			at = &yaml.Node{Line: l}
+		}
+		return r, p.errf(at, "%s", strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: "))
 	}
 	return r, nil
 }

@@ -55,6 +55,8 @@
 //	  unit: 30s                 # besides the named units: a duration of whole seconds (30s, 5m, 90s)
 //	  requests_per_unit: 100
 //	  burst: 200                # a token bucket's capacity (default requests_per_unit), a leaky bucket's burst
+//	  leased: true              # a token bucket decided on tokens leased from its global bucket (Redis only)
+//	  lease_refresh: 100ms      # a leased limit's refresh period (default 100ms, 1ms..10s)
 //	rate_limits:                # further limits of the descriptor, checked with rate_limit all or nothing
 //	  - {unit: hour, requests_per_unit: 1000}
 //	credential: true            # beside key: the entry's value is a credential (an API key, a token)
@@ -71,6 +73,50 @@
 // by its descriptor path ("edge.destination_cluster_image-origin.prod", and
 // "#1", "#2" for the limits of rate_limits), so a reload keeps each key's
 // state when the path stays.
+//
+// # Leased limits
+//
+// A token-bucket limit with leased: true (in rate_limit or in an entry of
+// rate_limits) is a floodgate leased policy (policy.Policy.Leased, decided
+// by a [github.com/floodgate-go/floodgate/lease.Limiter]): each service
+// process decides a hot descriptor in memory on tokens it leased in
+// batches from the limit's one global bucket on Redis, at about one Redis
+// call per lease_refresh instead of one per request; a cold descriptor
+// (under 20 requests a second on the process) is decided on Redis as any
+// limit. The fleet never admits more than the one bucket would (burst +
+// rate x elapsed from a key's first request); it may admit less, by the
+// tokens the leases hold (the bound is in lease's documentation). leased
+// belongs to token buckets (a fixed window, the default, is refused at its
+// line), lease_refresh to leased limits; the store must grant leases: on
+// the memory store a leased limit is refused by [New] and by a reload,
+// with its file and line. A reload that changes a leased limit keeps each
+// key's state in the global bucket (floodgate's live-change rule); the
+// process's old lease limiter serves the calls that started before the
+// change, then gives its tokens back a second later. [Service.Close] (the
+// command calls it at shutdown, once the calls in flight are done) gives
+// back every token the leases hold.
+//
+// What a leased limit answers is the process's view:
+//
+//   - limit_remaining is, for a hot descriptor, what this process's lease
+//     still holds for it: what the process can admit without asking Redis,
+//     not what the fleet has left (the global bucket may have more, other
+//     processes hold their own leases). It falls as the lease is spent and
+//     rises when a renewal arrives; 0 on a refusal. For a cold descriptor
+//     it is the global bucket's, as for any limit.
+//   - duration_until_reset is, when admitted, the global bucket's time to
+//     full as of this process's last lease (or call) for the key; on a
+//     refusal, the wait until the global bucket has tokens again, as the
+//     lease's last renewal told it.
+//   - current_limit is the config's (requests_per_unit per unit), and
+//     X-RateLimit-Limit the global burst; the headers carry
+//     limit_remaining and duration_until_reset as above.
+//   - A look (hits_addend 0) and negative hits go to the global bucket
+//     directly (one Redis call): a look tells what the global bucket has
+//     left, the tokens that leases hold being already taken from it.
+//   - near_limit is not counted for a leased limit (a process does not
+//     know how near the fleet is to the limit); total_hits, within_limit
+//     and over_limit are.
 //
 // # Answers
 //

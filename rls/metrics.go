@@ -14,7 +14,7 @@ import (
 //
 //	ratelimit_service_rate_limit_total_hits{domain, key}    hits of every limited descriptor
 //	ratelimit_service_rate_limit_within_limit{domain, key}  hits admitted (charged: a descriptor within its limit whose request another descriptor refused counts in total_hits only)
-//	ratelimit_service_rate_limit_near_limit{domain, key}    hits above the near-limit ratio, up to the limit
+//	ratelimit_service_rate_limit_near_limit{domain, key}    hits above the near-limit ratio, up to the limit (not counted for leased limits: a node sees its lease, not the global bucket)
 //	ratelimit_service_rate_limit_over_limit{domain, key}    hits beyond the limit
 //	ratelimit_service_rate_limit_shadow_mode{domain, key}   over_limit hits of shadow-mode descriptors
 //	ratelimit_service_config_load_success                   configs applied
@@ -143,6 +143,12 @@ func (m *Metrics) record(domain, stats string, checks []floodgate.Check, lm *lim
 		return // refused by another descriptor: nothing admitted, nothing charged
 	}
 	c.within.Add(h)
+	if l.leased != nil {
+		// A leased decision's Remaining is what this node's lease holds,
+		// not what the global bucket has: how near the fleet is to the
+		// limit is not known here.
+		return
+	}
 	if after > near {
 		c.near.Add(float64(min(int64(hits), after-max(near, before))))
 	}

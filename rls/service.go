@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -344,6 +345,9 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 	if err == nil {
 		err = svc.checkSecret(c)
 	}
+	if err == nil {
+		err = svc.checkLeases(c)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -352,6 +356,7 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 		return nil, err
 	}
 	if err := c.bind(live.Set()); err != nil {
+		live.Close(context.Background()) // its leases hold no tokens yet
 		return nil, err
 	}
 	svc.live = live
@@ -371,6 +376,31 @@ func (s *Service) checkSecret(c *compiled) error {
 	}
 	return nil
 }
+
+// checkLeases refuses leased limits on a store that does not grant
+// leases (policy.NewLive and Live.Update refuse them too; this error
+// names the file and line of the first one).
+func (s *Service) checkLeases(c *compiled) error {
+	if c.leasedAt == nil {
+		return nil
+	}
+	if _, ok := s.store.(lease.Global); ok {
+		return nil
+	}
+	e := *c.leasedAt
+	e.Msg = fmt.Sprintf("leased needs a store shared by the fleet that grants leases (redisstore: floodgate-rls -redis or -redis-cluster), not %T", s.store)
+	return &e
+}
+
+// Close gives back the tokens that the leased limits hold to their global
+// buckets (policy.Live.Close), bounded by ctx and the store's timeout, and
+// returns the errors of the give-back. Call it once the gRPC server has
+// stopped serving (after GracefulStop): after Close a leased limit cannot
+// decide (its calls are answered by the failure mode, as when the store
+// is away), the other limits decide as before, and Update, ReloadDir and
+// WatchDir's reloads are refused. A Service without leased limits has
+// nothing to give back. Close is idempotent.
+func (s *Service) Close(ctx context.Context) error { return s.live.Close(ctx) }
 
 // Register registers the service on g.
 func (s *Service) Register(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, s) }
@@ -404,6 +434,9 @@ func (s *Service) Update(cfg Config, source string) error {
 	c, err := compile(cfg)
 	if err == nil {
 		err = s.checkSecret(c)
+	}
+	if err == nil {
+		err = s.checkLeases(c)
 	}
 	if err == nil {
 		r.Policy, err = s.live.Update(policy.Config{Policies: c.policies}, source)
@@ -566,7 +599,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 	}
 	if s.opts.observer != nil && lead != nil {
-		ev := floodgate.Event{Policy: lead.Limiter.(*store.Limiter).Name(), Decision: lead.Decision, Latency: time.Since(start), Outcome: outcome}
+		ev := floodgate.Event{Policy: direct(lead.Limiter).Name(), Decision: lead.Decision, Latency: time.Since(start), Outcome: outcome}
 		switch {
 		case lead.Decision.Fallback:
 			ev.Outcome = floodgate.OutcomeFallback // the store's failure policy decided
@@ -742,7 +775,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 			l := &d.lm.lims[j]
 			d.checks[j] = floodgate.Check{Key: key, N: d.hits}
 			if l.l != nil {
-				d.checks[j].Limiter = l.l
+				d.checks[j].Limiter = l.decider()
 				if d.hits > 0 && int64(d.hits) > l.l.Capacity() {
 					d.precheck = true
 				}
@@ -763,7 +796,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 				ch.Decision = floodgate.Decision{Allowed: d.neg} // blocked: nothing is ever left
 				continue
 			}
-			l := ch.Limiter.(*store.Limiter)
+			l := direct(ch.Limiter) // a leased limit's refund and look go to its global bucket
 			if d.neg && d.hits > 0 {
 				if err := l.Refund(ctx, ch.Key, d.hits); err != nil {
 					return nil, nil, err
@@ -918,7 +951,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 	if s.opts.headers != 0 && leadSt != nil {
 		var capacity int64
 		if lead != nil {
-			capacity = lead.Limiter.(*store.Limiter).Capacity()
+			capacity = direct(lead.Limiter).Capacity()
 		}
 		resp.ResponseHeadersToAdd = s.headers(ds, leadSt, capacity)
 	}
@@ -969,7 +1002,7 @@ func (s *Service) evaluate(ctx context.Context, checks []floodgate.Check) (bool,
 			all = false
 			continue
 		}
-		l := ch.Limiter.(*store.Limiter)
+		l := direct(ch.Limiter) // a leased limit: its global bucket
 		if int64(ch.N) > l.Capacity() {
 			d, err := l.Peek(ctx, ch.Key)
 			if err != nil {
@@ -981,6 +1014,7 @@ func (s *Service) evaluate(ctx context.Context, checks []floodgate.Check) (bool,
 			continue
 		}
 		fit = append(fit, *ch)
+		fit[len(fit)-1].Limiter = l
 		idx = append(idx, i)
 	}
 	if len(fit) == 0 {

@@ -16,8 +16,8 @@
 // shutting down), Prometheus metrics on -metrics at /metrics, reloads the
 // config directory on SIGHUP, and stops gracefully on SIGINT or SIGTERM:
 // the health turns NOT_SERVING, calls are still served for -shutdown-drain
-// (2s), then in-flight calls finish, within -shutdown-timeout, and
-// "stopped" is logged.
+// (2s), then in-flight calls finish, within -shutdown-timeout, the leased
+// limits give back the tokens their leases hold, and "stopped" is logged.
 package main
 
 import (
@@ -46,6 +46,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
@@ -88,7 +89,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		shadow        = fs.Bool("shadow", false, "global shadow mode: answer OK whatever the limits say")
 		watch         = fs.Bool("watch", true, "reload the config directory when it changes")
 		secretFile    = fs.String("key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
-		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown")
+		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown, and then the leased limits to give back what their leases hold")
 		drain         = fs.Duration("shutdown-drain", 2*time.Second, "at shutdown, how long the gRPC health says NOT_SERVING while calls are still served, before the server stops taking new ones (for Envoy's health checks to move away)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -175,6 +176,16 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		return err
 	}
 	svcp.Store(svc)
+	// closeLeases gives back what the leased limits hold, on every return
+	// (bounded by -shutdown-timeout), before the store's client closes.
+	closeLeases := sync.OnceFunc(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), *shutdownAfter)
+		defer cancel()
+		if err := svc.Close(cctx); err != nil {
+			log.Warn("leases not all given back: the tokens they held return as their buckets refill", "err", err)
+		}
+	})
+	defer closeLeases()
 	log.Info("config loaded", "dir", *configDir, "domains", svc.Domains(), "store", storeName, "redis_failure", failureMode)
 	if *watch {
 		if err := svc.WatchDir(ctx, *configDir); err != nil {
@@ -253,6 +264,9 @@ wait:
 	case <-time.After(*shutdownAfter):
 		g.Stop()
 	}
+	// No call is in flight any more: the leased limits give the tokens
+	// their leases hold back to Redis, for the other nodes to spend.
+	closeLeases()
 	if msrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), *shutdownAfter)
 		defer cancel()
@@ -411,6 +425,8 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 	}, nil
 }
 
+var _ lease.Global = (*lateStore)(nil)
+
 // lateStore is the Redis Cluster store once its client could be made, and
 // until then a store that fails every call (its failure policy answers).
 type lateStore struct {
@@ -427,3 +443,17 @@ func (l *lateStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgat
 
 // Shared: the state is Redis's, shared by every process.
 func (l *lateStore) Shared() bool { return true }
+
+// Grant, Heartbeat and Leave make a lateStore a lease.Global, for leased
+// limits (failing, as every call, until the cluster's client is made).
+func (l *lateStore) Grant(ctx context.Context, key string, alg algo.Algorithm, want, least int64) (algo.Grant, error) {
+	return l.cur.Load().Grant(ctx, key, alg, want, least)
+}
+
+func (l *lateStore) Heartbeat(ctx context.Context, group, member string, ttl time.Duration) (int, error) {
+	return l.cur.Load().Heartbeat(ctx, group, member, ttl)
+}
+
+func (l *lateStore) Leave(ctx context.Context, group, member string) (int, error) {
+	return l.cur.Load().Leave(ctx, group, member)
+}
