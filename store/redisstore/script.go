@@ -51,7 +51,7 @@ import (
 
 // luaCommon follows the twins in every script but scriptOneWord: the clock,
 // and the encoding of a state in its key.
-const luaCommon = `
+var luaCommon = luaShapes() + `
 -- clock returns (injected, now): the injected time a when it is not empty,
 -- else the server's TIME in microseconds.
 local function clock(a)
@@ -94,23 +94,36 @@ local function encode(s, words, maxlog)
 end
 -- load turns a key's value (or false) into a state for policy q =
 -- {step, words, maxlog, params, pstr, convert}: converted to q's parameters
--- when it was written with others (pstr is q's, as a value holds them).
+-- when it was written with others (pstr is q's, as a value holds them). It
+-- returns the state and the parameters the value held (nil: none). A value
+-- without a log, as the store writes it, is read with one match (wpat).
 local function load(v, q, now)
-  local ps
-  if v then
-    local bar = string.find(v, '|', 1, true)
-    if bar then
-      ps = string.sub(v, bar + 1)
-      v = string.sub(v, 1, bar - 1)
+  local ps, s
+  if v and q[3] == 0 then
+    local n = q[2]
+    local c = {string.match(v, wpat[n])}
+    if c[n + 1] then
+      s = {}
+      for j = 1, n do s[j] = tonumber(c[j]) end
+      ps = c[n + 1]
     end
   end
-  local s = decode(v, q[2], q[3])
+  if not s then
+    if v then
+      local bar = string.find(v, '|', 1, true)
+      if bar then
+        ps = string.sub(v, bar + 1)
+        v = string.sub(v, 1, bar - 1)
+      end
+    end
+    s = decode(v, q[2], q[3])
+  end
   if ps and ps ~= q[5] and q[6] then
     local op = {}
     for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
     s = q[6](s, now, op, q[4])
   end
-  return s
+  return s, ps
 end
 -- save writes s to key with the parameters pstr it was stepped with and a
 -- TTL equal to its time to full (at least a minute with an injected time),
@@ -126,8 +139,8 @@ local function save(key, s, words, maxlog, now, injected, pstr, old)
     return
   end
   local v
-  if words == 1 and maxlog == 0 then
-    v = string.format('%d|%s', w, pstr)
+  if maxlog == 0 then
+    v = string.format(wfmt[words], unpack(s, 1, words)) .. pstr
   else
     v = encode(s, words, maxlog) .. '|' .. pstr
   end
@@ -137,6 +150,21 @@ local function save(key, s, words, maxlog, now, injected, pstr, old)
   redis.call('SET', key, v, 'PX', ttl)
 end
 `
+
+// luaShapes defines wpat and wfmt, indexed by a state's number of words
+// (1..algo.MaxWords), for states without a log: wpat[n] is the pattern
+// that captures the n words of a value and the parameters after "|", and
+// wfmt[n] the format of the n words and the "|". One string.match and one
+// string.format cost the server a fraction of the generic decode and
+// encode, which split and join with closures and tables.
+func luaShapes() string {
+	var pat, fmts []string
+	for n := 1; n <= algo.MaxWords; n++ {
+		pat = append(pat, "'^"+strings.Repeat("(%-?%d+),", n-1)+"(%-?%d+)|(.*)$'")
+		fmts = append(fmts, "'"+strings.Repeat("%d,", n-1)+"%d|'")
+	}
+	return "\nlocal wpat = {" + strings.Join(pat, ", ") + "}\nlocal wfmt = {" + strings.Join(fmts, ", ") + "}"
+}
 
 // scriptGroupBody runs ops. ARGV: the injected time or the empty string; the mode ('0':
 // evaluate, keep nothing; '1': keep every state when every op admits, else
@@ -170,19 +198,17 @@ for i = a, #ARGV, 3 do
   if s == nil then
     local v = redis.call('GET', KEYS[k])
     raw[k] = v
-    s = load(v, q, now)
-    if v and q[6] then
-      local bar = string.find(v, '|', 1, true)
-      if bar and string.sub(v, bar + 1) ~= q[5] then
-        -- A copy: a step may change the state it is given.
-        local c = {}
-        for j = 1, #s do c[j] = s[j] end
-        if s.log then
-          c.log = {}
-          for j = 1, #s.log do c.log[j] = s.log[j] end
-        end
-        moved[k] = {c, q}
+    local ps
+    s, ps = load(v, q, now)
+    if ps and ps ~= q[5] and q[6] then
+      -- A copy: a step may change the state it is given.
+      local c = {}
+      for j = 1, #s do c[j] = s[j] end
+      if s.log then
+        c.log = {}
+        for j = 1, #s.log do c.log[j] = s.log[j] end
       end
+      moved[k] = {c, q}
     end
   elseif shape[k][5] ~= q[5] and q[6] then
     local op = {}
