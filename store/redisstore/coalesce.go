@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/redis/rueidis"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -57,17 +55,16 @@ return out
 `
 
 // batchScripts caches the batch script per (Name, Source).
-var batchScripts sync.Map // string -> *rueidis.Lua
+var batchScripts sync.Map // string -> *script
 
-func batchScriptFor(sp algo.Spec) *rueidis.Lua {
+func batchScriptFor(sp algo.Spec) *script {
 	key := sp.Name + "\x00" + sp.Lua.Source
 	if l, ok := batchScripts.Load(key); ok {
-		return l.(*rueidis.Lua)
+		return l.(*script)
 	}
-	src := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\n%s%s", sp.Name, sp.Lua.Source, luaCommon, scriptBatchBody)
-	// Not retryable, like every consuming script.
-	l, _ := batchScripts.LoadOrStore(key, rueidis.NewLuaScript(src))
-	return l.(*rueidis.Lua)
+	prelude := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\n%s", sp.Name, sp.Lua.Source, luaCommon)
+	l, _ := batchScripts.LoadOrStore(key, newScript(prelude, scriptBatchBody))
+	return l.(*script)
 }
 
 // maxBatch bounds the calls of one batch script.
@@ -77,7 +74,7 @@ const maxBatch = 256
 type coalescer struct {
 	s      *Store
 	p      *policy
-	script *rueidis.Lua
+	script *script
 	max    int
 
 	mu     sync.Mutex
@@ -220,7 +217,7 @@ func (b *coalescer) runBatch(batch []*call) {
 	b.batches.Add(1)
 	b.batched.Add(int64(len(batch)))
 	ctx := b.s.dl.get()
-	arr, err := b.script.Exec(ctx, b.s.client, keys, args).ToArray()
+	arr, err := b.s.call(ctx, b.script, keys, args).ToArray()
 	if err == nil && len(arr) != 6*len(batch) {
 		err = errReply
 	}

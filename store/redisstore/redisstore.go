@@ -45,6 +45,7 @@ type Store struct {
 	coalesce int             // max script calls in flight per algorithm before coalescing; 0: never
 	cluster  bool            // keys of one script must share a hash slot
 	between  func()          // tests only: runs between the phases of a multi-slot ApplyAll
+	evalOnly atomic.Bool     // EVALSHA, not FCALL: the server has no functions or the user may not use them
 
 	mu       sync.Mutex
 	policies atomic.Pointer[map[uint64][]*policy] // by namespace
@@ -58,6 +59,7 @@ type config struct {
 	name     string
 	clock    floodgate.Clock
 	coalesce int
+	evalOnly bool
 	err      error
 }
 
@@ -139,6 +141,13 @@ func withClock(c floodgate.Clock) Option {
 	return Option{func(cf *config) { cf.clock = c }}
 }
 
+// withEvalOnly is for tests and benchmarks only: the store runs its
+// scripts with EVALSHA from the first call, as it does on a server without
+// functions.
+func withEvalOnly() Option {
+	return Option{func(cf *config) { cf.evalOnly = true }}
+}
+
 // New returns a Store on client. The client may be a single node, Sentinel
 // or Cluster client; a client built with DisableCache (client-side caching is
 // of no use here) saves a little memory. Errors wrap
@@ -170,6 +179,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		dl:       newDeadlines(c.timeout),
 		clock:    c.clock,
 	}
+	s.evalOnly.Store(c.evalOnly)
 	s.cluster = client.Mode() == rueidis.ClientModeCluster
 	if c.coalesce > 0 && !s.cluster {
 		s.coalesce = c.coalesce
@@ -293,7 +303,7 @@ func (s *Store) eval(ctx context.Context, key string, p *policy, n int64) (flood
 	var kbuf [1]string
 	var abuf [24]string
 	keys, args := s.scriptArgs(kbuf[:0], abuf[:0], key, p, n)
-	arr, err := p.script.Exec(cctx, s.client, keys, args).ToArray()
+	arr, err := s.call(cctx, p.script, keys, args).ToArray()
 	if err != nil {
 		return floodgate.Decision{}, err
 	}

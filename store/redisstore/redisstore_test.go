@@ -239,7 +239,7 @@ func TestMultiAllOrNothing(t *testing.T) {
 // scriptCalls sums the EVALSHA and EVAL calls the nodes of c have served
 // (INFO commandstats).
 func scriptCalls(t *testing.T, c rueidis.Client) int64 {
-	return commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval")
+	return commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval") + commandCalls(t, c, "fcall")
 }
 
 // The store reports only its own outcomes, with Source SourceStore: no

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/redis/rueidis"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -333,9 +331,10 @@ const (
 	kindTwin
 )
 
-// buildScript returns the text of a script of kind embedding twins (the
-// twins are steps[1], steps[2], ... in that order; kindOneWord takes one).
-func buildScript(kind scriptKind, twins []algo.Spec) string {
+// buildScript returns the script of kind embedding twins (the twins are
+// steps[1], steps[2], ... in that order; kindOneWord takes one): its
+// prelude (the twins, luaCommon) and its body.
+func buildScript(kind scriptKind, twins []algo.Spec) *script {
 	var b strings.Builder
 	names := make([]string, len(twins))
 	for i, sp := range twins {
@@ -345,8 +344,8 @@ func buildScript(kind scriptKind, twins []algo.Spec) string {
 	// A twin's chunk evaluates to its step and, for an algo.Converter, its
 	// convert.
 	if kind == kindOneWord {
-		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\n%s", twins[0].Lua.Source, scriptOneWord)
-		return b.String()
+		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\n", twins[0].Lua.Source)
+		return newScript(b.String(), scriptOneWord)
 	}
 	b.WriteString("local steps, converts = {}, {}\n")
 	for i, sp := range twins {
@@ -354,11 +353,9 @@ func buildScript(kind scriptKind, twins []algo.Spec) string {
 	}
 	b.WriteString(luaCommon)
 	if kind == kindTwin {
-		b.WriteString(scriptTwinBody)
-	} else {
-		b.WriteString(scriptGroupBody)
+		return newScript(b.String(), scriptTwinBody)
 	}
-	return b.String()
+	return newScript(b.String(), scriptGroupBody)
 }
 
 // twins numbers the Lua twins (Name and Source) the process has seen, and
@@ -367,7 +364,7 @@ var twins struct {
 	mu      sync.Mutex
 	ids     map[string]uint16
 	specs   []algo.Spec
-	scripts atomic.Pointer[map[string]*rueidis.Lua] // copy on write
+	scripts atomic.Pointer[map[string]*script] // copy on write
 }
 
 // twinID returns the number of sp's twin.
@@ -393,7 +390,7 @@ func twinID(sp algo.Spec) (uint16, error) {
 // scriptFor returns the script of kind embedding the twins ids, in that
 // order (for kindGroup, sorted: every group of the same twins shares one
 // script).
-func scriptFor(kind scriptKind, ids []uint16) *rueidis.Lua {
+func scriptFor(kind scriptKind, ids []uint16) *script {
 	var buf [1 + 2*8]byte
 	key := append(buf[:0], byte(kind))
 	for _, id := range ids {
@@ -416,13 +413,10 @@ func scriptFor(kind scriptKind, ids []uint16) *rueidis.Lua {
 	for i, id := range ids {
 		specs[i] = twins.specs[id]
 	}
-	// NewLuaScript (not NewLuaScriptRetryable): the EVALSHA/EVAL of a
-	// consuming script is never retried by rueidis after a connection error,
-	// because a command that was written may have run.
-	l := rueidis.NewLuaScript(buildScript(kind, specs))
-	next := make(map[string]*rueidis.Lua, 1)
+	l := buildScript(kind, specs)
+	next := make(map[string]*script, 1)
 	if old != nil {
-		next = make(map[string]*rueidis.Lua, len(*old)+1)
+		next = make(map[string]*script, len(*old)+1)
 		for k, v := range *old {
 			next[k] = v
 		}
@@ -442,9 +436,9 @@ type policy struct {
 	limit   int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
 	local   algo.Algorithm
 	twin    uint16
-	oneWord bool         // Apply runs scriptOneWord, else scriptGroupBody
-	script  *rueidis.Lua // the script of Apply
-	co      *coalescer   // nil when the store does not coalesce
+	oneWord bool       // Apply runs scriptOneWord, else scriptGroupBody
+	script  *script    // the script of Apply
+	co      *coalescer // nil when the store does not coalesce
 }
 
 func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {

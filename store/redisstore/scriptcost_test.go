@@ -21,11 +21,23 @@ import (
 // server's own CPU time per script call from INFO commandstats (evalsha and
 // fcall together). group3-fixed is the call of an Envoy rate limit service
 // with three descriptors: one ApplyAll of three fixed windows on distinct
-// keys, every op admitted. oneword-bucket is one token bucket Take.
+// keys, every op admitted. oneword-bucket is one token bucket Take. Each
+// runs as the store runs it (FCALL) and as on a server without functions
+// (EVALSHA).
 func BenchmarkScriptCost(b *testing.B) {
+	for _, mode := range []string{"fcall", "evalsha"} {
+		opts := []Option{WithCoalescing(0)}
+		if mode == "evalsha" {
+			opts = append(opts, withEvalOnly())
+		}
+		b.Run(mode, func(b *testing.B) { benchScriptCost(b, opts) })
+	}
+}
+
+func benchScriptCost(b *testing.B, opts []Option) {
 	ctx := context.Background()
 	b.Run("group3-fixed", func(b *testing.B) {
-		s := benchClient(b, WithCoalescing(0))
+		s := benchClient(b, opts...)
 		var algs [3]algo.Algorithm
 		for i, w := range []time.Duration{time.Second, time.Minute, time.Hour} {
 			a, err := window.Config{Limit: 1_000_000_000, Window: w}.FixedAlgorithm()
@@ -49,7 +61,7 @@ func BenchmarkScriptCost(b *testing.B) {
 		})
 	})
 	b.Run("oneword-bucket", func(b *testing.B) {
-		s := benchClient(b, WithCoalescing(0))
+		s := benchClient(b, opts...)
 		a := tokenBucket(b, floodgate.PerSecond(1_000_000), 1_000_000)
 		serverCost(b, s.client, func(i int) error {
 			d, err := s.Apply(ctx, benchKeys[i&1023], a, 1)
