@@ -26,12 +26,9 @@ import (
 
 const scriptBatchBody = `
 local test, now = clock(ARGV[1])
-local words, maxlog, np = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local p = {}
-for j = 1, np do p[j] = tonumber(ARGV[4 + j]) end
-local pstr = ARGV[5 + np]
-local q = {step, words, maxlog, p, pstr, convert}
-local base = 5 + np
+local q = policy('1', ARGV[2])
+local words, maxlog, p, pstr = q[2], q[3], q[4], q[5]
+local base = 2
 local out = {}
 local vals = redis.call('MGET', unpack(KEYS))
 local states = {} -- the latest state of each key of the batch
@@ -62,7 +59,7 @@ func batchScriptFor(sp algo.Spec) *script {
 	if l, ok := batchScripts.Load(key); ok {
 		return l.(*script)
 	}
-	prelude := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\n%s", sp.Name, sp.Lua.Source, luaCommon)
+	prelude := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\n%s", sp.Name, sp.Lua.Source, luaCommon)
 	l, _ := batchScripts.LoadOrStore(key, newScript(prelude, scriptBatchBody))
 	return l.(*script)
 }

@@ -20,17 +20,14 @@ import (
 // Heartbeat and Leave keep the count of the processes that share a limit.
 
 // scriptGrantBody is the grant script. ARGV: want, least, the injected
-// time or the empty string, words, maxlog, the number of Params, the
-// Params, the state's parameters. The reply is {granted, wait_us,
-// remaining, reset_us}.
+// time or the empty string, the policy's description (policyArgs). The
+// reply is {granted, wait_us, remaining, reset_us}.
 const scriptGrantBody = `
 local want, least = tonumber(ARGV[1]), tonumber(ARGV[2])
 local test, now = clock(ARGV[3])
-local np = tonumber(ARGV[6])
-local p = {}
-for j = 1, np do p[j] = tonumber(ARGV[6 + j]) end
-local pstr = ARGV[7 + np]
-local s = load(redis.call('GET', KEYS[1]), {step, 1, 0, p, pstr, convert}, now)
+local q = policy('1', ARGV[4])
+local p, pstr = q[4], q[5]
+local s = load(redis.call('GET', KEYS[1]), q, now)
 local w, granted, wait, rem, reset = grant(s[1], now, want, least, p)
 save(KEYS[1], {w}, 1, 0, now, test, pstr)
 return {granted, wait, rem, reset}
@@ -67,7 +64,7 @@ func grantScriptFor(sp algo.Spec, g algo.Granter, twin bool) *script {
 	if twin {
 		body = scriptGrantTwinBody
 	}
-	prelude := fmt.Sprintf("-- floodgate redisstore grant script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal grant = (function()\n%s\nend)()\n%s",
+	prelude := fmt.Sprintf("-- floodgate redisstore grant script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\nlocal grant = (function()\n%s\nend)()\n%s",
 		sp.Name, sp.Lua.Source, g.GrantLua(), luaCommon)
 	l, _ := grantScripts.LoadOrStore(key, newScript(prelude, body))
 	return l.(*script)

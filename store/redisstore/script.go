@@ -47,9 +47,46 @@ import (
 // they embed, never by parameters (which travel in ARGV): a thousand token
 // buckets with different rates share one script.
 
+// luaPolicy defines policy, which turns the description of a policy in
+// ARGV into the table the bodies use; scriptOneWord's prelude has it too.
+// It needs locals steps and converts (the twins, by index).
+const luaPolicy = `
+-- policy returns the policy of twin t (a string: its index in steps) that
+-- desc describes (words,maxlog,params...|pstr, see policyArgs):
+-- {step, words, maxlog, params, pstr, convert}. A function library keeps
+-- what it parsed from one call to the next (at most 256 descriptions, then
+-- it starts afresh); a script parses again on every call. Nothing changes
+-- a policy's table once made: the twins do not write to their params.
+local pcache, pcount = {}, 0
+local function policy(t, desc)
+  local c = pcache[t]
+  if c == nil then
+    c = {}
+    pcache[t] = c
+  end
+  local q = c[desc]
+  if q then return q end
+  local head, pstr = string.match(desc, '^([^|]*)|(.*)$')
+  local f = {}
+  for x in string.gmatch(head, '[^,]+') do f[#f + 1] = tonumber(x) end
+  local p = {}
+  for j = 3, #f do p[j - 2] = f[j] end
+  local i = tonumber(t)
+  q = {steps[i], f[1], f[2], p, pstr, converts[i]}
+  if pcount >= 256 then
+    pcache, pcount = {}, 0
+    c = {}
+    pcache[t] = c
+  end
+  c[desc] = q
+  pcount = pcount + 1
+  return q
+end
+`
+
 // luaCommon follows the twins in every script but scriptOneWord: the clock,
-// and the encoding of a state in its key.
-var luaCommon = luaShapes() + `
+// the policies, and the encoding of a state in its key.
+var luaCommon = luaShapes() + luaPolicy + `
 -- clock returns (injected, now): the injected time a when it is not empty,
 -- else the server's TIME in microseconds.
 local function clock(a)
@@ -169,9 +206,8 @@ func luaShapes() string {
 // only the conversions of keys written with other parameters; '2': keep
 // every state whatever the decisions, as a single Apply does; '3':
 // evaluate for a commit, keeping only the conversions); the
-// number of policies, then each policy: the index of its twin in steps,
-// words, maxlog, the number of Params, the Params, the state's parameters
-// as a value holds them; then each op: the index of its key in KEYS, the
+// number of policies, then each policy: the index of its twin in steps and
+// its description (policyArgs); then each op: the index of its key in KEYS, the
 // index of its policy, the cost. The reply is {all_admitted (0 or 1), then
 // each op's 6 decision numbers}. Ops on one key with policies of other
 // parameters (two versions of a limit) each convert the state the previous
@@ -182,11 +218,8 @@ local mode = ARGV[2]
 local pol = {}
 local a = 4
 for i = 1, tonumber(ARGV[3]) do
-  local t, c = tonumber(ARGV[a]), tonumber(ARGV[a + 3])
-  local p = {}
-  for j = 1, c do p[j] = tonumber(ARGV[a + 3 + j]) end
-  pol[i] = {steps[t], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), p, ARGV[a + 4 + c], converts[t]}
-  a = a + 5 + c
+  pol[i] = policy(ARGV[a], ARGV[a + 1])
+  a = a + 2
 end
 local states, shape, raw, moved, out = {}, {}, {}, {}, {1}
 local o = 1
@@ -252,16 +285,14 @@ return out
 `
 
 // scriptTwinBody steps the twin steps[1] on states given in ARGV, touching
-// no key. ARGV: words, maxlog, the number of Params, the Params, the
-// state's parameters (unused), then each step: the encoded state (without
-// parameters), now, the cost. The reply is, for each step, the new encoded
-// state and the 6 decision numbers.
+// no key. ARGV: the policy's description (policyArgs), then each step: the
+// encoded state (without parameters), now, the cost. The reply is, for
+// each step, the new encoded state and the 6 decision numbers.
 const scriptTwinBody = `
-local words, maxlog, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local p = {}
-for j = 1, c do p[j] = tonumber(ARGV[3 + j]) end
+local q = policy('1', ARGV[1])
+local words, maxlog, p = q[2], q[3], q[4]
 local out = {}
-for i = 5 + c, #ARGV, 3 do
+for i = 2, #ARGV, 3 do
   local s, d = steps[1](decode(ARGV[i], words, maxlog), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), p)
   out[#out + 1] = encode(s, words, maxlog)
   for j = 1, 6 do out[#out + 1] = d[j] end
@@ -271,8 +302,7 @@ return out
 
 // scriptOneWord is the script for the most common call, one policy whose
 // state is one word (the token bucket). ARGV: the cost, the injected time or the
-// empty string, words, maxlog, the number of Params, the Params, the state's
-// parameters as a value holds them. The reply is the decision. It keeps the
+// empty string, the policy's description (policyArgs). The reply is the decision. It keeps the
 // encoding of the other scripts and is written out without luaCommon's
 // helpers: every closure a script creates costs server time on every call.
 // Like save, it writes nothing when the key already holds the new value (a
@@ -287,10 +317,8 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local np = tonumber(ARGV[5])
-local p = {}
-for j = 1, np do p[j] = tonumber(ARGV[5 + j]) end
-local pstr = ARGV[6 + np]
+local q = policy('1', ARGV[3])
+local p, pstr = q[4], q[5]
 local v = redis.call('GET', KEYS[1])
 local w = 0
 if v then
@@ -344,7 +372,7 @@ func buildScript(kind scriptKind, twins []algo.Spec) *script {
 	// A twin's chunk evaluates to its step and, for an algo.Converter, its
 	// convert.
 	if kind == kindOneWord {
-		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\n", twins[0].Lua.Source)
+		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\n%s", twins[0].Lua.Source, luaPolicy)
 		return newScript(b.String(), scriptOneWord)
 	}
 	b.WriteString("local steps, converts = {}, {}\n")
@@ -432,7 +460,7 @@ type policy struct {
 	alg     algo.Algorithm
 	spec    algo.Spec
 	nsHex   string   // the namespace in 16 hex digits: part of the Redis key
-	args    []string // ARGV for this policy: words, maxlog, len(params), params...
+	args    []string // ARGV for this policy: its description (policyArgs)
 	limit   int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
 	local   algo.Algorithm
 	twin    uint16
@@ -481,15 +509,23 @@ func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
 	return p, nil
 }
 
-// policyArgs is the ARGV that describes sp to every script: words, maxlog,
-// the number of Params, the Params, and the state's parameters as a value
-// holds them ([stateParams]).
+// policyArgs is the ARGV that describes sp to every script: one string,
+// words, maxlog and the Params in decimal joined by ",", then "|" and the
+// state's parameters as a value holds them ([stateParams]). One argument
+// costs the server less than several, and a function library keeps the
+// policy it parsed from it (see luaPolicy).
 func policyArgs(sp algo.Spec) []string {
-	args := []string{strconv.Itoa(sp.Words), strconv.Itoa(sp.MaxLog), strconv.Itoa(len(sp.Lua.Params))}
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(sp.Words))
+	b.WriteByte(',')
+	b.WriteString(strconv.Itoa(sp.MaxLog))
 	for _, p := range sp.Lua.Params {
-		args = append(args, strconv.FormatInt(p, 10))
+		b.WriteByte(',')
+		b.WriteString(strconv.FormatInt(p, 10))
 	}
-	return append(args, stateParams(sp))
+	b.WriteByte('|')
+	b.WriteString(stateParams(sp))
+	return []string{b.String()}
 }
 
 // stateParams is what a value holds after "|": the parameters its state was
