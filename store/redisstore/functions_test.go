@@ -1,0 +1,167 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/window"
+)
+
+// libraries returns the names of the floodgate libraries each node of c
+// holds.
+func libraries(t *testing.T, c rueidis.Client) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for addr, n := range c.Nodes() {
+		libs, err := n.Do(context.Background(), n.B().FunctionList().Libraryname("floodgate_*").Build()).ToArray()
+		require.NoError(t, err)
+		for _, l := range libs {
+			m, err := l.AsMap()
+			require.NoError(t, err)
+			v := m["library_name"]
+			name, err := v.ToString()
+			require.NoError(t, err)
+			out[addr] = append(out[addr], name)
+		}
+	}
+	return out
+}
+
+// Decisions go through FCALL, never EVALSHA, once the library is there:
+// on a single node and on every master of a Cluster, which the store loads
+// itself after FUNCTION FLUSH.
+func TestFunctionsOnEveryNode(t *testing.T) {
+	for name, c := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, n := range c.Nodes() {
+				require.NoError(t, n.Do(context.Background(), n.B().FunctionFlush().Build()).Error())
+			}
+			s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second), WithCoalescing(0))
+			require.NoError(t, err)
+			l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 3})
+			require.NoError(t, err)
+			fixed, err := window.Config{Limit: 2, Window: 3600e9}.FixedAlgorithm()
+			require.NoError(t, err)
+			ctx := context.Background()
+			evals := commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval")
+			fcalls := commandCalls(t, c, "fcall")
+			// Enough keys to reach every slot range of the Cluster.
+			const keys = 64
+			for i := range keys {
+				k := fmt.Sprint("user-", i)
+				for j := range 4 {
+					d, err := l.Take(ctx, k, 1)
+					require.NoError(t, err)
+					require.Equal(t, j < 3, d.Allowed, "key %s take %d", k, j)
+				}
+				out := make([]floodgate.Decision, 2)
+				all, err := s.ApplyAll(ctx, []store.Op{{Key: k, Alg: fixed, N: 2}, {Key: k + "-other", Alg: fixed, N: 1}}, out, true)
+				require.NoError(t, err)
+				require.True(t, all)
+			}
+			assert.Equal(t, evals, commandCalls(t, c, "evalsha")+commandCalls(t, c, "eval"), "a decision went through EVALSHA")
+			assert.GreaterOrEqual(t, commandCalls(t, c, "fcall")-fcalls, int64(keys*5), "every decision is an FCALL")
+			assert.False(t, s.evalOnly.Load())
+			libs := libraries(t, c)
+			require.Len(t, libs, len(c.Nodes()))
+			for addr, names := range libs {
+				// The one-word library (the bucket) and the group library
+				// (a fixed window), on every node that decided.
+				assert.Len(t, names, 2, "node %s: %v", addr, names)
+				for _, n := range names {
+					assert.True(t, strings.HasPrefix(n, "floodgate_"), n)
+				}
+			}
+		})
+	}
+}
+
+// A user whom the ACL forbids functions (FCALL refused, or FUNCTION LOAD
+// refused and the library not there) gets the same decisions through
+// EVALSHA: the store falls back for good, and no request is counted twice.
+func TestFunctionsRefusedByACL(t *testing.T) {
+	admin := newClient(t, singleAddr)
+	for _, rules := range [][]string{{"-fcall"}, {"-function|load"}} {
+		t.Run(strings.Join(rules, ","), func(t *testing.T) {
+			user := fmt.Sprintf("fgtest-%x", rand.Uint64())
+			cmd := append([]string{"ACL", "SETUSER", user, "on", "nopass", "~*", "&*", "+@all"}, rules...)
+			require.NoError(t, admin.Do(context.Background(), admin.B().Arbitrary(cmd...).Build()).Error())
+			t.Cleanup(func() {
+				admin.Do(context.Background(), admin.B().AclDeluser().Username(user).Build())
+			})
+			// The library must be missing for a refused load to matter.
+			require.NoError(t, admin.Do(context.Background(), admin.B().FunctionFlush().Build()).Error())
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{singleAddr}, Username: user, DisableCache: true})
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			s := testStore(t, c, WithCoalescing(0))
+			l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: 5})
+			require.NoError(t, err)
+			evals := commandCalls(t, admin, "evalsha") + commandCalls(t, admin, "eval")
+			ctx := context.Background()
+			for i := range 7 {
+				d, err := l.Take(ctx, "k", 1)
+				require.NoError(t, err)
+				assert.Equal(t, i < 5, d.Allowed, "take %d", i)
+				if i < 5 {
+					assert.Equal(t, int64(4-i), d.Remaining)
+				}
+			}
+			assert.True(t, s.evalOnly.Load(), "the store did not fall back to EVALSHA")
+			assert.GreaterOrEqual(t, commandCalls(t, admin, "evalsha")+commandCalls(t, admin, "eval")-evals, int64(7))
+		})
+	}
+}
+
+// The errors that make the store fall back, as Redis words them (rueidis
+// drops the "ERR " of an error reply).
+func TestFunctionErrors(t *testing.T) {
+	for _, msg := range []string{
+		"ERR unknown command `FCALL`, with args beginning with: `floodgate_x`, `1`, ", // Redis 6.2
+		"unknown command 'FCALL'", // Redis 6.0, without ERR
+		"ERR unknown subcommand 'LOAD'. Try FUNCTION HELP.",
+		"NOPERM this user has no permissions to run the 'fcall' command",
+		"NOPERM this user has no permissions to run the 'function|load' command",
+	} {
+		assert.True(t, unsupported(msg), msg)
+		assert.False(t, notFound(msg), msg)
+	}
+	for _, msg := range []string{"ERR Function not found", "Function not found"} {
+		assert.True(t, notFound(msg), msg)
+		assert.False(t, unsupported(msg), msg)
+	}
+	for _, msg := range []string{"ERR user_script:1: oops", "OOM command not allowed when used memory > 'maxmemory'.", "BUSY Redis is busy running a script"} {
+		assert.False(t, unsupported(msg) || notFound(msg), msg)
+	}
+}
+
+// The library form of a script runs its prelude once and registers one
+// function named after the library; the EVAL form is prelude then body.
+func TestScriptForms(t *testing.T) {
+	a := newScript("local x = 1\n", "return x")
+	b := newScript("local x = 2\n", "return x")
+	assert.NotEqual(t, a.name, b.name)
+	assert.True(t, strings.HasPrefix(a.lib, "#!lua name="+a.name+"\n"))
+	assert.Contains(t, a.lib, "redis.register_function('"+a.name+"', run)")
+	c := newClient(t, singleAddr)
+	s := testStore(t, c)
+	for _, sc := range []*script{a, b} {
+		v, err := s.call(context.Background(), sc, nil, nil).AsInt64()
+		require.NoError(t, err)
+		assert.Equal(t, map[*script]int64{a: 1, b: 2}[sc], v)
+		v, err = sc.lua.Exec(context.Background(), c, nil, nil).AsInt64()
+		require.NoError(t, err)
+		assert.Equal(t, map[*script]int64{a: 1, b: 2}[sc], v)
+	}
+}
