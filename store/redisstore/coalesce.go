@@ -40,7 +40,7 @@ for i = 1, #KEYS do
     raw[key] = vals[i]
     s = load(vals[i], q, now)
   end
-  local s2, d = step(s, now, tonumber(ARGV[base + i]), p)
+  local s2, d = step(s, now, smallint[ARGV[base + i]] or tonumber(ARGV[base + i]), p)
   states[key] = s2
   local o = (i - 1) * 6
   for j = 1, 6 do out[o + j] = d[j] end

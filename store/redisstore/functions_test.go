@@ -165,3 +165,27 @@ func TestScriptForms(t *testing.T) {
 		assert.Equal(t, map[*script]int64{a: 1, b: 2}[sc], v)
 	}
 }
+
+// A library whose top level calls a function (a twin that does local
+// floor = math.floor) cannot be loaded: Redis runs a library's top level
+// without its libraries. The store runs that script with EVALSHA, for good,
+// and the others as functions.
+func TestFunctionLoadRefused(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s, err := New(c, WithPrefix(uniquePrefix(t)))
+	require.NoError(t, err)
+	bad := newScript("local floor = math.floor\n", "return floor(2.5)")
+	good := newScript("local x = 3\n", "return x")
+	for range 3 {
+		v, err := s.call(context.Background(), bad, nil, nil).AsInt64()
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), v)
+		v, err = s.call(context.Background(), good, nil, nil).AsInt64()
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), v)
+	}
+	assert.True(t, bad.noFunc.Load())
+	assert.False(t, good.noFunc.Load())
+	assert.False(t, s.evalOnly.Load())
+	assert.Contains(t, libraries(t, c)[singleAddr], good.name)
+}

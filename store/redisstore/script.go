@@ -136,11 +136,16 @@ local function load(v, q, now)
   local ps, s
   if v and q[3] == 0 then
     local n = q[2]
-    local c = {string.match(v, wpat[n])}
-    if c[n + 1] then
-      s = {}
-      for j = 1, n do s[j] = tonumber(c[j]) end
-      ps = c[n + 1]
+    if n == 2 then
+      local a, b, r = string.match(v, wpat[2])
+      if r then s, ps = {tonumber(a), tonumber(b)}, r end
+    else
+      local c = {string.match(v, wpat[n])}
+      if c[n + 1] then
+        s = {}
+        for j = 1, n do s[j] = tonumber(c[j]) end
+        ps = c[n + 1]
+      end
     end
   end
   if not s then
@@ -217,14 +222,14 @@ local test, now = clock(ARGV[1])
 local mode = ARGV[2]
 local pol = {}
 local a = 4
-for i = 1, tonumber(ARGV[3]) do
+for i = 1, (smallint[ARGV[3]] or tonumber(ARGV[3])) do
   pol[i] = policy(ARGV[a], ARGV[a + 1])
   a = a + 2
 end
 local states, shape, raw, moved, out = {}, {}, {}, {}, {1}
 local o = 1
 for i = a, #ARGV, 3 do
-  local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
+  local k, q = smallint[ARGV[i]] or tonumber(ARGV[i]), pol[smallint[ARGV[i + 1]] or tonumber(ARGV[i + 1])]
   local s = states[k]
   if s == nil then
     local v = redis.call('GET', KEYS[k])
@@ -247,7 +252,7 @@ for i = a, #ARGV, 3 do
     s = q[6](s, now, op, q[4])
   end
   shape[k] = q
-  local s2, d = q[1](s, now, tonumber(ARGV[i + 2]), q[4])
+  local s2, d = q[1](s, now, smallint[ARGV[i + 2]] or tonumber(ARGV[i + 2]), q[4])
   states[k] = s2
   if d[1] == 0 then out[1] = 0 end
   for j = 1, 6 do out[o + j] = d[j] end
@@ -308,7 +313,7 @@ return out
 // Like save, it writes nothing when the key already holds the new value (a
 // denial) and deletes nothing when there is no key.
 const scriptOneWord = `
-local n = tonumber(ARGV[1])
+local n = smallint[ARGV[1]] or tonumber(ARGV[1])
 local test = ARGV[2] ~= ''
 local now
 if test then
