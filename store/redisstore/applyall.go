@@ -12,8 +12,8 @@ import (
 	"github.com/floodgate-go/floodgate/store"
 )
 
-// ApplyAll implements [store.Store]: the ops go to Redis in one EVALSHA of
-// a script that embeds the Lua twin of every algorithm among them. The
+// ApplyAll implements [store.Store]: the ops go to Redis in one FCALL (or
+// EVALSHA) of a script that embeds the Lua twin of every algorithm among them. The
 // script reads the server's TIME once, loads every op's key, steps the ops
 // in order (ops on the same key and namespace each on the state the
 // previous one left) and, when commit is set and every op admitted, writes

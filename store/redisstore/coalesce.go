@@ -12,7 +12,7 @@ import (
 )
 
 // Coalescing. Under concurrency the cost of a decision on the Redis server
-// is mostly the cost of running a script at all (EVALSHA, TIME, the reply),
+// is mostly the cost of running a script at all (FCALL, TIME, the reply),
 // not the step. When more than a few calls of one algorithm are in flight,
 // the calls that arrive meanwhile wait in a queue, and one script call takes
 // the whole queue: one TIME, one MGET, then each call's step in turn (a key

@@ -26,8 +26,9 @@ const DefaultPrefix = "floodgate:"
 const DefaultTimeout = 50 * time.Millisecond
 
 // Store is a [store.Store] on Redis, Redis Cluster or Sentinel, through a
-// rueidis client. Every decision is one round trip: one EVALSHA of a script
-// that embeds the algorithm's Lua twin, reads the time from the Redis server,
+// rueidis client. Every decision is one round trip: one FCALL of a Redis
+// function (EVALSHA of the same script on a server without functions) that
+// embeds the algorithm's Lua twin, reads the time from the Redis server,
 // and loads, steps and writes back the key's state atomically.
 //
 // A Store is safe for concurrent use. It holds no per-key state; it does not
@@ -119,7 +120,7 @@ const DefaultCoalescing = 2
 // before further calls are coalesced into one script call (default
 // [DefaultCoalescing]; 0 or less turns coalescing off). A coalesced call waits
 // for an in-flight call to finish, then runs with the other waiting calls in
-// one EVALSHA (one TIME, then each decision in turn, atomically): under
+// one script call (one TIME, then each decision in turn, atomically): under
 // concurrency this cuts the server's work per decision by about half. It
 // applies to single-node and Sentinel clients (on a Cluster the keys of one
 // script must share a slot) and to single-policy calls.
@@ -257,7 +258,7 @@ func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 	return p, nil
 }
 
-// Apply implements [store.Store]: one EVALSHA that steps alg on key's state
+// Apply implements [store.Store]: one FCALL (or EVALSHA) that steps alg on key's state
 // with cost n at the Redis server's time. See [FailurePolicy] for what
 // happens when Redis cannot decide.
 func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
