@@ -45,7 +45,15 @@ import (
 //
 // Scripts are shared by every Store of the process and keyed by the twins
 // they embed, never by parameters (which travel in ARGV): a thousand token
-// buckets with different rates share one script.
+// buckets with different rates share one script. Each is a prelude (the
+// twins, luaCommon: definitions only) and a body; the store runs it as a
+// Redis function whose library runs the prelude once, or as an EVAL script
+// of prelude then body (functions.go). Every body is written for the
+// server's time per call, which is the throughput of a busy limiter (Redis
+// runs one script at a time): one argument per policy, parsed once by a
+// library (luaPolicy), states read and written with one match and one
+// format (luaShapes), small integers looked up (smallint), no closure
+// created per call by a library.
 
 // luaPolicy defines policy, which turns the description of a policy in
 // ARGV into the table the bodies use; scriptOneWord's prelude has it too.
