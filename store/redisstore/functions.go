@@ -42,7 +42,8 @@ import (
 // the server a fraction of tonumber. A library builds it once (a table
 // constructor: its top level may call no function, not even tostring); a
 // script, which would build it on every call, has it empty, and the bodies
-// fall back to tonumber (smallint[x] or tonumber(x)).
+// fall back to tonumber (smallint[x] or tonumber(x)). library tells the
+// prelude which form it runs in.
 var luaSmallIntsLib = func() string {
 	var b strings.Builder
 	b.WriteString("local smallint = {")
@@ -52,11 +53,11 @@ var luaSmallIntsLib = func() string {
 		}
 		fmt.Fprintf(&b, "['%d'] = %d", i, i)
 	}
-	b.WriteString("}\n")
+	b.WriteString("}\nlocal library = true\n")
 	return b.String()
 }()
 
-const luaSmallIntsEval = "local smallint = {}\n"
+const luaSmallIntsEval = "local smallint = {}\nlocal library = false\n"
 
 // script is one program of the store in its two forms.
 type script struct {

@@ -57,40 +57,81 @@ import (
 
 // luaPolicy defines policy, which turns the description of a policy in
 // ARGV into the table the bodies use; scriptOneWord's prelude has it too.
-// It needs locals steps and converts (the twins, by index).
-const luaPolicy = `
+// It needs locals steps and converts (the twins, by index), and library
+// (functions.go).
+var luaPolicy = luaPolicyPatterns() + `
 -- policy returns the policy of twin t (a string: its index in steps) that
--- desc describes (words,maxlog,params...|pstr, see policyArgs):
--- {step, words, maxlog, params, pstr, convert}. A function library keeps
--- what it parsed from one call to the next (at most 256 descriptions, then
--- it starts afresh); a script parses again on every call. Nothing changes
--- a policy's table once made: the twins do not write to their params.
+-- desc describes (see policyArgs): {step, words, maxlog, params, pstr,
+-- convert}. A function library keeps what it parsed from one call to the
+-- next (at most 256 descriptions, then it starts afresh); a script parses
+-- again on every call, with one match (ppat) for up to 9 params. Nothing
+-- changes a policy's table once made: the twins do not write to their
+-- params.
 local pcache, pcount = {}, 0
 local function policy(t, desc)
-  local c = pcache[t]
-  if c == nil then
-    c = {}
-    pcache[t] = c
+  local c
+  if library then
+    c = pcache[t]
+    if c == nil then
+      c = {}
+      pcache[t] = c
+    end
+    local q = c[desc]
+    if q then return q end
   end
-  local q = c[desc]
-  if q then return q end
-  local head, pstr = string.match(desc, '^([^|]*)|(.*)$')
-  local f = {}
-  for x in string.gmatch(head, '[^,]+') do f[#f + 1] = tonumber(x) end
+  local n = string.byte(desc) - 48
+  local f, pstr
+  local pat = ppat(n)
+  if pat then
+    f = {string.match(desc, pat)}
+    pstr = f[n + 3]
+    f[n + 3] = nil
+    for j = 1, n + 2 do f[j] = tonumber(f[j]) end
+  else
+    local head
+    head, pstr = string.match(desc, '^.:([^|]*)|(.*)$')
+    f = {}
+    for x in string.gmatch(head, '[^,]+') do f[#f + 1] = tonumber(x) end
+  end
   local p = {}
   for j = 3, #f do p[j - 2] = f[j] end
   local i = tonumber(t)
-  q = {steps[i], f[1], f[2], p, pstr, converts[i]}
-  if pcount >= 256 then
-    pcache, pcount = {}, 0
-    c = {}
-    pcache[t] = c
+  local q = {steps[i], f[1], f[2], p, pstr, converts[i]}
+  if library then
+    if pcount >= 256 then
+      pcache, pcount = {}, 0
+      c = {}
+      pcache[t] = c
+    end
+    c[desc] = q
+    pcount = pcount + 1
   end
-  c[desc] = q
-  pcount = pcount + 1
   return q
 end
 `
+
+// maxPatternParams is the most Params a policy description is parsed with
+// one pattern for (ppat); beyond, policy splits it.
+const maxPatternParams = 9
+
+// luaPolicyPatterns defines ppat: ppat(n) is the pattern that captures
+// the words, maxlog, n Params and the state's parameters of a description
+// with n Params (nil beyond maxPatternParams). A function, not a table: a
+// script would build the table on every call.
+func luaPolicyPatterns() string {
+	var b strings.Builder
+	b.WriteString("\nlocal function ppat(n)\n")
+	for n := range maxPatternParams + 1 {
+		if n == 0 {
+			b.WriteString("  if")
+		} else {
+			b.WriteString("  elseif")
+		}
+		fmt.Fprintf(&b, " n == %d then return '^%%d:(%%d+),(%%d+)%s|(.*)$'\n", n, strings.Repeat(",(%-?%d+)", n))
+	}
+	b.WriteString("  end\nend\n")
+	return b.String()
+}
 
 // luaCommon follows the twins in every script but scriptOneWord: the clock,
 // the policies, and the encoding of a state in its key.
@@ -523,12 +564,19 @@ func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
 }
 
 // policyArgs is the ARGV that describes sp to every script: one string,
-// words, maxlog and the Params in decimal joined by ",", then "|" and the
-// state's parameters as a value holds them ([stateParams]). One argument
-// costs the server less than several, and a function library keeps the
-// policy it parsed from it (see luaPolicy).
+// the number of Params as one digit (or "*" beyond maxPatternParams) and
+// ":", then words, maxlog and the Params in decimal joined by ",", then "|"
+// and the state's parameters as a value holds them ([stateParams]). One
+// argument costs the server less than several, and a function library
+// keeps the policy it parsed from it (see luaPolicy).
 func policyArgs(sp algo.Spec) []string {
 	var b strings.Builder
+	if n := len(sp.Lua.Params); n <= maxPatternParams {
+		b.WriteByte(byte('0' + n))
+	} else {
+		b.WriteByte('*')
+	}
+	b.WriteByte(':')
 	b.WriteString(strconv.Itoa(sp.Words))
 	b.WriteByte(',')
 	b.WriteString(strconv.Itoa(sp.MaxLog))
