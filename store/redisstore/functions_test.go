@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/window"
 )
 
@@ -188,4 +189,53 @@ func TestFunctionLoadRefused(t *testing.T) {
 	assert.False(t, good.noFunc.Load())
 	assert.False(t, s.evalOnly.Load())
 	assert.Contains(t, libraries(t, c)[singleAddr], good.name)
+}
+
+// A policy description reads back as it was written, in both forms of a
+// script, with a pattern (up to maxPatternParams Params) and without.
+func TestPolicyDescriptions(t *testing.T) {
+	prelude := "local steps, converts = {false}, {false}\n" + luaPolicy + luaParams
+	body := `
+local q = policy('1', ARGV[1])
+local p, pstr = params(ARGV[1])
+local out = {q[2], q[3], q[5], pstr, #q[4], #p}
+for j = 1, #p do
+  out[#out + 1] = q[4][j]
+  out[#out + 1] = p[j]
+end
+return out`
+	sc := newScript(prelude, body)
+	c := newClient(t, singleAddr)
+	for _, mode := range []string{"functions", "scripts"} {
+		opts := []Option{WithPrefix(uniquePrefix(t))}
+		if mode == "scripts" {
+			opts = append(opts, withEvalOnly())
+		}
+		s, err := New(c, opts...)
+		require.NoError(t, err)
+		for _, params := range [][]int64{nil, {7}, {1, -2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 2, 3, 4, 5, 6, 7, 8, 9, -10, 11}} {
+			sp := algo.Spec{Words: 3, MaxLog: 12, Lua: algo.Lua{Params: params, StateParams: min(2, len(params))}}
+			desc := policyArgs(sp)
+			for range 2 { // a library answers the second from its cache
+				arr, err := s.call(context.Background(), sc, nil, desc).ToArray()
+				require.NoError(t, err, "%s %v", mode, desc)
+				require.Len(t, arr, 6+2*len(params))
+				got := make([]string, len(arr))
+				for i := range arr {
+					if v, err := arr[i].AsInt64(); err == nil {
+						got[i] = fmt.Sprint(v)
+					} else {
+						got[i], err = arr[i].ToString()
+						require.NoError(t, err)
+					}
+				}
+				want := []string{"3", "12", stateParams(sp), stateParams(sp), fmt.Sprint(len(params)), fmt.Sprint(len(params))}
+				for _, x := range params {
+					want = append(want, fmt.Sprint(x), fmt.Sprint(x))
+				}
+				assert.Equal(t, want, got, "%s %v", mode, desc)
+			}
+		}
+		assert.Equal(t, mode == "scripts", s.evalOnly.Load())
+	}
 }

@@ -56,7 +56,7 @@ import (
 // created per call by a library.
 
 // luaPolicy defines policy, which turns the description of a policy in
-// ARGV into the table the bodies use; scriptOneWord's prelude has it too.
+// ARGV into the table the bodies use.
 // It needs locals steps and converts (the twins, by index), and library
 // (functions.go).
 var luaPolicy = luaPolicyPatterns() + `
@@ -107,6 +107,44 @@ local function policy(t, desc)
     pcount = pcount + 1
   end
   return q
+end
+`
+
+// luaParams defines params, policy's counterpart for scriptOneWord, which
+// needs only the Params and the state's parameters of its one policy: it
+// returns them, and builds and converts nothing else, which a script (that
+// parses on every call) feels.
+var luaParams = luaPolicyPatterns() + `
+local pcache, pcount = {}, 0
+local function params(desc)
+  if library then
+    local e = pcache[desc]
+    if e then return e[1], e[2] end
+  end
+  local n = string.byte(desc) - 48
+  local pat = ppat(n)
+  local p, pstr
+  if pat then
+    local f = {string.match(desc, pat)}
+    pstr = f[n + 3]
+    p = {}
+    for j = 1, n do p[j] = tonumber(f[j + 2]) end
+  else
+    local head
+    head, pstr = string.match(desc, '^.:([^|]*)|(.*)$')
+    local j = -1
+    p = {}
+    for x in string.gmatch(head, '[^,]+') do
+      if j > 0 then p[j] = tonumber(x) end
+      j = j + 1
+    end
+  end
+  if library then
+    if pcount >= 256 then pcache, pcount = {}, 0 end
+    pcache[desc] = {p, pstr}
+    pcount = pcount + 1
+  end
+  return p, pstr
 end
 `
 
@@ -371,8 +409,7 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local q = policy('1', ARGV[3])
-local p, pstr = q[4], q[5]
+local p, pstr = params(ARGV[3])
 local v = redis.call('GET', KEYS[1])
 local w = 0
 if v then
@@ -426,7 +463,7 @@ func buildScript(kind scriptKind, twins []algo.Spec) *script {
 	// A twin's chunk evaluates to its step and, for an algo.Converter, its
 	// convert.
 	if kind == kindOneWord {
-		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\n%s", twins[0].Lua.Source, luaPolicy)
+		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\n%s", twins[0].Lua.Source, luaParams)
 		return newScript(b.String(), scriptOneWord)
 	}
 	b.WriteString("local steps, converts = {}, {}\n")
