@@ -73,11 +73,15 @@ func benchScriptCost(b *testing.B, opts []Option) {
 	})
 }
 
-// serverCost runs op serially b.N times and reports the Redis server's CPU
-// time per script call meanwhile.
+// serverCost runs op serially b.N times and reports the Redis server's
+// time per script call meanwhile: redis-µs/call, the time INFO
+// commandstats counts in the script commands, and redis-cpu-µs/call, the
+// CPU time (user and system, INFO cpu) of the whole server, which the
+// load of other processes disturbs less.
 func serverCost(b *testing.B, c rueidis.Client, op func(i int) error) {
 	b.ReportAllocs()
 	u0, n0 := scriptStats(b, c)
+	c0 := serverCPU(b, c)
 	i := 0
 	for b.Loop() {
 		if err := op(i); err != nil {
@@ -85,10 +89,29 @@ func serverCost(b *testing.B, c rueidis.Client, op func(i int) error) {
 		}
 		i++
 	}
+	c1 := serverCPU(b, c)
 	u1, n1 := scriptStats(b, c)
 	if n1 > n0 {
 		b.ReportMetric((u1-u0)/(n1-n0), "redis-µs/call")
+		b.ReportMetric((c1-c0)*1e6/(n1-n0), "redis-cpu-µs/call")
 	}
+}
+
+// serverCPU is the CPU time of the server in seconds (INFO cpu).
+func serverCPU(b *testing.B, c rueidis.Client) float64 {
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			x, _ := strconv.ParseFloat(v, 64)
+			sum += x
+		}
+	}
+	return sum
 }
 
 // scriptStats sums the usec and calls of the script commands in INFO
