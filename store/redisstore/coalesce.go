@@ -33,12 +33,14 @@ local out = {}
 local vals = redis.call('MGET', unpack(KEYS))
 local states = {} -- the latest state of each key of the batch
 local raw = {} -- the value each key held
+local ow = {} -- the first word it held
 for i = 1, #KEYS do
   local key = KEYS[i]
   local s = states[key]
   if not s then
     raw[key] = vals[i]
-    s = load(vals[i], q, now)
+    local _
+    s, _, ow[key] = load(vals[i], q, now)
   end
   local s2, d = step(s, now, smallint[ARGV[base + i]] or tonumber(ARGV[base + i]), p)
   states[key] = s2
@@ -46,7 +48,7 @@ for i = 1, #KEYS do
   for j = 1, 6 do out[o + j] = d[j] end
 end
 for key, s in pairs(states) do
-  save(key, s, words, maxlog, now, test, pstr, raw[key])
+  save(key, s, words, maxlog, now, test, pstr, raw[key], ow[key])
 end
 return out
 `

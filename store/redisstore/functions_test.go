@@ -239,3 +239,54 @@ return out`
 		assert.Equal(t, mode == "scripts", s.evalOnly.Load())
 	}
 }
+
+// A fixed window counting within its window is written with KEEPTTL (its
+// time to full has not moved): the key still expires at the end of the
+// window, on Redis' own time, through Apply and ApplyAll; the first write
+// of a window sets the TTL anew.
+func TestWindowKeepsItsTTL(t *testing.T) {
+	for name, c := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			s := testStore(t, c)
+			hour, err := window.Config{Limit: 100, Window: time.Hour}.FixedAlgorithm()
+			require.NoError(t, err)
+			ctx := context.Background()
+			pttl := func(k string) (ttl, left int64) {
+				t.Helper()
+				ttl, err := c.Do(ctx, c.B().Pttl().Key(s.Key(k, hour)).Build()).AsInt64()
+				require.NoError(t, err)
+				now, err := c.Do(ctx, c.B().Time().Build()).AsIntSlice()
+				require.NoError(t, err)
+				ms := now[0]*1000 + now[1]/1000
+				return ttl, 3600_000 - ms%3600_000 // the window's end, from now
+			}
+			out := make([]floodgate.Decision, 2)
+			for i := range 3 {
+				_, err := s.Apply(ctx, "a", hour, 1)
+				require.NoError(t, err)
+				all, err := s.ApplyAll(ctx, []store.Op{{Key: "b", Alg: hour, N: 1}, {Key: "c", Alg: hour, N: 2}}, out, true)
+				require.NoError(t, err)
+				require.True(t, all)
+				assert.Equal(t, int64(100-2*(i+1)), out[1].Remaining)
+				for _, k := range []string{"a", "b", "c"} {
+					ttl, left := pttl(k)
+					assert.InDelta(t, left, ttl, 50, "key %s write %d: the TTL does not run to the end of the window", k, i)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// A window that ends while the key lives: the next one's first
+			// write sets its TTL.
+			sec, err := window.Config{Limit: 100, Window: time.Second}.FixedAlgorithm()
+			require.NoError(t, err)
+			for i := range 2 {
+				_, err := s.Apply(ctx, "d", sec, 1)
+				require.NoError(t, err)
+				ttl, err := c.Do(ctx, c.B().Pttl().Key(s.Key("d", sec)).Build()).AsInt64()
+				require.NoError(t, err)
+				assert.Positive(t, ttl, "write %d", i)
+				assert.LessOrEqual(t, ttl, int64(1000), "write %d", i)
+				time.Sleep(600 * time.Millisecond)
+			}
+		})
+	}
+}
