@@ -21,7 +21,8 @@ import (
 // server's own CPU time per script call from INFO commandstats (evalsha and
 // fcall together). group3-fixed is the call of an Envoy rate limit service
 // with three descriptors: one ApplyAll of three fixed windows on distinct
-// keys, every op admitted. oneword-bucket is one token bucket Take. Each
+// keys, every op admitted; group3-fixed-shared the same with two of the
+// keys the same on every call. oneword-bucket is one token bucket Take. Each
 // runs as the store runs it (FCALL) and as on a server without functions
 // (EVALSHA).
 func BenchmarkScriptCost(b *testing.B) {
@@ -53,6 +54,29 @@ func benchScriptCost(b *testing.B, opts []Option) {
 			for j := range ops {
 				ops[j] = store.Op{Key: k + ":" + strconv.Itoa(j), Alg: algs[j], N: 1}
 			}
+			all, err := s.ApplyAll(ctx, ops, out, true)
+			if err == nil && !all {
+				b.Fatal("refused")
+			}
+			return err
+		})
+	})
+	// The load of the rls benchmark: two descriptors every call shares (an
+	// origin and a service under it) and one of many tenants.
+	b.Run("group3-fixed-shared", func(b *testing.B) {
+		s := benchClient(b, opts...)
+		var algs [3]algo.Algorithm
+		for i := range algs {
+			a, err := window.Config{Limit: 1_000_000_000, Window: time.Minute}.FixedAlgorithm()
+			if err != nil {
+				b.Fatal(err)
+			}
+			algs[i] = a
+		}
+		out := make([]floodgate.Decision, 3)
+		ops := []store.Op{{Key: "origin", Alg: algs[0], N: 1}, {Key: "origin/service", Alg: algs[1], N: 1}, {Alg: algs[2], N: 1}}
+		serverCost(b, s.client, func(i int) error {
+			ops[2].Key = benchKeys[i&1023]
 			all, err := s.ApplyAll(ctx, ops, out, true)
 			if err == nil && !all {
 				b.Fatal("refused")
