@@ -68,7 +68,10 @@
 //     load functions gets the same decisions with EVALSHA: the store falls
 //     back for good on the first refusal (NOPERM) and on a server without
 //     functions (Redis 6: an unknown command), at the price of one extra
-//     round trip for the first call. A library a server refuses to load
+//     round trip for the first call. (The first call of each library on
+//     each server takes two more round trips, FUNCTION LOAD and FCALL
+//     again, and the compilation of the library.) A library a server
+//     refuses to load
 //     (a twin whose top level calls math or string, which a library's top
 //     level cannot: refer to them inside the twin's functions) runs as a
 //     script, alone.
