@@ -8,14 +8,12 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/redis/rueidis"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
 )
 
-// ApplyAll implements [store.Store]: the ops go to Redis in one EVALSHA of
-// a script that embeds the Lua twin of every algorithm among them. The
+// ApplyAll implements [store.Store]: the ops go to Redis in one FCALL (or
+// EVALSHA) of a script that embeds the Lua twin of every algorithm among them. The
 // script reads the server's TIME once, loads every op's key, steps the ops
 // in order (ops on the same key and namespace each on the state the
 // previous one left) and, when commit is set and every op admitted, writes
@@ -106,7 +104,7 @@ type group struct {
 	keys   []string // KEYS: one per distinct (key, namespace)
 	args   []string // ARGV; args[1] is the mode
 	opsAt  int      // index in args of the first op's fields (key, policy, cost)
-	script *rueidis.Lua
+	script *script
 }
 
 // op returns the index in the call of the group's j-th op.
@@ -338,7 +336,7 @@ func (s *Store) exec(ctx context.Context, g *group, mode string, out []floodgate
 	if cancel != nil {
 		defer cancel()
 	}
-	arr, err := g.script.Exec(cctx, s.client, g.keys, g.args).ToArray()
+	arr, err := s.call(cctx, g.script, g.keys, g.args).ToArray()
 	if err != nil {
 		return false, err
 	}

@@ -7,14 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/redis/rueidis"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
 // Coalescing. Under concurrency the cost of a decision on the Redis server
-// is mostly the cost of running a script at all (EVALSHA, TIME, the reply),
+// is mostly the cost of running a script at all (FCALL, TIME, the reply),
 // not the step. When more than a few calls of one algorithm are in flight,
 // the calls that arrive meanwhile wait in a queue, and one script call takes
 // the whole queue: one TIME, one MGET, then each call's step in turn (a key
@@ -28,46 +26,44 @@ import (
 
 const scriptBatchBody = `
 local test, now = clock(ARGV[1])
-local words, maxlog, np = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local p = {}
-for j = 1, np do p[j] = tonumber(ARGV[4 + j]) end
-local pstr = ARGV[5 + np]
-local q = {step, words, maxlog, p, pstr, convert}
-local base = 5 + np
+local q = policy('1', ARGV[2])
+local words, maxlog, p, pstr = q[2], q[3], q[4], q[5]
+local base = 2
 local out = {}
 local vals = redis.call('MGET', unpack(KEYS))
 local states = {} -- the latest state of each key of the batch
 local raw = {} -- the value each key held
+local ow = {} -- the first word it held
 for i = 1, #KEYS do
   local key = KEYS[i]
   local s = states[key]
   if not s then
     raw[key] = vals[i]
-    s = load(vals[i], q, now)
+    local _
+    s, _, ow[key] = load(vals[i], q, now)
   end
-  local s2, d = step(s, now, tonumber(ARGV[base + i]), p)
+  local s2, d = step(s, now, smallint[ARGV[base + i]] or tonumber(ARGV[base + i]), p)
   states[key] = s2
   local o = (i - 1) * 6
   for j = 1, 6 do out[o + j] = d[j] end
 end
 for key, s in pairs(states) do
-  save(key, s, words, maxlog, now, test, pstr, raw[key])
+  save(key, s, words, maxlog, now, test, pstr, raw[key], ow[key])
 end
 return out
 `
 
 // batchScripts caches the batch script per (Name, Source).
-var batchScripts sync.Map // string -> *rueidis.Lua
+var batchScripts sync.Map // string -> *script
 
-func batchScriptFor(sp algo.Spec) *rueidis.Lua {
+func batchScriptFor(sp algo.Spec) *script {
 	key := sp.Name + "\x00" + sp.Lua.Source
 	if l, ok := batchScripts.Load(key); ok {
-		return l.(*rueidis.Lua)
+		return l.(*script)
 	}
-	src := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\n%s%s", sp.Name, sp.Lua.Source, luaCommon, scriptBatchBody)
-	// Not retryable, like every consuming script.
-	l, _ := batchScripts.LoadOrStore(key, rueidis.NewLuaScript(src))
-	return l.(*rueidis.Lua)
+	prelude := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\n%s", sp.Name, sp.Lua.Source, luaCommon)
+	l, _ := batchScripts.LoadOrStore(key, newScript(prelude, scriptBatchBody))
+	return l.(*script)
 }
 
 // maxBatch bounds the calls of one batch script.
@@ -77,7 +73,7 @@ const maxBatch = 256
 type coalescer struct {
 	s      *Store
 	p      *policy
-	script *rueidis.Lua
+	script *script
 	max    int
 
 	mu     sync.Mutex
@@ -220,7 +216,7 @@ func (b *coalescer) runBatch(batch []*call) {
 	b.batches.Add(1)
 	b.batched.Add(int64(len(batch)))
 	ctx := b.s.dl.get()
-	arr, err := b.script.Exec(ctx, b.s.client, keys, args).ToArray()
+	arr, err := b.s.call(ctx, b.script, keys, args).ToArray()
 	if err == nil && len(arr) != 6*len(batch) {
 		err = errReply
 	}

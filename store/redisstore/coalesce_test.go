@@ -157,7 +157,7 @@ func TestBatchScriptEquivalence(t *testing.T) {
 					for j, o := range ops {
 						execs[j].Keys, execs[j].Args = s.scriptArgs(nil, nil, key(o.i), p, o.cost)
 					}
-					for j, res := range p.script.ExecMulti(context.Background(), c, execs...) {
+					for j, res := range p.script.lua.ExecMulti(context.Background(), c, execs...) {
 						arr, err := res.ToArray()
 						require.NoError(t, err)
 						if !p.oneWord {

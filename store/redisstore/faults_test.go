@@ -314,52 +314,65 @@ func requireNoGoroutineLeak(t *testing.T, baseline int) {
 	}
 }
 
-// SCRIPT FLUSH under load: EVALSHA fails with NOSCRIPT (the script did not
-// run), rueidis falls back to EVAL; no error reaches the caller and no
-// request is counted twice.
+// The server loses the store's programs under load: SCRIPT FLUSH with
+// EVALSHA (which then fails with NOSCRIPT: the script did not run, and
+// rueidis falls back to EVAL), FUNCTION FLUSH with FCALL (which then fails
+// with "Function not found": the store loads the library again and calls
+// again). No error reaches the caller and no request is counted twice.
 func TestScriptFlushUnderLoad(t *testing.T) {
 	for name, c := range targets(t) {
-		t.Run(name, func(t *testing.T) {
-			s, err := New(c, WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
-			require.NoError(t, err)
-			// A bucket that never refills during the test: admitted requests
-			// and the remaining count must add up exactly.
-			const burst = 100_000
-			l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: burst})
-			require.NoError(t, err)
-			evalsBefore := evalCalls(t, c)
-			ctx, stop := context.WithCancel(context.Background())
-			var admitted, errs atomic.Int64
-			var wg sync.WaitGroup
-			for range 16 {
-				wg.Go(func() {
-					for ctx.Err() == nil {
-						d, err := l.Take(context.Background(), "k", 1)
-						switch {
-						case err != nil:
-							errs.Add(1)
-						case d.Allowed:
-							admitted.Add(1)
-						}
-					}
-				})
-			}
-			for range 10 {
-				time.Sleep(30 * time.Millisecond)
-				for _, node := range c.Nodes() {
-					require.NoError(t, node.Do(context.Background(), node.B().ScriptFlush().Build()).Error())
+		for _, mode := range []string{"functions", "scripts"} {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				opts := []Option{WithPrefix(uniquePrefix(t)), WithTimeout(5 * time.Second)}
+				flush := func(n rueidis.Client) rueidis.Completed { return n.B().FunctionFlush().Build() }
+				reload := "function|load"
+				if mode == "scripts" {
+					opts = append(opts, withEvalOnly())
+					flush = func(n rueidis.Client) rueidis.Completed { return n.B().ScriptFlush().Build() }
+					reload = "eval"
 				}
-			}
-			time.Sleep(30 * time.Millisecond)
-			stop()
-			wg.Wait()
-			d, err := l.Peek(context.Background(), "k")
-			require.NoError(t, err)
-			assert.Zero(t, errs.Load(), "errors reached the caller")
-			assert.Positive(t, admitted.Load())
-			assert.Equal(t, int64(burst)-admitted.Load(), d.Remaining, "admitted %d", admitted.Load())
-			assert.Greater(t, evalCalls(t, c), evalsBefore, "no NOSCRIPT fallback happened: the test proved nothing")
-		})
+				s, err := New(c, opts...)
+				require.NoError(t, err)
+				// A bucket that never refills during the test: admitted requests
+				// and the remaining count must add up exactly.
+				const burst = 100_000
+				l, err := bucket.NewKeyed(s, bucket.Config{Rate: floodgate.PerHour(1), Burst: burst})
+				require.NoError(t, err)
+				reloadsBefore := commandCalls(t, c, reload)
+				ctx, stop := context.WithCancel(context.Background())
+				var admitted, errs atomic.Int64
+				var wg sync.WaitGroup
+				for range 16 {
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							d, err := l.Take(context.Background(), "k", 1)
+							switch {
+							case err != nil:
+								errs.Add(1)
+							case d.Allowed:
+								admitted.Add(1)
+							}
+						}
+					})
+				}
+				for range 10 {
+					time.Sleep(30 * time.Millisecond)
+					for _, node := range c.Nodes() {
+						require.NoError(t, node.Do(context.Background(), flush(node)).Error())
+					}
+				}
+				time.Sleep(30 * time.Millisecond)
+				stop()
+				wg.Wait()
+				d, err := l.Peek(context.Background(), "k")
+				require.NoError(t, err)
+				assert.Zero(t, errs.Load(), "errors reached the caller")
+				assert.Positive(t, admitted.Load())
+				assert.Equal(t, int64(burst)-admitted.Load(), d.Remaining, "admitted %d", admitted.Load())
+				assert.Greater(t, commandCalls(t, c, reload), reloadsBefore, "no reload happened: the test proved nothing")
+				assert.Equal(t, mode == "scripts", s.evalOnly.Load())
+			})
+		}
 	}
 }
 
@@ -367,17 +380,31 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 func evalCalls(t *testing.T, c rueidis.Client) int64 { return commandCalls(t, c, "eval") }
 
 // commandCalls sums the calls of command (lower case) that the nodes of c
-// have served, from INFO commandstats.
+// have served, from INFO commandstats, less the calls that failed (an
+// FCALL of a function the server did not have yet, an EVALSHA answered
+// NOSCRIPT).
 func commandCalls(t *testing.T, c rueidis.Client, command string) int64 {
 	var sum int64
 	for _, node := range c.Nodes() {
 		info, err := node.Do(context.Background(), node.B().Info().Section("commandstats").Build()).ToString()
 		require.NoError(t, err)
 		for _, line := range strings.Split(info, "\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":calls="); ok {
-				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
+			if !ok {
+				continue
+			}
+			for kv := range strings.SplitSeq(rest, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				if k != "calls" && k != "failed_calls" {
+					continue
+				}
+				n, err := strconv.ParseInt(v, 10, 64)
 				require.NoError(t, err)
-				sum += n
+				if k == "calls" {
+					sum += n
+				} else {
+					sum -= n
+				}
 			}
 		}
 	}

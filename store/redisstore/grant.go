@@ -20,17 +20,14 @@ import (
 // Heartbeat and Leave keep the count of the processes that share a limit.
 
 // scriptGrantBody is the grant script. ARGV: want, least, the injected
-// time or the empty string, words, maxlog, the number of Params, the
-// Params, the state's parameters. The reply is {granted, wait_us,
-// remaining, reset_us}.
+// time or the empty string, the policy's description (policyArgs). The
+// reply is {granted, wait_us, remaining, reset_us}.
 const scriptGrantBody = `
 local want, least = tonumber(ARGV[1]), tonumber(ARGV[2])
 local test, now = clock(ARGV[3])
-local np = tonumber(ARGV[6])
-local p = {}
-for j = 1, np do p[j] = tonumber(ARGV[6 + j]) end
-local pstr = ARGV[7 + np]
-local s = load(redis.call('GET', KEYS[1]), {step, 1, 0, p, pstr, convert}, now)
+local q = policy('1', ARGV[4])
+local p, pstr = q[4], q[5]
+local s = load(redis.call('GET', KEYS[1]), q, now)
 local w, granted, wait, rem, reset = grant(s[1], now, want, least, p)
 save(KEYS[1], {w}, 1, 0, now, test, pstr)
 return {granted, wait, rem, reset}
@@ -56,22 +53,21 @@ end
 return out
 `
 
-var grantScripts sync.Map // kind + Name + Source -> *rueidis.Lua
+var grantScripts sync.Map // kind + Name + Source -> *script
 
-func grantScriptFor(sp algo.Spec, g algo.Granter, twin bool) *rueidis.Lua {
+func grantScriptFor(sp algo.Spec, g algo.Granter, twin bool) *script {
 	key := fmt.Sprintf("%t\x00%s\x00%s\x00%s", twin, sp.Name, sp.Lua.Source, g.GrantLua())
 	if l, ok := grantScripts.Load(key); ok {
-		return l.(*rueidis.Lua)
+		return l.(*script)
 	}
 	body := scriptGrantBody
 	if twin {
 		body = scriptGrantTwinBody
 	}
-	src := fmt.Sprintf("-- floodgate redisstore grant script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal grant = (function()\n%s\nend)()\n%s%s",
-		sp.Name, sp.Lua.Source, g.GrantLua(), luaCommon, body)
-	// Not retryable: a grant consumes.
-	l, _ := grantScripts.LoadOrStore(key, rueidis.NewLuaScript(src))
-	return l.(*rueidis.Lua)
+	prelude := fmt.Sprintf("-- floodgate redisstore grant script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\nlocal grant = (function()\n%s\nend)()\n%s",
+		sp.Name, sp.Lua.Source, g.GrantLua(), luaCommon)
+	l, _ := grantScripts.LoadOrStore(key, newScript(prelude, body))
+	return l.(*script)
 }
 
 func granter(alg algo.Algorithm) (algo.Granter, algo.Spec, error) {
@@ -119,7 +115,7 @@ func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, want,
 	args := make([]string, 0, 3+len(p.args))
 	args = append(args, strconv.FormatInt(want, 10), strconv.FormatInt(least, 10), s.injectedNow())
 	args = append(args, p.args...)
-	arr, err := script.Exec(cctx, s.client, []string{s.redisKey(key, p.nsHex)}, args).ToArray()
+	arr, err := s.call(cctx, script, []string{s.redisKey(key, p.nsHex)}, args).ToArray()
 	if cancel != nil {
 		cancel()
 	}
@@ -175,7 +171,7 @@ func (s *Store) GrantTwin(ctx context.Context, alg algo.Algorithm, w, now, want,
 			args = append(args, strconv.FormatInt(w[i], 10), strconv.FormatInt(now[i], 10), strconv.FormatInt(want[i], 10), strconv.FormatInt(least[i], 10))
 		}
 		cctx, cancel := s.callContext(ctx)
-		arr, err := script.Exec(cctx, s.client, nil, args).ToArray()
+		arr, err := s.call(cctx, script, nil, args).ToArray()
 		if cancel != nil {
 			cancel()
 		}
@@ -209,8 +205,8 @@ return redis.call('ZCARD', KEYS[1])
 `
 
 var (
-	heartbeatScript = rueidis.NewLuaScript(scriptHeartbeat)
-	leaveScript     = rueidis.NewLuaScript(`redis.call('ZREM', KEYS[1], ARGV[1]) return redis.call('ZCARD', KEYS[1])`)
+	heartbeatScript = newScript("-- floodgate redisstore heartbeat\n", scriptHeartbeat)
+	leaveScript     = newScript("-- floodgate redisstore leave\n", `redis.call('ZREM', KEYS[1], ARGV[1]) return redis.call('ZCARD', KEYS[1])`)
 )
 
 // HeartbeatKey is the Redis key of group's heartbeats: the prefix, a hash
@@ -240,14 +236,14 @@ func (s *Store) Leave(ctx context.Context, group, member string) (int, error) {
 	return s.members(ctx, leaveScript, group, member)
 }
 
-func (s *Store) members(ctx context.Context, script *rueidis.Lua, group string, args ...string) (int, error) {
+func (s *Store) members(ctx context.Context, script *script, group string, args ...string) (int, error) {
 	probe, err := s.brk.admit()
 	if err != nil {
 		err, _ = failure(ctx, err)
 		return 0, err
 	}
 	cctx, cancel := s.callContext(ctx)
-	n, err := script.Exec(cctx, s.client, []string{s.HeartbeatKey(group)}, args).AsInt64()
+	n, err := s.call(cctx, script, []string{s.HeartbeatKey(group)}, args).AsInt64()
 	if cancel != nil {
 		cancel()
 	}

@@ -26,8 +26,9 @@ const DefaultPrefix = "floodgate:"
 const DefaultTimeout = 50 * time.Millisecond
 
 // Store is a [store.Store] on Redis, Redis Cluster or Sentinel, through a
-// rueidis client. Every decision is one round trip: one EVALSHA of a script
-// that embeds the algorithm's Lua twin, reads the time from the Redis server,
+// rueidis client. Every decision is one round trip: one FCALL of a Redis
+// function (EVALSHA of the same script on a server without functions) that
+// embeds the algorithm's Lua twin, reads the time from the Redis server,
 // and loads, steps and writes back the key's state atomically.
 //
 // A Store is safe for concurrent use. It holds no per-key state; it does not
@@ -45,6 +46,7 @@ type Store struct {
 	coalesce int             // max script calls in flight per algorithm before coalescing; 0: never
 	cluster  bool            // keys of one script must share a hash slot
 	between  func()          // tests only: runs between the phases of a multi-slot ApplyAll
+	evalOnly atomic.Bool     // EVALSHA, not FCALL: the server has no functions or the user may not use them
 
 	mu       sync.Mutex
 	policies atomic.Pointer[map[uint64][]*policy] // by namespace
@@ -58,6 +60,7 @@ type config struct {
 	name     string
 	clock    floodgate.Clock
 	coalesce int
+	evalOnly bool
 	err      error
 }
 
@@ -117,7 +120,7 @@ const DefaultCoalescing = 2
 // before further calls are coalesced into one script call (default
 // [DefaultCoalescing]; 0 or less turns coalescing off). A coalesced call waits
 // for an in-flight call to finish, then runs with the other waiting calls in
-// one EVALSHA (one TIME, then each decision in turn, atomically): under
+// one script call (one TIME, then each decision in turn, atomically): under
 // concurrency this cuts the server's work per decision by about half. It
 // applies to single-node and Sentinel clients (on a Cluster the keys of one
 // script must share a slot) and to single-policy calls.
@@ -137,6 +140,13 @@ func WithName(name string) Option {
 // full, because the injected time need not follow the server's.
 func withClock(c floodgate.Clock) Option {
 	return Option{func(cf *config) { cf.clock = c }}
+}
+
+// withEvalOnly is for tests and benchmarks only: the store runs its
+// scripts with EVALSHA from the first call, as it does on a server without
+// functions.
+func withEvalOnly() Option {
+	return Option{func(cf *config) { cf.evalOnly = true }}
 }
 
 // New returns a Store on client. The client may be a single node, Sentinel
@@ -170,6 +180,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		dl:       newDeadlines(c.timeout),
 		clock:    c.clock,
 	}
+	s.evalOnly.Store(c.evalOnly)
 	s.cluster = client.Mode() == rueidis.ClientModeCluster
 	if c.coalesce > 0 && !s.cluster {
 		s.coalesce = c.coalesce
@@ -247,7 +258,7 @@ func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 	return p, nil
 }
 
-// Apply implements [store.Store]: one EVALSHA that steps alg on key's state
+// Apply implements [store.Store]: one FCALL (or EVALSHA) that steps alg on key's state
 // with cost n at the Redis server's time. See [FailurePolicy] for what
 // happens when Redis cannot decide.
 func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
@@ -293,7 +304,7 @@ func (s *Store) eval(ctx context.Context, key string, p *policy, n int64) (flood
 	var kbuf [1]string
 	var abuf [24]string
 	keys, args := s.scriptArgs(kbuf[:0], abuf[:0], key, p, n)
-	arr, err := p.script.Exec(cctx, s.client, keys, args).ToArray()
+	arr, err := s.call(cctx, p.script, keys, args).ToArray()
 	if err != nil {
 		return floodgate.Decision{}, err
 	}

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/redis/rueidis"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -47,11 +45,135 @@ import (
 //
 // Scripts are shared by every Store of the process and keyed by the twins
 // they embed, never by parameters (which travel in ARGV): a thousand token
-// buckets with different rates share one script.
+// buckets with different rates share one script. Each is a prelude (the
+// twins, luaCommon: definitions only) and a body; the store runs it as a
+// Redis function whose library runs the prelude once, or as an EVAL script
+// of prelude then body (functions.go). Every body is written for the
+// server's time per call, which is the throughput of a busy limiter (Redis
+// runs one script at a time): one argument per policy, parsed once by a
+// library (luaPolicy), states read and written with one match and one
+// format (luaShapes), small integers looked up (smallint), no closure
+// created per call by a library.
+
+// luaPolicy defines policy, which turns the description of a policy in
+// ARGV into the table the bodies use.
+// It needs locals steps and converts (the twins, by index), and library
+// (functions.go).
+var luaPolicy = luaPolicyPatterns() + `
+-- policy returns the policy of twin t (a string: its index in steps) that
+-- desc describes (see policyArgs): {step, words, maxlog, params, pstr,
+-- convert}. A function library keeps what it parsed from one call to the
+-- next (at most 256 descriptions, then it starts afresh); a script parses
+-- again on every call, with one match (ppat) for up to 9 params. Nothing
+-- changes a policy's table once made: the twins do not write to their
+-- params.
+local pcache, pcount = {}, 0
+local function policy(t, desc)
+  local c
+  if library then
+    c = pcache[t]
+    if c == nil then
+      c = {}
+      pcache[t] = c
+    end
+    local q = c[desc]
+    if q then return q end
+  end
+  local n = string.byte(desc) - 48
+  local f, pstr
+  local pat = ppat(n)
+  if pat then
+    f = {string.match(desc, pat)}
+    pstr = f[n + 3]
+    f[n + 3] = nil
+    for j = 1, n + 2 do f[j] = tonumber(f[j]) end
+  else
+    local head
+    head, pstr = string.match(desc, '^.:([^|]*)|(.*)$')
+    f = {}
+    for x in string.gmatch(head, '[^,]+') do f[#f + 1] = tonumber(x) end
+  end
+  local p = {}
+  for j = 3, #f do p[j - 2] = f[j] end
+  local i = tonumber(t)
+  local q = {steps[i], f[1], f[2], p, pstr, converts[i]}
+  if library then
+    if pcount >= 256 then
+      pcache, pcount = {}, 0
+      c = {}
+      pcache[t] = c
+    end
+    c[desc] = q
+    pcount = pcount + 1
+  end
+  return q
+end
+`
+
+// luaParams defines params, policy's counterpart for scriptOneWord, which
+// needs only the Params and the state's parameters of its one policy: it
+// returns them, and builds and converts nothing else, which a script (that
+// parses on every call) feels.
+var luaParams = luaPolicyPatterns() + `
+local pcache, pcount = {}, 0
+local function params(desc)
+  if library then
+    local e = pcache[desc]
+    if e then return e[1], e[2] end
+  end
+  local n = string.byte(desc) - 48
+  local pat = ppat(n)
+  local p, pstr
+  if pat then
+    local f = {string.match(desc, pat)}
+    pstr = f[n + 3]
+    p = {}
+    for j = 1, n do p[j] = tonumber(f[j + 2]) end
+  else
+    local head
+    head, pstr = string.match(desc, '^.:([^|]*)|(.*)$')
+    local j = -1
+    p = {}
+    for x in string.gmatch(head, '[^,]+') do
+      if j > 0 then p[j] = tonumber(x) end
+      j = j + 1
+    end
+  end
+  if library then
+    if pcount >= 256 then pcache, pcount = {}, 0 end
+    pcache[desc] = {p, pstr}
+    pcount = pcount + 1
+  end
+  return p, pstr
+end
+`
+
+// maxPatternParams is the most Params a policy description is parsed with
+// one pattern for (ppat); beyond, policy splits it.
+const maxPatternParams = 9
+
+// luaPolicyPatterns defines ppat: ppat(n) is the pattern that captures
+// the words, maxlog, n Params and the state's parameters of a description
+// with n Params (nil beyond maxPatternParams). A function, not a table: a
+// script would build the table on every call.
+func luaPolicyPatterns() string {
+	var b strings.Builder
+	b.WriteString("\nlocal function ppat(n)\n")
+	for n := range maxPatternParams + 1 {
+		if n == 0 {
+			b.WriteString("  if")
+		} else {
+			b.WriteString("  elseif")
+		}
+		fmt.Fprintf(&b, " n == %d then return '^%%d:(%%d+),(%%d+)%s|(.*)$'\n", n, strings.Repeat(",(%-?%d+)", n))
+	}
+	b.WriteString("  end\nend\n")
+	return b.String()
+}
 
 // luaCommon follows the twins in every script but scriptOneWord: the clock,
-// and the encoding of a state in its key.
-const luaCommon = `
+// the policies, and the encoding of a state in its key.
+var luaCommon = luaShapes() + luaPolicy + `
 -- clock returns (injected, now): the injected time a when it is not empty,
 -- else the server's TIME in microseconds.
 local function clock(a)
@@ -94,23 +216,43 @@ local function encode(s, words, maxlog)
 end
 -- load turns a key's value (or false) into a state for policy q =
 -- {step, words, maxlog, params, pstr, convert}: converted to q's parameters
--- when it was written with others (pstr is q's, as a value holds them).
+-- when it was written with others (pstr is q's, as a value holds them). It
+-- returns the state, the parameters the value held (nil: none) and the
+-- first word the value held (false: no value). A value
+-- without a log, as the store writes it, is read with one match (wpat).
 local function load(v, q, now)
-  local ps
-  if v then
-    local bar = string.find(v, '|', 1, true)
-    if bar then
-      ps = string.sub(v, bar + 1)
-      v = string.sub(v, 1, bar - 1)
+  local ps, s
+  if v and q[3] == 0 then
+    local n = q[2]
+    if n == 2 then
+      local a, b, r = string.match(v, wpat[2])
+      if r then s, ps = {tonumber(a), tonumber(b)}, r end
+    else
+      local c = {string.match(v, wpat[n])}
+      if c[n + 1] then
+        s = {}
+        for j = 1, n do s[j] = tonumber(c[j]) end
+        ps = c[n + 1]
+      end
     end
   end
-  local s = decode(v, q[2], q[3])
+  if not s then
+    if v then
+      local bar = string.find(v, '|', 1, true)
+      if bar then
+        ps = string.sub(v, bar + 1)
+        v = string.sub(v, 1, bar - 1)
+      end
+    end
+    s = decode(v, q[2], q[3])
+  end
+  local w0 = v and s[1]
   if ps and ps ~= q[5] and q[6] then
     local op = {}
     for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
     s = q[6](s, now, op, q[4])
   end
-  return s
+  return s, ps, w0
 end
 -- save writes s to key with the parameters pstr it was stepped with and a
 -- TTL equal to its time to full (at least a minute with an injected time),
@@ -118,34 +260,57 @@ end
 -- script read it (false: none; nil: not known): a key that already holds
 -- the very value is left alone (a denial changes nothing, and the TTL its
 -- write set still runs to the same time to full), and a key that held
--- none is not deleted.
-local function save(key, s, words, maxlog, now, injected, pstr, old)
+-- none is not deleted. ow is the first word the key held (nil: not known):
+-- a state whose first word, its time to full, is that one (a fixed window
+-- counting within its window) is written with KEEPTTL, since the key's TTL
+-- already runs to that time; SET with PX costs the server twice as much.
+local function save(key, s, words, maxlog, now, injected, pstr, old, ow)
   local w = s[1]
   if w <= now then
     if old ~= false then redis.call('DEL', key) end
     return
   end
   local v
-  if words == 1 and maxlog == 0 then
-    v = string.format('%d|%s', w, pstr)
+  if maxlog == 0 then
+    v = string.format(wfmt[words], unpack(s, 1, words)) .. pstr
   else
     v = encode(s, words, maxlog) .. '|' .. pstr
   end
-  if v == old and not injected then return end
+  if not injected then
+    if v == old then return end
+    if w == ow then
+      redis.call('SET', key, v, 'KEEPTTL')
+      return
+    end
+  end
   local ttl = math.floor((w - now + 999) / 1000)
   if injected and ttl < 60000 then ttl = 60000 end
   redis.call('SET', key, v, 'PX', ttl)
 end
 `
 
+// luaShapes defines wpat and wfmt, indexed by a state's number of words
+// (1..algo.MaxWords), for states without a log: wpat[n] is the pattern
+// that captures the n words of a value and the parameters after "|", and
+// wfmt[n] the format of the n words and the "|". One string.match and one
+// string.format cost the server a fraction of the generic decode and
+// encode, which split and join with closures and tables.
+func luaShapes() string {
+	var pat, fmts []string
+	for n := 1; n <= algo.MaxWords; n++ {
+		pat = append(pat, "'^"+strings.Repeat("(%-?%d+),", n-1)+"(%-?%d+)|(.*)$'")
+		fmts = append(fmts, "'"+strings.Repeat("%d,", n-1)+"%d|'")
+	}
+	return "\nlocal wpat = {" + strings.Join(pat, ", ") + "}\nlocal wfmt = {" + strings.Join(fmts, ", ") + "}"
+}
+
 // scriptGroupBody runs ops. ARGV: the injected time or the empty string; the mode ('0':
 // evaluate, keep nothing; '1': keep every state when every op admits, else
 // only the conversions of keys written with other parameters; '2': keep
 // every state whatever the decisions, as a single Apply does; '3':
 // evaluate for a commit, keeping only the conversions); the
-// number of policies, then each policy: the index of its twin in steps,
-// words, maxlog, the number of Params, the Params, the state's parameters
-// as a value holds them; then each op: the index of its key in KEYS, the
+// number of policies, then each policy: the index of its twin in steps and
+// its description (policyArgs); then each op: the index of its key in KEYS, the
 // index of its policy, the cost. The reply is {all_admitted (0 or 1), then
 // each op's 6 decision numbers}. Ops on one key with policies of other
 // parameters (two versions of a limit) each convert the state the previous
@@ -155,34 +320,29 @@ local test, now = clock(ARGV[1])
 local mode = ARGV[2]
 local pol = {}
 local a = 4
-for i = 1, tonumber(ARGV[3]) do
-  local t, c = tonumber(ARGV[a]), tonumber(ARGV[a + 3])
-  local p = {}
-  for j = 1, c do p[j] = tonumber(ARGV[a + 3 + j]) end
-  pol[i] = {steps[t], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), p, ARGV[a + 4 + c], converts[t]}
-  a = a + 5 + c
+for i = 1, (smallint[ARGV[3]] or tonumber(ARGV[3])) do
+  pol[i] = policy(ARGV[a], ARGV[a + 1])
+  a = a + 2
 end
-local states, shape, raw, moved, out = {}, {}, {}, {}, {1}
+local states, shape, raw, ow, moved, out = {}, {}, {}, {}, {}, {1}
 local o = 1
 for i = a, #ARGV, 3 do
-  local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
+  local k, q = smallint[ARGV[i]] or tonumber(ARGV[i]), pol[smallint[ARGV[i + 1]] or tonumber(ARGV[i + 1])]
   local s = states[k]
   if s == nil then
     local v = redis.call('GET', KEYS[k])
     raw[k] = v
-    s = load(v, q, now)
-    if v and q[6] then
-      local bar = string.find(v, '|', 1, true)
-      if bar and string.sub(v, bar + 1) ~= q[5] then
-        -- A copy: a step may change the state it is given.
-        local c = {}
-        for j = 1, #s do c[j] = s[j] end
-        if s.log then
-          c.log = {}
-          for j = 1, #s.log do c.log[j] = s.log[j] end
-        end
-        moved[k] = {c, q}
+    local ps
+    s, ps, ow[k] = load(v, q, now)
+    if ps and ps ~= q[5] and q[6] then
+      -- A copy: a step may change the state it is given.
+      local c = {}
+      for j = 1, #s do c[j] = s[j] end
+      if s.log then
+        c.log = {}
+        for j = 1, #s.log do c.log[j] = s.log[j] end
       end
+      moved[k] = {c, q}
     end
   elseif shape[k][5] ~= q[5] and q[6] then
     local op = {}
@@ -190,7 +350,7 @@ for i = a, #ARGV, 3 do
     s = q[6](s, now, op, q[4])
   end
   shape[k] = q
-  local s2, d = q[1](s, now, tonumber(ARGV[i + 2]), q[4])
+  local s2, d = q[1](s, now, smallint[ARGV[i + 2]] or tonumber(ARGV[i + 2]), q[4])
   states[k] = s2
   if d[1] == 0 then out[1] = 0 end
   for j = 1, 6 do out[o + j] = d[j] end
@@ -212,7 +372,7 @@ end
 if mode == '2' or (mode == '1' and out[1] == 1) then
   for k, s in pairs(states) do
     local q = shape[k]
-    save(KEYS[k], s, q[2], q[3], now, test, q[5], raw[k])
+    save(KEYS[k], s, q[2], q[3], now, test, q[5], raw[k], ow[k])
   end
 elseif mode == '3' or mode == '1' then
   -- Refused, or evaluated for a commit: the keys written with other
@@ -221,23 +381,21 @@ elseif mode == '3' or mode == '1' then
   -- whatever the group decides.
   for k, m in pairs(moved) do
     local q = m[2]
-    save(KEYS[k], m[1], q[2], q[3], now, test, q[5], raw[k])
+    save(KEYS[k], m[1], q[2], q[3], now, test, q[5], raw[k], ow[k])
   end
 end
 return out
 `
 
 // scriptTwinBody steps the twin steps[1] on states given in ARGV, touching
-// no key. ARGV: words, maxlog, the number of Params, the Params, the
-// state's parameters (unused), then each step: the encoded state (without
-// parameters), now, the cost. The reply is, for each step, the new encoded
-// state and the 6 decision numbers.
+// no key. ARGV: the policy's description (policyArgs), then each step: the
+// encoded state (without parameters), now, the cost. The reply is, for
+// each step, the new encoded state and the 6 decision numbers.
 const scriptTwinBody = `
-local words, maxlog, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local p = {}
-for j = 1, c do p[j] = tonumber(ARGV[3 + j]) end
+local q = policy('1', ARGV[1])
+local words, maxlog, p = q[2], q[3], q[4]
 local out = {}
-for i = 5 + c, #ARGV, 3 do
+for i = 2, #ARGV, 3 do
   local s, d = steps[1](decode(ARGV[i], words, maxlog), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), p)
   out[#out + 1] = encode(s, words, maxlog)
   for j = 1, 6 do out[#out + 1] = d[j] end
@@ -247,14 +405,13 @@ return out
 
 // scriptOneWord is the script for the most common call, one policy whose
 // state is one word (the token bucket). ARGV: the cost, the injected time or the
-// empty string, words, maxlog, the number of Params, the Params, the state's
-// parameters as a value holds them. The reply is the decision. It keeps the
+// empty string, the policy's description (policyArgs). The reply is the decision. It keeps the
 // encoding of the other scripts and is written out without luaCommon's
 // helpers: every closure a script creates costs server time on every call.
 // Like save, it writes nothing when the key already holds the new value (a
 // denial) and deletes nothing when there is no key.
 const scriptOneWord = `
-local n = tonumber(ARGV[1])
+local n = smallint[ARGV[1]] or tonumber(ARGV[1])
 local test = ARGV[2] ~= ''
 local now
 if test then
@@ -263,10 +420,7 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local np = tonumber(ARGV[5])
-local p = {}
-for j = 1, np do p[j] = tonumber(ARGV[5 + j]) end
-local pstr = ARGV[6 + np]
+local p, pstr = params(ARGV[3])
 local v = redis.call('GET', KEYS[1])
 local w = 0
 if v then
@@ -307,9 +461,10 @@ const (
 	kindTwin
 )
 
-// buildScript returns the text of a script of kind embedding twins (the
-// twins are steps[1], steps[2], ... in that order; kindOneWord takes one).
-func buildScript(kind scriptKind, twins []algo.Spec) string {
+// buildScript returns the script of kind embedding twins (the twins are
+// steps[1], steps[2], ... in that order; kindOneWord takes one): its
+// prelude (the twins, luaCommon) and its body.
+func buildScript(kind scriptKind, twins []algo.Spec) *script {
 	var b strings.Builder
 	names := make([]string, len(twins))
 	for i, sp := range twins {
@@ -319,8 +474,8 @@ func buildScript(kind scriptKind, twins []algo.Spec) string {
 	// A twin's chunk evaluates to its step and, for an algo.Converter, its
 	// convert.
 	if kind == kindOneWord {
-		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\n%s", twins[0].Lua.Source, scriptOneWord)
-		return b.String()
+		fmt.Fprintf(&b, "local step, convert = (function()\n%s\nend)()\n%s", twins[0].Lua.Source, luaParams)
+		return newScript(b.String(), scriptOneWord)
 	}
 	b.WriteString("local steps, converts = {}, {}\n")
 	for i, sp := range twins {
@@ -328,11 +483,9 @@ func buildScript(kind scriptKind, twins []algo.Spec) string {
 	}
 	b.WriteString(luaCommon)
 	if kind == kindTwin {
-		b.WriteString(scriptTwinBody)
-	} else {
-		b.WriteString(scriptGroupBody)
+		return newScript(b.String(), scriptTwinBody)
 	}
-	return b.String()
+	return newScript(b.String(), scriptGroupBody)
 }
 
 // twins numbers the Lua twins (Name and Source) the process has seen, and
@@ -341,7 +494,7 @@ var twins struct {
 	mu      sync.Mutex
 	ids     map[string]uint16
 	specs   []algo.Spec
-	scripts atomic.Pointer[map[string]*rueidis.Lua] // copy on write
+	scripts atomic.Pointer[map[string]*script] // copy on write
 }
 
 // twinID returns the number of sp's twin.
@@ -367,7 +520,7 @@ func twinID(sp algo.Spec) (uint16, error) {
 // scriptFor returns the script of kind embedding the twins ids, in that
 // order (for kindGroup, sorted: every group of the same twins shares one
 // script).
-func scriptFor(kind scriptKind, ids []uint16) *rueidis.Lua {
+func scriptFor(kind scriptKind, ids []uint16) *script {
 	var buf [1 + 2*8]byte
 	key := append(buf[:0], byte(kind))
 	for _, id := range ids {
@@ -390,13 +543,10 @@ func scriptFor(kind scriptKind, ids []uint16) *rueidis.Lua {
 	for i, id := range ids {
 		specs[i] = twins.specs[id]
 	}
-	// NewLuaScript (not NewLuaScriptRetryable): the EVALSHA/EVAL of a
-	// consuming script is never retried by rueidis after a connection error,
-	// because a command that was written may have run.
-	l := rueidis.NewLuaScript(buildScript(kind, specs))
-	next := make(map[string]*rueidis.Lua, 1)
+	l := buildScript(kind, specs)
+	next := make(map[string]*script, 1)
 	if old != nil {
-		next = make(map[string]*rueidis.Lua, len(*old)+1)
+		next = make(map[string]*script, len(*old)+1)
 		for k, v := range *old {
 			next[k] = v
 		}
@@ -412,13 +562,13 @@ type policy struct {
 	alg     algo.Algorithm
 	spec    algo.Spec
 	nsHex   string   // the namespace in 16 hex digits: part of the Redis key
-	args    []string // ARGV for this policy: words, maxlog, len(params), params...
+	args    []string // ARGV for this policy: its description (policyArgs)
 	limit   int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
 	local   algo.Algorithm
 	twin    uint16
-	oneWord bool         // Apply runs scriptOneWord, else scriptGroupBody
-	script  *rueidis.Lua // the script of Apply
-	co      *coalescer   // nil when the store does not coalesce
+	oneWord bool       // Apply runs scriptOneWord, else scriptGroupBody
+	script  *script    // the script of Apply
+	co      *coalescer // nil when the store does not coalesce
 }
 
 func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
@@ -461,15 +611,30 @@ func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
 	return p, nil
 }
 
-// policyArgs is the ARGV that describes sp to every script: words, maxlog,
-// the number of Params, the Params, and the state's parameters as a value
-// holds them ([stateParams]).
+// policyArgs is the ARGV that describes sp to every script: one string,
+// the number of Params as one digit (or "*" beyond maxPatternParams) and
+// ":", then words, maxlog and the Params in decimal joined by ",", then "|"
+// and the state's parameters as a value holds them ([stateParams]). One
+// argument costs the server less than several, and a function library
+// keeps the policy it parsed from it (see luaPolicy).
 func policyArgs(sp algo.Spec) []string {
-	args := []string{strconv.Itoa(sp.Words), strconv.Itoa(sp.MaxLog), strconv.Itoa(len(sp.Lua.Params))}
-	for _, p := range sp.Lua.Params {
-		args = append(args, strconv.FormatInt(p, 10))
+	var b strings.Builder
+	if n := len(sp.Lua.Params); n <= maxPatternParams {
+		b.WriteByte(byte('0' + n))
+	} else {
+		b.WriteByte('*')
 	}
-	return append(args, stateParams(sp))
+	b.WriteByte(':')
+	b.WriteString(strconv.Itoa(sp.Words))
+	b.WriteByte(',')
+	b.WriteString(strconv.Itoa(sp.MaxLog))
+	for _, p := range sp.Lua.Params {
+		b.WriteByte(',')
+		b.WriteString(strconv.FormatInt(p, 10))
+	}
+	b.WriteByte('|')
+	b.WriteString(stateParams(sp))
+	return []string{b.String()}
 }
 
 // stateParams is what a value holds after "|": the parameters its state was

@@ -43,7 +43,7 @@ func (s *Store) StepTwin(ctx context.Context, alg algo.Algorithm, states []algo.
 			args = append(args, encodeState(&states[i], p.spec.Words, p.spec.MaxLog), strconv.FormatInt(now[i], 10), strconv.FormatInt(n[i], 10))
 		}
 		cctx, cancel := s.callContext(ctx)
-		arr, err := script.Exec(cctx, s.client, nil, args).ToArray()
+		arr, err := s.call(cctx, script, nil, args).ToArray()
 		if cancel != nil {
 			cancel()
 		}
