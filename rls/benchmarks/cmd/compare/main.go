@@ -170,19 +170,20 @@ func main() {
 		fmt.Printf("%-30s %-28s %-24s %-24s %-20s %-20s\n", t.name, col(func(x res) float64 { return x.rps }), col(func(x res) float64 { return x.p50 }),
 			col(func(x res) float64 { return x.p99 }), col(func(x res) float64 { return x.cpu }), col(func(x res) float64 { return x.rcpu }))
 	}
-	fmt.Println("\nper-round ratios against the reference (throughput: higher is better; p99: lower is better)")
+	fmt.Println("\nper-round ratios against the reference (throughput: higher is better; p50, p99: lower is better)")
 	for i := 1; i < len(targets); i++ {
-		var th, lat, cpu []float64
+		var th, l50, l99, cpu []float64
 		for r := range results[i] {
 			th = append(th, results[i][r].rps/results[0][r].rps)
-			lat = append(lat, results[i][r].p99/results[0][r].p99)
+			l50 = append(l50, results[i][r].p50/results[0][r].p50)
+			l99 = append(l99, results[i][r].p99/results[0][r].p99)
 			cpu = append(cpu, results[0][r].cpu/results[i][r].cpu)
 		}
-		m, lo, hi := stats(th)
-		m2, lo2, hi2 := stats(lat)
-		m3, lo3, hi3 := stats(cpu)
-		fmt.Printf("%-30s throughput %.2fx (%.2f-%.2f)%s   p99 %.2fx (%.2f-%.2f)%s   calls per server CPU second %.2fx (%.2f-%.2f)%s\n", targets[i].name,
-			m, lo, hi, crosses(lo, hi), m2, lo2, hi2, crosses(lo2, hi2), m3, lo3, hi3, crosses(lo3, hi3))
+		ratio := func(v []float64) string {
+			m, lo, hi := stats(v)
+			return fmt.Sprintf("%.2fx (%.2f-%.2f)%s", m, lo, hi, crosses(lo, hi))
+		}
+		fmt.Printf("%-30s throughput %s   p50 %s   p99 %s   calls per server CPU second %s\n", targets[i].name, ratio(th), ratio(l50), ratio(l99), ratio(cpu))
 	}
 	// How close floodgate on memory comes to the transport's ceiling.
 	const mem, ceil = 2, 3
