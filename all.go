@@ -173,6 +173,11 @@ func Combine(checks []Check) Decision {
 // It is [TakeAll] over one key: a refusal consumes nothing anywhere, and
 // its RetryAfter is the largest among the limiters that refuse. For limits
 // on different keys, or to learn which limiter refused, call TakeAll.
+// All does not describe itself ([Describer]): a middleware advertises it as
+// one policy whose quota is the decision's limit. To advertise each limit
+// in the response's RateLimit-Policy, give the middleware the limiters
+// themselves (httplimit and grpclimit's WithLimit), which decides them
+// the same way, all or nothing.
 //
 // All returns an error wrapping [ErrInvalidConfig] when limiters is empty,
 // holds a nil (or typed-nil) limiter, or one that is neither a [GroupTaker]
