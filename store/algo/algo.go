@@ -73,8 +73,10 @@ type Spec struct {
 // negative n refunds), p the array of Params. It returns the new state and
 // d = {allowed (0 or 1), limit, remaining, retry_after_us, reset_after_us,
 // delay_us}. Given the same inputs it must return exactly what the Go Step
-// returns: every arithmetic operation stays in integers below 2^53. The
-// step must not modify p (a store may keep it from one call to the next),
+// returns: every arithmetic operation stays in integers below 2^53. No
+// function of the chunk (the step, a Converter's convert, a Granter's
+// grant) may modify p or op (a store may keep them from one call to the
+// next),
 // and the chunk's top level should only define functions: the Redis store
 // runs it once, when it loads a function library, where Redis offers no
 // libraries (math, string); a twin that calls one there runs as a script.

@@ -60,21 +60,25 @@
 //     call. FLUSHALL and SCRIPT FLUSH leave them; functions are kept in the
 //     RDB and AOF files and replicated to replicas like data.
 //   - On a Cluster each master needs its own copy: the store loads a
-//     library on every node the client knows when any node lacks it
-//     (replicas refuse a load with READONLY and get their master's).
+//     library on every node the client knows, in parallel, when any node
+//     lacks it (replicas refuse a load with READONLY and get their
+//     master's). The first call of each library on a server therefore
+//     takes two more round trips (FUNCTION LOAD on every node at once,
+//     then FCALL again) and the compilation of the library, within the
+//     call's timeout.
 //   - The ACL user needs FCALL and FUNCTION LOAD (the @scripting category
 //     has both), besides GET, SET, DEL, MGET, TIME and, for leases, ZADD,
 //     ZREMRANGEBYSCORE, ZREM, ZCARD and PEXPIRE. A user who may not call or
-//     load functions gets the same decisions with EVALSHA: the store falls
-//     back for good on the first refusal (NOPERM) and on a server without
-//     functions (Redis 6: an unknown command), at the price of one extra
-//     round trip for the first call. (The first call of each library on
-//     each server takes two more round trips, FUNCTION LOAD and FCALL
-//     again, and the compilation of the library.) A library a server
-//     refuses to load
-//     (a twin whose top level calls math or string, which a library's top
-//     level cannot: refer to them inside the twin's functions) runs as a
-//     script, alone.
+//     load functions gets the same decisions with EVALSHA: on a refusal
+//     (NOPERM) or a server without functions (Redis 6: an unknown command)
+//     the store runs its programs as scripts, at the price of one extra
+//     round trip for that call, and tries functions again a minute later
+//     (an ACL grant, a rolling upgrade to Redis 7). A library whose code a
+//     server refuses (a twin whose top level calls math or string, which
+//     a library's top level cannot: refer to them inside the twin's
+//     functions) runs as a script, alone, for the rest of the process. A
+//     load refused for a passing reason (out of memory, a busy or loading
+//     server) runs that one call as a script.
 //   - As a script (EVALSHA through rueidis.NewLuaScript, EVAL when the
 //     server answers NOSCRIPT after a restart or a SCRIPT FLUSH), a call
 //     parses its policy's parameters on every call, which travel as one

@@ -370,7 +370,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 				assert.Positive(t, admitted.Load())
 				assert.Equal(t, int64(burst)-admitted.Load(), d.Remaining, "admitted %d", admitted.Load())
 				assert.Greater(t, commandCalls(t, c, reload), reloadsBefore, "no reload happened: the test proved nothing")
-				assert.Equal(t, mode == "scripts", s.evalOnly.Load())
+				assert.Equal(t, mode == "scripts", s.onScripts())
 			})
 		}
 	}

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/redis/rueidis"
 )
 
@@ -27,10 +30,14 @@ import (
 // first call on a server, after FUNCTION FLUSH, a restart without
 // persistence, a node that joined a Cluster): on every node the client
 // knows (a Cluster's masters each need their own copy; a replica gets its
-// master's and refuses a load with READONLY), then calls again. It falls
-// back to EVALSHA for good when the server has no functions (Redis 6: an
-// unknown command) or the user may not call or load them (ACL: NOPERM), and
-// for one library the server refuses to load.
+// master's and refuses a load with READONLY; the nodes are loaded in
+// parallel), then calls again. A store falls back to EVALSHA when the
+// server has no functions (Redis 6: an unknown command) or the user may not
+// call or load them (ACL: NOPERM), and tries FCALL again a minute later
+// (an ACL grant, a rolling upgrade to Redis 7); a library whose code the
+// server refuses (it does not compile or register there) runs as EVALSHA
+// for the rest of the process; a load refused for any other reason (out of
+// memory, a busy or loading server) runs that one call as EVALSHA.
 //
 // Neither FCALL nor FUNCTION LOAD is retried after a connection error: FCALL
 // is not marked retryable (like EVALSHA with rueidis.NewLuaScript), and a
@@ -64,7 +71,7 @@ type script struct {
 	name   string       // the library and its function: floodgate_<20 hex digits>
 	lib    string       // the library's code, for FUNCTION LOAD
 	lua    *rueidis.Lua // the same program for EVALSHA
-	noFunc atomic.Bool  // a server refused to load lib: EVALSHA only
+	noFunc atomic.Bool  // a server refused lib's code: EVALSHA only
 }
 
 // newScript makes the script whose top level is prelude (definitions: the
@@ -74,19 +81,19 @@ type script struct {
 // function.
 func newScript(prelude, body string) *script {
 	text := luaSmallIntsEval + prelude + body
-	sum := sha1.Sum([]byte(text))
+	// The name is a hash of the whole library but its name: every change
+	// of its code, the wrapper included, names a new library.
+	code := luaSmallIntsLib + prelude + "\nlocal function run(KEYS, ARGV)\n" + body + "\nend\nredis.register_function('"
+	const tail = "', run)\n"
+	sum := sha1.Sum([]byte(code + tail))
 	name := "floodgate_" + hex.EncodeToString(sum[:10])
 	var b strings.Builder
 	b.WriteString("#!lua name=")
 	b.WriteString(name)
 	b.WriteString("\n")
-	b.WriteString(luaSmallIntsLib)
-	b.WriteString(prelude)
-	b.WriteString("\nlocal function run(KEYS, ARGV)\n")
-	b.WriteString(body)
-	b.WriteString("\nend\nredis.register_function('")
+	b.WriteString(code)
 	b.WriteString(name)
-	b.WriteString("', run)\n")
+	b.WriteString(tail)
 	// NewLuaScript (not NewLuaScriptRetryable): the EVALSHA/EVAL of a
 	// consuming script is never retried by rueidis after a connection error,
 	// because a command that was written may have run.
@@ -95,7 +102,7 @@ func newScript(prelude, body string) *script {
 
 // call runs sc on keys and args (see the comment on Redis functions above).
 func (s *Store) call(ctx context.Context, sc *script, keys, args []string) rueidis.RedisResult {
-	if s.evalOnly.Load() || sc.noFunc.Load() {
+	if s.onScripts() || sc.noFunc.Load() {
 		return sc.lua.Exec(ctx, s.client, keys, args)
 	}
 	r := s.fcall(ctx, sc, keys, args)
@@ -110,10 +117,10 @@ func (s *Store) call(ctx context.Context, sc *script, keys, args []string) rueid
 			if rerr, ok := rueidis.IsRedisErr(err); !ok {
 				return rueidis.NewErrorResult(err) // not a refusal: the load did not get through
 			} else if unsupported(rerr.Error()) {
-				s.evalOnly.Store(true)
-			} else {
+				s.fallBack()
+			} else if refusedCode(rerr.Error()) {
 				sc.noFunc.Store(true)
-			}
+			} // else refused for now (OOM, BUSY, LOADING...): this call only
 			return sc.lua.Exec(ctx, s.client, keys, args)
 		}
 		r = s.fcall(ctx, sc, keys, args)
@@ -123,12 +130,25 @@ func (s *Store) call(ctx context.Context, sc *script, keys, args []string) rueid
 			return sc.lua.Exec(ctx, s.client, keys, args)
 		}
 		return r
-	case unsupported(msg):
-		s.evalOnly.Store(true)
+	case unsupported(msg) && !fromInside(msg):
+		s.fallBack()
 		return sc.lua.Exec(ctx, s.client, keys, args)
 	}
 	return r
 }
+
+// retryFunctions is how long a store runs its programs as scripts after a
+// server said it has no functions or the user may not use them.
+const retryFunctions = time.Minute
+
+// onScripts reports whether s runs its programs as EVAL scripts: always
+// (withEvalOnly), or since a fallback, until its retry time.
+func (s *Store) onScripts() bool {
+	return s.evalOnly.Load() || floodgate.Nanotime() < s.evalUntil.Load()
+}
+
+// fallBack runs s's programs as scripts for retryFunctions.
+func (s *Store) fallBack() { s.evalUntil.Store(floodgate.Nanotime() + int64(retryFunctions)) }
 
 func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string) rueidis.RedisResult {
 	c := s.client
@@ -139,10 +159,22 @@ func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string) ruei
 // node at least has it; else it returns the first refusal (a *RedisError)
 // or the error that kept it from a node.
 func (s *Store) load(ctx context.Context, sc *script) error {
+	nodes := s.client.Nodes()
+	res := make([]error, 0, len(nodes))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			err := n.Do(ctx, n.B().FunctionLoad().FunctionCode(sc.lib).Build()).Error()
+			mu.Lock()
+			res = append(res, err)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
 	var errs []error
 	loaded := false
-	for _, n := range s.client.Nodes() {
-		err := n.Do(ctx, n.B().FunctionLoad().FunctionCode(sc.lib).Build()).Error()
+	for _, err := range res {
 		rerr, isRedis := rueidis.IsRedisErr(err)
 		switch {
 		case err == nil, isRedis && strings.Contains(rerr.Error(), "already exists"):
@@ -180,4 +212,24 @@ func notFound(msg string) bool {
 func unsupported(msg string) bool {
 	msg = strings.TrimPrefix(msg, "ERR ")
 	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown subcommand") || strings.HasPrefix(msg, "NOPERM")
+}
+
+// fromInside reports whether an error of FCALL was raised inside the
+// function (by a command it called: the function ran, and may have
+// written), which Redis marks with the script's location.
+func fromInside(msg string) bool {
+	return strings.Contains(msg, " script: ") || strings.Contains(msg, "@user_function")
+}
+
+// refusedCode reports whether FUNCTION LOAD refused the library's code
+// itself (it does not compile or register on that server), which no retry
+// changes.
+func refusedCode(msg string) bool {
+	msg = strings.TrimPrefix(msg, "ERR ")
+	for _, p := range []string{"Error registering functions", "Error compiling function", "Missing library metadata", "Invalid metadata", "Invalid library metadata", "Library names can only contain", "Function names can only contain"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestFunctionsOnEveryNode(t *testing.T) {
 			}
 			assert.Equal(t, evals, commandCalls(t, c, "evalsha")+commandCalls(t, c, "eval"), "a decision went through EVALSHA")
 			assert.GreaterOrEqual(t, commandCalls(t, c, "fcall")-fcalls, int64(keys*5), "every decision is an FCALL")
-			assert.False(t, s.evalOnly.Load())
+			assert.False(t, s.onScripts())
 			libs := libraries(t, c)
 			require.Len(t, libs, len(c.Nodes()))
 			for addr, names := range libs {
@@ -90,7 +91,8 @@ func TestFunctionsOnEveryNode(t *testing.T) {
 
 // A user whom the ACL forbids functions (FCALL refused, or FUNCTION LOAD
 // refused and the library not there) gets the same decisions through
-// EVALSHA: the store falls back for good, and no request is counted twice.
+// EVALSHA: the store falls back for a minute, and no request is counted
+// twice; then it tries functions again.
 func TestFunctionsRefusedByACL(t *testing.T) {
 	admin := newClient(t, singleAddr)
 	for _, rules := range [][]string{{"-fcall"}, {"-function|load"}} {
@@ -119,8 +121,19 @@ func TestFunctionsRefusedByACL(t *testing.T) {
 					assert.Equal(t, int64(4-i), d.Remaining)
 				}
 			}
-			assert.True(t, s.evalOnly.Load(), "the store did not fall back to EVALSHA")
+			assert.True(t, s.onScripts(), "the store did not fall back to EVALSHA")
 			assert.GreaterOrEqual(t, commandCalls(t, admin, "evalsha")+commandCalls(t, admin, "eval")-evals, int64(7))
+
+			// The ACL grants functions again: once the retry time has
+			// passed, the store calls them.
+			grant := append([]string{"ACL", "SETUSER", user}, strings.ReplaceAll(rules[0], "-", "+"))
+			require.NoError(t, admin.Do(ctx, admin.B().Arbitrary(grant...).Build()).Error())
+			s.evalUntil.Store(floodgate.Nanotime() - 1) // the minute is over
+			fcalls := commandCalls(t, admin, "fcall")
+			_, err = l.Take(ctx, "k", 1)
+			require.NoError(t, err)
+			assert.False(t, s.onScripts())
+			assert.Greater(t, commandCalls(t, admin, "fcall"), fcalls)
 		})
 	}
 }
@@ -187,7 +200,7 @@ func TestFunctionLoadRefused(t *testing.T) {
 	}
 	assert.True(t, bad.noFunc.Load())
 	assert.False(t, good.noFunc.Load())
-	assert.False(t, s.evalOnly.Load())
+	assert.False(t, s.onScripts())
 	assert.Contains(t, libraries(t, c)[singleAddr], good.name)
 }
 
@@ -236,7 +249,7 @@ return out`
 				assert.Equal(t, want, got, "%s %v", mode, desc)
 			}
 		}
-		assert.Equal(t, mode == "scripts", s.evalOnly.Load())
+		assert.Equal(t, mode == "scripts", s.onScripts())
 	}
 }
 
@@ -289,4 +302,58 @@ func TestWindowKeepsItsTTL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A load refused for a passing reason (the server is out of memory: FUNCTION
+// LOAD is refused under maxmemory with noeviction) runs that call as a
+// script and marks nothing: once memory is back, the library is loaded and
+// called as a function.
+func TestFunctionLoadRefusedForNow(t *testing.T) {
+	p, err := startRedis(0, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	require.NoError(t, err)
+	defer p.stop()
+	c := newClient(t, p.addr)
+	ctx := context.Background()
+	sc := newScript("local x = 7\n", "return x")
+	// Fill the server up to its maxmemory.
+	big := strings.Repeat("x", 64<<10)
+	for i := 0; ; i++ {
+		if err := c.Do(ctx, c.B().Set().Key("fill:"+strconv.Itoa(i)).Value(big).Build()).Error(); err != nil {
+			require.Contains(t, err.Error(), "OOM")
+			break
+		}
+		require.Less(t, i, 1000, "the server never ran out of memory")
+	}
+	s := testStore(t, c)
+	v, err := s.call(ctx, sc, nil, nil).AsInt64()
+	require.NoError(t, err, "the call runs as a script")
+	assert.Equal(t, int64(7), v)
+	assert.False(t, sc.noFunc.Load(), "an out-of-memory refusal is not the code's")
+	assert.False(t, s.onScripts())
+	assert.Empty(t, libraries(t, c)[p.addr])
+
+	require.NoError(t, c.Do(ctx, c.B().Flushall().Build()).Error())
+	v, err = s.call(ctx, sc, nil, nil).AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), v)
+	assert.Contains(t, libraries(t, c)[p.addr], sc.name, "loaded once memory is back")
+}
+
+// An error raised inside a function (by a command it calls) is the
+// function's answer: it ran, and the store neither falls back nor runs it
+// again as a script, even when the error reads like an ACL refusal (as a
+// Redis-compatible server words one inside a script).
+func TestErrorFromInsideAFunction(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s := testStore(t, c)
+	calls := uniquePrefix(t) + "calls"
+	sc := newScript("", "redis.call('INCR', KEYS[1])\nreturn redis.error_reply('NOPERM ACL failure in script: x, on @user_function:2.')")
+	for range 3 {
+		err := s.call(context.Background(), sc, []string{calls}, nil).Error()
+		require.Error(t, err)
+	}
+	n, err := c.Do(context.Background(), c.B().Get().Key(calls).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), n, "each call ran once, and only once")
+	assert.False(t, s.onScripts())
 }

@@ -26,7 +26,8 @@ const DefaultPrefix = "floodgate:"
 const DefaultTimeout = 50 * time.Millisecond
 
 // Store is a [store.Store] on Redis, Redis Cluster or Sentinel, through a
-// rueidis client. Every decision is one round trip: one FCALL of a Redis
+// rueidis client. Every decision is one round trip (three for the first
+// call of a library on a server, which loads it): one FCALL of a Redis
 // function (EVALSHA of the same script on a server without functions) that
 // embeds the algorithm's Lua twin, reads the time from the Redis server,
 // and loads, steps and writes back the key's state atomically.
@@ -34,19 +35,20 @@ const DefaultTimeout = 50 * time.Millisecond
 // A Store is safe for concurrent use. It holds no per-key state; it does not
 // own the client (closing the client is the caller's business).
 type Store struct {
-	client   rueidis.Client
-	prefix   string
-	timeout  time.Duration
-	policy   FailurePolicy
-	observer floodgate.Observer
-	name     string
-	dl       *deadlines
-	brk      breaker
-	clock    floodgate.Clock // tests only: inject the time instead of Redis TIME
-	coalesce int             // max script calls in flight per algorithm before coalescing; 0: never
-	cluster  bool            // keys of one script must share a hash slot
-	between  func()          // tests only: runs between the phases of a multi-slot ApplyAll
-	evalOnly atomic.Bool     // EVALSHA, not FCALL: the server has no functions or the user may not use them
+	client    rueidis.Client
+	prefix    string
+	timeout   time.Duration
+	policy    FailurePolicy
+	observer  floodgate.Observer
+	name      string
+	dl        *deadlines
+	brk       breaker
+	clock     floodgate.Clock // tests only: inject the time instead of Redis TIME
+	coalesce  int             // max script calls in flight per algorithm before coalescing; 0: never
+	cluster   bool            // keys of one script must share a hash slot
+	between   func()          // tests only: runs between the phases of a multi-slot ApplyAll
+	evalOnly  atomic.Bool     // EVALSHA, never FCALL (withEvalOnly)
+	evalUntil atomic.Int64    // EVALSHA until this Nanotime: the server has no functions or the user may not use them
 
 	mu       sync.Mutex
 	policies atomic.Pointer[map[uint64][]*policy] // by namespace
