@@ -87,10 +87,15 @@ func (m *Match) Release() {
 
 // reset empties m's buffers, keeping their capacity.
 func (m *Match) reset() {
-	clear(m.all)
-	for i := range m.descs {
-		clear(m.descs[i]) // no credential stays reachable from the pool
-		m.descs[i] = m.descs[i][:0]
+	// Cleared to their capacity: a descriptor cut short (an entry without
+	// a value, a panicking one) or checks of a failed match may have been
+	// written past the lengths; no credential, key or limiter stays
+	// reachable from the pool.
+	clear(m.all[:cap(m.all)])
+	descs := m.descs[:cap(m.descs)]
+	for i := range descs {
+		clear(descs[i][:cap(descs[i])])
+		descs[i] = descs[i][:0]
 	}
 	m.all, m.descs, m.Checks = m.all[:0], m.descs[:0], nil
 }
@@ -143,10 +148,7 @@ func (s *Set[R]) match(ctx context.Context, r R, m *Match) (checks []floodgate.C
 			d = append(d, policy.Entry{Key: e.Key, Value: v, Credential: e.Credential})
 		}
 		if d == nil {
-			// Not yielded: the values read so far are cleared, the buffer
-			// kept.
-			clear(m.descs[k][:cap(m.descs[k])])
-			m.descs = m.descs[:k]
+			m.descs = m.descs[:k] // not yielded; reset clears what was read
 			continue
 		}
 		m.descs[k] = d

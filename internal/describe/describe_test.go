@@ -115,15 +115,22 @@ func TestReleaseLeavesNoCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.reset()
-	if _, _, err := s.match(ctx, req{"api_key": secret}, m); err != nil {
-		t.Fatal(err)
-	}
-	m.reset()
-	descs := m.descs[:cap(m.descs)]
-	for i, d := range descs {
-		for _, e := range d[:cap(d)] {
-			if strings.Contains(e.Value, secret) {
-				t.Fatalf("buffer %d still holds the credential after Release", i)
+	// Then the same with an entry that panics after the key was read.
+	for _, r := range []req{{"api_key": secret}, {"api_key": secret, "route": "/r", "panic": "route"}} {
+		if _, _, err := s.match(ctx, req{"api_key": "other", "route": "/r"}, m); err != nil {
+			t.Fatal(err)
+		}
+		m.reset()
+		if _, _, err := s.match(ctx, r, m); (err != nil) != (r["panic"] != "") {
+			t.Fatalf("match %v: %v", r, err)
+		}
+		m.reset()
+		descs := m.descs[:cap(m.descs)]
+		for i, d := range descs {
+			for _, e := range d[:cap(d)] {
+				if strings.Contains(e.Value, secret) {
+					t.Fatalf("%v: buffer %d still holds the credential after Release", r, i)
+				}
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/grpc/metadata"
 
@@ -56,7 +55,7 @@ func MethodEntry(key string) Source {
 
 // ValueEntry is the entry key = f(ctx, method); "" means the call does not
 // yield the descriptor. Mark credentials: they are stored only as a keyed
-// hash.
+// hash. A nil f is refused by [WithDescriptor].
 func ValueEntry(key string, credential bool, f func(ctx context.Context, method string) string) Source {
 	e := describe.Entry[call]{Key: key, Credential: credential}
 	if f != nil {
@@ -107,9 +106,12 @@ func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
 	if cfg.cost != nil {
 		cost = func(q call) int { return q.c.cost(q.ctx, q.method) }
 	}
+	if len(cfg.descriptors) == 0 {
+		return nil, invalid("Policies needs at least one WithDescriptor")
+	}
 	set, err := describe.New(live, cfg.descriptors, cost)
 	if err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
+		return nil, err
 	}
 	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun}
 	if cfg.failMode == FailClosed {

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -67,7 +66,8 @@ func MethodEntry(key string) Source {
 
 // ValueEntry is the entry key = f(r); "" means the request does not yield
 // the descriptor. Mark values that are credentials with credential: they
-// are then stored only as a keyed hash.
+// are then stored only as a keyed hash. A nil f is refused by
+// [WithDescriptor].
 func ValueEntry(key string, credential bool, f func(*http.Request) string) Source {
 	e := describe.Entry[request]{Key: key, Credential: credential}
 	if f != nil {
@@ -131,9 +131,12 @@ func Policies(live *policy.Live, opts ...Option) (func(http.Handler) http.Handle
 	if cfg.cost != nil {
 		cost = func(q request) int { return q.c.cost(q.r) }
 	}
+	if len(cfg.descriptors) == 0 {
+		return nil, invalid("Policies needs at least one WithDescriptor")
+	}
 	set, err := describe.New(live, cfg.descriptors, cost)
 	if err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
+		return nil, err
 	}
 	ac := admit.Config{
 		Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer,
