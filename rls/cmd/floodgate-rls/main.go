@@ -197,7 +197,10 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer()
+	// Stop, after the shutdown timeout, still waits for the handlers
+	// running (each is bounded by -redis-timeout), so that the leases are
+	// given back only once no call is in flight.
+	g := grpc.NewServer(grpc.WaitForHandlers(true))
 	svc.Register(g)
 	hsrv := health.NewServer()
 	healthpb.RegisterHealthServer(g, hsrv)
