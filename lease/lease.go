@@ -396,6 +396,29 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int) error {
 	return l.direct.Refund(ctx, key, n)
 }
 
+// Look tells what this node's lease on key would decide for a cost of n,
+// taking nothing: admitted when the lease holds n tokens (Remaining is
+// what it holds), refused while the global bucket's last answer to this
+// node says to wait. ok is false when this node would ask the global
+// bucket (the key is not leased here, its lease is spent, the limiter is
+// divided or closed): its store limiter's Peek then tells the answer.
+func (l *Limiter) Look(key string, n int) (d floodgate.Decision, ok bool) {
+	if n < 1 || int64(n) > l.burst || l.closed.Load() || l.mode == Divided {
+		return floodgate.Decision{}, false
+	}
+	e := l.tab.get(key)
+	if e == nil || !e.leased.Load() {
+		return floodgate.Decision{}, false
+	}
+	if held := int64(e.word.Load() & tokenMask); held >= int64(n) {
+		return floodgate.Decision{Allowed: true, Limit: l.burst, Remaining: held, ResetAfter: time.Duration(e.reset.Load())}, true
+	}
+	if now := l.now(); now < e.deniedUntil.Load() && int64(n) > e.crumbs.Load() {
+		return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(e.deniedUntil.Load() - now), ResetAfter: time.Duration(e.reset.Load())}, true
+	}
+	return floodgate.Decision{}, false
+}
+
 // takeHeld takes n from the lease, if it holds them.
 func (l *Limiter) takeHeld(e *entry, n int64) (floodgate.Decision, bool) {
 	for {

@@ -516,3 +516,53 @@ func TestCloseUnderTraffic(t *testing.T) {
 		}
 	}
 }
+
+// Look tells what the lease would decide without taking: a cold key and a
+// closed limiter have no answer (the global bucket has it), a leased key
+// answers what its lease holds, and looking takes nothing.
+func TestLook(t *testing.T) {
+	st := newStore(t, redisClient(t))
+	l, err := lease.New(st, lease.Config{Bucket: bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(1000), Burst: 100_000}, Refresh: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, ok := l.Look("k", 1); ok {
+		t.Fatal("a key never seen answered from a lease")
+	}
+	deadline := time.Now().Add(time.Second)
+	for l.Stats().Leased == 0 && time.Now().Before(deadline) {
+		for range 100 {
+			l.Take(ctx, "k", 1)
+		}
+	}
+	// A renewal in flight may add tokens meanwhile, never take any.
+	before := l.Stats().Held
+	d, ok := l.Look("k", 1)
+	held := l.Stats().Held
+	if !ok || !d.Allowed || d.Remaining < before || d.Remaining > held || held < 1 {
+		t.Fatalf("a leased key: %+v %v, want admitted with what the lease holds (%d..%d)", d, ok, before, held)
+	}
+	for range 10 {
+		l.Look("k", 1)
+	}
+	if h := l.Stats().Held; h < held {
+		t.Fatalf("looking took %d tokens", held-h)
+	}
+	// A cost above what the lease holds is the global bucket's to answer
+	// (unless a renewal brought enough meanwhile).
+	if n := l.Stats().Held + 1; n <= 100_000 {
+		if d, ok := l.Look("k", int(n)); ok && (!d.Allowed || d.Remaining < n) {
+			t.Fatalf("a cost of %d answered from a lease holding %d: %+v", n, d.Remaining, d)
+		}
+	}
+	if _, ok := l.Look("k", 0); ok {
+		t.Fatal("a cost of 0 answered from the lease")
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.Look("k", 1); ok {
+		t.Fatal("a closed limiter answered from a lease")
+	}
+}

@@ -114,6 +114,10 @@
 //   - A look (hits_addend 0) and negative hits go to the global bucket
 //     directly (one Redis call): a look tells what the global bucket has
 //     left, the tokens that leases hold being already taken from it.
+//   - In a request refused before anything is charged (another descriptor
+//     is over, or asks for more than its capacity), a leased limit answers
+//     what its lease would decide, taking nothing (lease.Limiter.Look);
+//     without a lease on this process, what the global bucket would.
 //   - near_limit is not counted for a leased limit (a process does not
 //     know how near the fleet is to the limit); total_hits, within_limit
 //     and over_limit are.

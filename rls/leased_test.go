@@ -414,3 +414,37 @@ func TestLeasedInAGroup(t *testing.T) {
 		t.Errorf("the leased limit's global bucket has %d, want %d: refusals must give its tokens back (%+v)", dec.Remaining, 1000-admitted, st)
 	}
 }
+
+// A request refused early (a descriptor it only looks at is over) is
+// evaluated, not charged: its leased descriptor answers from this node's
+// lease, as the request would have been decided, not from the global
+// bucket that the lease drained; and the descriptor that refused leads.
+func TestLeasedRefusedEarly(t *testing.T) {
+	yaml := "domain: fleet\ndescriptors:\n  - key: route\n    rate_limit:\n      algorithm: token-bucket\n      unit: minute\n      requests_per_unit: 1\n" +
+		"      burst: 1000\n      leased: true\n      lease_refresh: 1s\n" +
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	a := fleet(t, []string{singleAddr(t)}, 1, map[string]string{"fleet.yaml": yaml})[0]
+	d := desc("route", "/img")
+	var alone *rlspb.RateLimitResponse
+	for range 960 {
+		alone = a.call(t, "fleet", 0, d) // hot: leased
+	}
+	if alone.Statuses[0].Code != rlspb.RateLimitResponse_OK {
+		t.Fatalf("the leased descriptor alone: %v", alone)
+	}
+	a.call(t, "fleet", 0, desc("user", "u1")) // spends user's 1 a minute
+	resp := a.call(t, "fleet", 0, d, withHits(desc("user", "u1"), 0))
+	if resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("user is spent, yet: %v", resp)
+	}
+	leasedSt, user := resp.Statuses[0], resp.Statuses[1]
+	if leasedSt.Code != rlspb.RateLimitResponse_OK {
+		t.Errorf("the leased descriptor of a request refused early: %v, want OK (the lease would admit it)", leasedSt)
+	}
+	if got, want := int64(leasedSt.LimitRemaining), int64(alone.Statuses[0].LimitRemaining); got < want-2 || got > want+2 {
+		t.Errorf("its limit_remaining %d, want what the lease holds, about %d", got, want)
+	}
+	if user.Code != rlspb.RateLimitResponse_OVER_LIMIT || user.DurationUntilReset.AsDuration() > time.Minute {
+		t.Errorf("the refusing descriptor: %v", user)
+	}
+}

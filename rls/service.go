@@ -1002,7 +1002,16 @@ func (s *Service) evaluate(ctx context.Context, checks []floodgate.Check) (bool,
 			all = false
 			continue
 		}
-		l := direct(ch.Limiter) // a leased limit: its global bucket
+		if lz, ok := ch.Limiter.(*leased); ok {
+			// A leased limit answers from this node's lease when it has
+			// one, as the request would have been decided.
+			if d, ok := lz.Look(ch.Key, ch.N); ok {
+				ch.Decision = d
+				all = all && d.Allowed
+				continue
+			}
+		}
+		l := direct(ch.Limiter) // a leased limit without a lease here: its global bucket
 		if int64(ch.N) > l.Capacity() {
 			d, err := l.Peek(ctx, ch.Key)
 			if err != nil {
