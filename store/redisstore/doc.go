@@ -108,9 +108,10 @@
 // single-node and Sentinel clients (on a Cluster the keys of one script must
 // share a slot).
 //
-// Redis 5 or later is needed (scripts that call TIME before writing rely on
-// effects replication, the default since Redis 5); Redis 7 or later for
-// functions.
+// Redis 6 or later is needed (scripts that call TIME before writing rely on
+// effects replication, the default since Redis 5, and a window that counts
+// within its window is written with SET KEEPTTL, Redis 6); Redis 7 or later
+// for functions.
 //
 // # Keys
 //
