@@ -17,36 +17,7 @@ import (
 // BenchmarkShouldRateLimit: one call with the origin, purge-orchestrator
 // and tenant descriptors, on memstore, without gRPC.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	d, err := rls.ParseDomain("edge.yaml", []byte(`domain: edge
-descriptors:
-  - key: destination_cluster
-    value: image-origin.prod
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-    descriptors:
-      - key: source_service
-        value: purge-orchestrator
-        rate_limit: {unit: second, requests_per_unit: 500000000}
-  - key: tenant
-    rate_limit: {unit: minute, requests_per_unit: 1000000000}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := rls.New(stores[0].make(b, nil), rls.Config{Domains: []rls.Domain{d}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := func(k, v string) *ratelimitpb.RateLimitDescriptor_Entry {
-		return &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v}
-	}
-	reqs := make([]*rlspb.RateLimitRequest, 1024)
-	for i := range reqs {
-		reqs[i] = &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitpb.RateLimitDescriptor{
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("destination_cluster", "image-origin.prod")}},
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("destination_cluster", "image-origin.prod"), e("source_service", "purge-orchestrator")}},
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("tenant", "t"+strconv.Itoa(i))}},
-		}}
-	}
+	svc, reqs := benchSetup(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -80,36 +51,7 @@ func (nullRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 // connection, next to a server that decides nothing (null), interleaved
 // with -count.
 func BenchmarkShouldRateLimitGRPC(b *testing.B) {
-	d, err := rls.ParseDomain("edge.yaml", []byte(`domain: edge
-descriptors:
-  - key: destination_cluster
-    value: image-origin.prod
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-    descriptors:
-      - key: source_service
-        value: purge-orchestrator
-        rate_limit: {unit: second, requests_per_unit: 500000000}
-  - key: tenant
-    rate_limit: {unit: minute, requests_per_unit: 1000000000}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := rls.New(stores[0].make(b, nil), rls.Config{Domains: []rls.Domain{d}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := func(k, v string) *ratelimitpb.RateLimitDescriptor_Entry {
-		return &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v}
-	}
-	reqs := make([]*rlspb.RateLimitRequest, 1024)
-	for i := range reqs {
-		reqs[i] = &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitpb.RateLimitDescriptor{
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("destination_cluster", "image-origin.prod")}},
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("destination_cluster", "image-origin.prod"), e("source_service", "purge-orchestrator")}},
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("tenant", "t"+strconv.Itoa(i))}},
-		}}
-	}
+	svc, reqs := benchSetup(b)
 	for _, tc := range []struct {
 		name string
 		reg  func(*grpc.Server)
@@ -148,4 +90,42 @@ descriptors:
 			})
 		})
 	}
+}
+
+// benchSetup is the service and the requests of the ShouldRateLimit
+// benchmarks: the origin, purge-orchestrator and tenant descriptors, on
+// memstore, with limits high enough that every call is admitted.
+func benchSetup(b *testing.B) (*rls.Service, []*rlspb.RateLimitRequest) {
+	b.Helper()
+	d, err := rls.ParseDomain("edge.yaml", []byte(`domain: edge
+descriptors:
+  - key: destination_cluster
+    value: image-origin.prod
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+    descriptors:
+      - key: source_service
+        value: purge-orchestrator
+        rate_limit: {unit: second, requests_per_unit: 500000000}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1000000000}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := rls.New(stores[0].make(b, nil), rls.Config{Domains: []rls.Domain{d}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := func(k, v string) *ratelimitpb.RateLimitDescriptor_Entry {
+		return &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	reqs := make([]*rlspb.RateLimitRequest, 1024)
+	for i := range reqs {
+		reqs[i] = &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitpb.RateLimitDescriptor{
+			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("destination_cluster", "image-origin.prod")}},
+			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("destination_cluster", "image-origin.prod"), e("source_service", "purge-orchestrator")}},
+			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("tenant", "t"+strconv.Itoa(i))}},
+		}}
+	}
+	return svc, reqs
 }
