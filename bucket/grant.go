@@ -26,6 +26,9 @@ func (g *gcra) Grant(tat, now, want, least int64) (int64, algo.Grant) {
 	return tat, out
 }
 
+// Refill implements [algo.Granter]: the bucket's rate, tokens per second.
+func (g *gcra) Refill() float64 { return 1e6 / float64(g.t) }
+
 // GrantLua implements [algo.Granter]: the Lua twin of Grant. p = {interval,
 // burst, span}.
 func (g *gcra) GrantLua() string { return grantLua }

@@ -155,15 +155,15 @@ func TestGrantSharesApplyState(t *testing.T) {
 	if d, err := lim.Take(ctx, key, 3); err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	g, err := st.Grant(ctx, key, lim.Algorithm(), 5, 1)
+	g, err := st.Grant(ctx, key, lim.Algorithm(), algo.Claim{Want: 5, Least: 1})
 	if err != nil || g.Granted != 5 || g.Remaining != 2 {
 		t.Fatalf("grant %+v, %v; want 5 granted, 2 left", g, err)
 	}
-	g, err = st.Grant(ctx, key, lim.Algorithm(), 5, 3)
+	g, err = st.Grant(ctx, key, lim.Algorithm(), algo.Claim{Want: 5, Least: 3})
 	if err != nil || g.Granted != 0 || g.Wait <= 0 || g.Remaining != 2 {
 		t.Fatalf("grant %+v, %v; want a refusal (2 left, 3 asked at least)", g, err)
 	}
-	g, err = st.Grant(ctx, key, lim.Algorithm(), 5, 1)
+	g, err = st.Grant(ctx, key, lim.Algorithm(), algo.Claim{Want: 5, Least: 1})
 	if err != nil || g.Granted != 2 {
 		t.Fatalf("grant %+v, %v; want the last 2", g, err)
 	}
@@ -176,7 +176,7 @@ func TestGrantSharesApplyState(t *testing.T) {
 	if d, err := lim.Peek(ctx, key); err != nil || d.Remaining != 4 {
 		t.Fatalf("after giving 4 back, peek %+v, %v", d, err)
 	}
-	if _, err := st.Grant(ctx, key, lim.Algorithm(), 11, 1); err == nil {
+	if _, err := st.Grant(ctx, key, lim.Algorithm(), algo.Claim{Want: 11, Least: 1}); err == nil {
 		t.Fatal("a grant above the burst was accepted")
 	}
 }

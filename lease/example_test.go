@@ -35,10 +35,10 @@ func (g *inProcess) ApplyAll(context.Context, []store.Op, []floodgate.Decision, 
 	return false, errors.New("not needed here")
 }
 
-func (g *inProcess) Grant(_ context.Context, key string, alg algo.Algorithm, want, least int64) (algo.Grant, error) {
+func (g *inProcess) Grant(_ context.Context, key string, alg algo.Algorithm, c algo.Claim) (algo.Grant, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	w, gr := alg.(algo.Granter).Grant(g.tat[key], time.Now().UnixMicro(), want, least)
+	w, gr := alg.(algo.Granter).Grant(g.tat[key], time.Now().UnixMicro(), c.Want, c.Least)
 	g.tat[key] = w
 	return gr, nil
 }

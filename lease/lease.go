@@ -25,7 +25,7 @@ import (
 // count the processes that share the limit.
 type Global interface {
 	store.Store
-	Grant(ctx context.Context, key string, alg algo.Algorithm, want, least int64) (algo.Grant, error)
+	Grant(ctx context.Context, key string, alg algo.Algorithm, c algo.Claim) (algo.Grant, error)
 	Heartbeat(ctx context.Context, group, member string, ttl time.Duration) (int, error)
 	Leave(ctx context.Context, group, member string) (int, error)
 }
@@ -115,27 +115,32 @@ type Config struct {
 // without asking), and its ResetAfter the global bucket's as of the last
 // grant. A decision made by the global store (a cold key) is the store's.
 type Limiter struct {
-	global   Global
-	direct   *store.Limiter
-	alg      algo.Algorithm
-	cfg      bucket.Config
-	mode     Mode
-	burst    int64
-	tokenUS  int64 // the global bucket's interval as its step has it, µs
-	refresh  int64 // ns
-	ttl      int64 // ns
-	hotRate  float64
-	hotN     uint32 // cold-key demand in one window that promotes the key
-	tick     int64  // ns, the sweeper's period
-	window   int64  // ns, the window over which cold keys are counted
-	windowAt int64  // when the current window started (the sweeper's)
-	maxKeys  int
-	divFall  bool
-	hbEvery  time.Duration
-	clock    floodgate.Clock // nil: floodgate.Nanotime
-	observer floodgate.Observer
-	lastErr  atomic.Pointer[error] // the last failed grant's
-	member   string
+	global  Global
+	direct  *store.Limiter
+	alg     algo.Algorithm
+	cfg     bucket.Config
+	mode    Mode
+	burst   int64
+	tokenUS int64 // the global bucket's interval as its step has it, µs
+	refresh int64 // ns
+	// sharePeriod is how often a node claims its share of a divided
+	// bucket: the refresh period, or 0.9 of the time the bucket takes to
+	// fill when that is shorter (claims further apart than that would
+	// let the bucket overflow and lose the refill).
+	sharePeriod int64 // ns
+	ttl         int64 // ns
+	hotRate     float64
+	hotN        uint32 // cold-key demand in one window that promotes the key
+	tick        int64  // ns, the sweeper's period
+	window      int64  // ns, the window over which cold keys are counted
+	windowAt    int64  // when the current window started (the sweeper's)
+	maxKeys     int
+	divFall     bool
+	hbEvery     time.Duration
+	clock       floodgate.Clock // nil: floodgate.Nanotime
+	observer    floodgate.Observer
+	lastErr     atomic.Pointer[error] // the last failed grant's
+	member      string
 
 	tab     table
 	nodes   atomic.Int64
@@ -160,7 +165,7 @@ type dividedLim struct {
 }
 
 type stats struct {
-	grants, granted, expired, returned, direct, failures, localDenied atomic.Int64
+	grants, granted, expired, returned, direct, failures, localDenied, shared atomic.Int64
 }
 
 // New returns a Limiter of c's global limit on global. It heartbeats once
@@ -233,32 +238,34 @@ func New(global Global, c Config) (*Limiter, error) {
 	tick := int64(c.Refresh) / 2
 	window := max(tick, int64(coldWindow))
 	l := &Limiter{
-		global:   global,
-		direct:   direct,
-		alg:      direct.Algorithm(),
-		cfg:      c.Bucket,
-		mode:     c.Mode,
-		burst:    c.Bucket.Burst,
-		tokenUS:  (int64(c.Bucket.Rate.Per/time.Microsecond) + c.Bucket.Rate.N - 1) / c.Bucket.Rate.N,
-		refresh:  int64(c.Refresh),
-		ttl:      int64(c.TTL),
-		hotRate:  c.HotRate,
-		hotN:     uint32(max(2, math.Ceil(c.HotRate*float64(window)/1e9))),
-		tick:     tick,
-		window:   window,
-		maxKeys:  c.MaxKeys,
-		divFall:  c.DividedFallback,
-		hbEvery:  c.Heartbeat,
-		clock:    c.Clock,
-		observer: c.Observer,
-		member:   strconv.FormatUint(rand.Uint64(), 36),
-		local:    local,
-		work:     make(chan *entry, 1024),
-		quit:     make(chan struct{}),
+		global:      global,
+		direct:      direct,
+		alg:         direct.Algorithm(),
+		cfg:         c.Bucket,
+		mode:        c.Mode,
+		burst:       c.Bucket.Burst,
+		tokenUS:     (int64(c.Bucket.Rate.Per/time.Microsecond) + c.Bucket.Rate.N - 1) / c.Bucket.Rate.N,
+		refresh:     int64(c.Refresh),
+		sharePeriod: min(int64(c.Refresh), c.Bucket.Burst*((int64(c.Bucket.Rate.Per)+c.Bucket.Rate.N-1)/c.Bucket.Rate.N)*9/10),
+		ttl:         int64(c.TTL),
+		hotRate:     c.HotRate,
+		hotN:        uint32(max(2, math.Ceil(c.HotRate*float64(window)/1e9))),
+		tick:        tick,
+		window:      window,
+		maxKeys:     c.MaxKeys,
+		divFall:     c.DividedFallback,
+		hbEvery:     c.Heartbeat,
+		clock:       c.Clock,
+		observer:    c.Observer,
+		member:      strconv.FormatUint(rand.Uint64(), 36),
+		local:       local,
+		work:        make(chan *entry, 1024),
+		quit:        make(chan struct{}),
 	}
 	l.jitter = rand.Float64
 	if c.inline && c.seed != 0 {
 		l.jitter = rand.New(rand.NewPCG(c.seed, c.seed)).Float64 // one goroutine only
+		l.member = "sim" + strconv.FormatUint(c.seed, 36)
 	}
 	l.tab.init()
 	l.nodes.Store(1)
@@ -322,7 +329,7 @@ func (l *Limiter) Take(ctx context.Context, key string, n int) (floodgate.Decisi
 			if w&tokenMask < cost {
 				break
 			}
-			if e.word.CompareAndSwap(w, w-cost+demandUnit) {
+			if e.word.CompareAndSwap(w, w-cost+cost<<32) {
 				left := int64(w&tokenMask) - int64(n)
 				if left <= e.low.Load() && !e.flight.Load() {
 					l.kick(e)
@@ -337,11 +344,19 @@ func (l *Limiter) Take(ctx context.Context, key string, n int) (floodgate.Decisi
 // slow decides a request that the lease could not: a cold key, a lease
 // spent or expired.
 func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
-	dem := uint32((e.word.Add(demandUnit) >> 32))
+	dem := uint32((e.word.Add(uint64(n)<<32) >> 32))
 	if !e.leased.Load() {
 		if dem-e.window.Load() < l.hotN {
 			l.st.direct.Add(1)
-			return l.direct.Take(ctx, key, int(n))
+			d, err := l.direct.Take(ctx, key, int(n))
+			if err == nil && !d.Allowed && 2*(dem-e.window.Load()) >= l.hotN {
+				// Refused by the global bucket with half the hot demand:
+				// the key leases from now on, so that this node takes
+				// part in the division of a saturated bucket rather than
+				// racing for its refill.
+				e.leased.Store(true)
+			}
+			return d, err
 		}
 		e.leased.Store(true) // hot: lease from this request on
 	}
@@ -519,8 +534,13 @@ func (l *Limiter) worker() {
 func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	defer e.endFlight(f)
 	now := l.now()
-	size := l.size(e, now)
+	size, demand := l.size(e, now)
 	want := max(size, need)
+	if e.shared.Load() {
+		// The bucket is divided: take the whole share (what accrued for
+		// this node since its last claim), up to a burst.
+		want = min(l.burst, maxLease)
+	}
 	least := max(need, (size+3)/4)
 	if need > 0 && e.starved.Load() && l.nodes.Load() == 1 {
 		// The bucket had fewer than a batch: a waiting request takes
@@ -528,13 +548,16 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 		least = need
 	}
 	least = max(1, min(least, want))
-	g, err := l.global.Grant(ctx, e.key, l.alg, want, least)
+	c := algo.Claim{Want: want, Least: least, Member: l.member, Demand: demand, Period: time.Duration(2 * l.ttl)}
+	g, err := l.global.Grant(ctx, e.key, l.alg, c)
 	l.st.grants.Add(1)
-	if err == nil && g.Granted == 0 && need > 0 && g.Remaining >= need {
+	e.claimed.Store(true)
+	if err == nil && !g.Shared && g.Granted == 0 && need > 0 && g.Remaining >= need {
 		// Fewer than a batch, but enough for the request that waits:
 		// take what is there (what a direct decision would have
 		// admitted), rather than deny it with tokens in the bucket.
-		g, err = l.global.Grant(ctx, e.key, l.alg, g.Remaining, need)
+		c.Want, c.Least = g.Remaining, need
+		g, err = l.global.Grant(ctx, e.key, l.alg, c)
 		l.st.grants.Add(1)
 	}
 	now = l.now()
@@ -549,23 +572,27 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	}
 	e.failedUntil.Store(0)
 	e.reset.Store(g.Reset * int64(time.Microsecond))
-	if g.Granted == 0 {
-		// Nodes that wait for the same tokens would all ask again at
-		// once, and all but one get nothing: spread their next attempts
-		// over up to min(N-1, 4) more waits.
-		wait := g.Wait * int64(time.Microsecond)
-		if l.nodes.Load() == 1 {
-			// No other node competes for the refill: deny locally until
-			// one token is there (what a direct decision would say), not
-			// until the batch asked for; the next request then takes
-			// what there is.
-			wait = max(0, g.Wait-(least-1)*l.tokenUS) * int64(time.Microsecond)
-			e.starved.Store(true)
-		} else if n := min(l.nodes.Load()-1, 4); n > 0 {
-			wait += int64(l.jitter() * float64(n) * float64(wait))
+	e.shared.Store(g.Shared)
+	if g.Shared {
+		l.st.shared.Add(1)
+		// One claim per period: the share grows with the refill until
+		// then. Sooner when the burst capped the claim, later when the
+		// share needs longer for a unit.
+		next := l.sharePeriod
+		if g.Granted == want {
+			next = 0
+		} else if g.Granted == 0 {
+			next = max(next, min(g.Wait*int64(time.Microsecond), l.ttl))
 		}
-		e.crumbs.Store(g.Remaining)
-		e.deniedUntil.Store(now + wait)
+		e.crumbs.Store(0)
+		e.deniedUntil.Store(now + next)
+		e.low.Store(-1)
+		e.size.Store(size)
+		if g.Granted == 0 {
+			return
+		}
+	} else if g.Granted == 0 {
+		l.starvedFor(e, g, least, now)
 		return
 	}
 	l.st.granted.Add(g.Granted)
@@ -576,18 +603,39 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 		}
 		return
 	}
-	e.deniedUntil.Store(0)
-	e.crumbs.Store(0)
-	e.starved.Store(g.Granted < least)
-	e.expires.Store(now + l.ttl)
-	e.word.Add(uint64(g.Granted))
-	// Renew when what is left would last less than P/2 at the key's rate,
-	// and at the latest with half the lease left.
-	e.mu.Lock()
-	rate := e.rate
-	e.mu.Unlock()
-	e.low.Store(min(int64(rate*float64(l.refresh)/2e9), size/2))
+	if !g.Shared {
+		e.deniedUntil.Store(0)
+		e.crumbs.Store(0)
+		e.starved.Store(g.Granted < least)
+		// Renew when what is left would last less than P/2 at the key's
+		// rate, and at the latest with half the lease left.
+		e.low.Store(min(int64(float64(demand)*float64(l.refresh)/2e9), size/2))
+	}
+	if g.Granted > 0 {
+		e.expires.Store(now + l.ttl)
+		e.word.Add(uint64(g.Granted))
+	}
 	e.size.Store(size)
+}
+
+// starvedFor records a calm bucket's "not yet": fewer tokens than the
+// batch asked (least).
+func (l *Limiter) starvedFor(e *entry, g algo.Grant, least, now int64) {
+	// Nodes that wait for the same tokens would all ask again at once,
+	// and all but one get nothing: spread their next attempts over up to
+	// min(N-1, 4) more waits.
+	wait := g.Wait * int64(time.Microsecond)
+	if l.nodes.Load() == 1 {
+		// No other node competes for the refill: deny locally until one
+		// token is there (what a direct decision would say), not until
+		// the batch asked for; the next request then takes what there is.
+		wait = max(0, g.Wait-(least-1)*l.tokenUS) * int64(time.Microsecond)
+		e.starved.Store(true)
+	} else if n := min(l.nodes.Load()-1, 4); n > 0 {
+		wait += int64(l.jitter() * float64(n) * float64(wait))
+	}
+	e.crumbs.Store(g.Remaining)
+	e.deniedUntil.Store(now + wait)
 }
 
 // coldWindow is the shortest window over which the demand of a cold key
@@ -599,16 +647,20 @@ const coldWindow = 250 * time.Millisecond
 // the next attempt (the store's breaker paces the connection attempts).
 const retryAfterFailure = int64(20 * time.Millisecond)
 
-// size samples e's demand rate and returns the lease to ask for: the rate
-// times 1.5 P, at least 1, at most a fair share of the burst.
-func (l *Limiter) size(e *entry, now int64) int64 {
+// size samples e's demand rate and returns the lease to ask for (the rate
+// times 1.5 P, at least 1, at most a fair share of the burst) and the
+// demand to report, in units per second.
+func (l *Limiter) size(e *entry, now int64) (int64, int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sample(now, l.refresh)
 	share := (l.burst + l.nodes.Load() - 1) / l.nodes.Load()
 	s := int64(math.Ceil(e.rate * 1.5 * float64(l.refresh) / 1e9))
-	return max(1, min(s, share, l.burst, maxLease))
+	return max(1, min(s, share, l.burst, maxLease)), int64(max(1, min(math.Ceil(e.rate), maxDemand)))
 }
+
+// maxDemand bounds the demand a claim reports (algo.Claim: below 2^40).
+const maxDemand = 1 << 39
 
 // maxLease bounds one lease (the tokens held live in 32 bits).
 const maxLease = 1 << 30
@@ -672,19 +724,22 @@ func (l *Limiter) sweepLoop() {
 	}
 }
 
-// sweep drops expired leases, samples every key's rate, demotes keys gone
-// cold and forgets keys idle for a TTL.
+// sweep gives back the tokens of expired leases, samples every key's
+// rate, demotes keys gone cold and forgets keys idle for a TTL.
 func (l *Limiter) sweep(now int64) {
 	newWindow := now-l.windowAt >= l.window
 	if newWindow {
 		l.windowAt = now
 	}
+	var back []expiredLease
 	l.tab.each(func(e *entry) bool {
 		if exp := e.expires.Load(); exp != 0 && now >= exp && !e.flight.Load() {
 			for {
 				w := e.word.Load()
 				if w&tokenMask == 0 || e.word.CompareAndSwap(w, w&^tokenMask) {
-					l.st.expired.Add(int64(w & tokenMask))
+					if w&tokenMask > 0 {
+						back = append(back, expiredLease{e.key, int64(w & tokenMask)})
+					}
 					break
 				}
 			}
@@ -698,12 +753,39 @@ func (l *Limiter) sweep(now int64) {
 			e.window.Store(uint32(e.word.Load() >> 32))
 		}
 		held := e.word.Load() & tokenMask
-		if e.leased.Load() && rate < l.hotRate/2 && held == 0 && !e.flight.Load() {
+		if e.shared.Load() && e.leased.Load() && now-seen < l.refresh && now >= e.deniedUntil.Load() && !e.flight.Load() {
+			// A divided bucket: claim the share once a period while the
+			// key has demand, whatever the lease still holds, so that
+			// the share comes to this node as it accrues and the report
+			// of its demand stays current.
+			l.kick(e)
+		}
+		if e.leased.Load() && rate < l.hotRate/2 && held == 0 && !e.flight.Load() && !e.shared.Load() {
 			e.leased.Store(false)
 		}
 		// Forget a key with nothing held, no demand for a TTL.
 		return !(held == 0 && !e.flight.Load() && now-seen >= l.ttl)
 	})
+	l.giveBack(back)
+}
+
+// expiredLease is what a lease held when its TTL passed.
+type expiredLease struct {
+	key string
+	n   int64
+}
+
+// giveBack returns the tokens of expired leases to the global bucket (a
+// node whose demand fell holds what it can no longer spend: the fleet's
+// other nodes may), and drops what the store does not take back.
+func (l *Limiter) giveBack(back []expiredLease) {
+	for _, b := range back {
+		if l.direct.Refund(context.Background(), b.key, int(b.n)) == nil {
+			l.st.returned.Add(b.n)
+		} else {
+			l.st.expired.Add(b.n)
+		}
+	}
 }
 
 // Stats are a Limiter's counters since New.
@@ -711,8 +793,9 @@ type Stats struct {
 	// Grants is how many Grant calls the limiter made (background and
 	// waiting), Granted the tokens they brought.
 	Grants, Granted int64
-	// Expired is how many leased tokens were dropped unspent at their TTL,
-	// Returned how many Close gave back.
+	// Returned is how many leased tokens went back to the global bucket
+	// unspent (at their TTL, and at Close), Expired how many were dropped
+	// unspent at their TTL (the store could not take them back).
 	Expired, Returned int64
 	// Held is how many leased tokens the limiter holds now.
 	Held int64
@@ -724,6 +807,9 @@ type Stats struct {
 	LocalDenied int64
 	// Failures is how many Grant calls failed.
 	Failures int64
+	// Shared is how many grants were shares of a saturated global bucket
+	// (divided among the nodes in proportion to their demands).
+	Shared int64
 	// Keys is how many keys are tracked now, Leased how many of them lease.
 	Keys, Leased int
 	// Nodes is the number of live processes last learnt from the
@@ -735,7 +821,7 @@ type Stats struct {
 func (l *Limiter) Stats() Stats {
 	s := Stats{
 		Grants: l.st.grants.Load(), Granted: l.st.granted.Load(), Expired: l.st.expired.Load(), Returned: l.st.returned.Load(),
-		Direct: l.st.direct.Load(), LocalDenied: l.st.localDenied.Load(), Failures: l.st.failures.Load(), Nodes: l.nodes.Load(),
+		Direct: l.st.direct.Load(), LocalDenied: l.st.localDenied.Load(), Failures: l.st.failures.Load(), Shared: l.st.shared.Load(), Nodes: l.nodes.Load(),
 	}
 	l.tab.each(func(e *entry) bool {
 		s.Keys++
@@ -772,6 +858,16 @@ func (l *Limiter) Close(ctx context.Context) error {
 			<-f.done
 		}
 		held := int64(e.word.Swap(0) & tokenMask)
+		if e.claimed.Load() {
+			// Withdraw from the key's board: what the store kept for
+			// this node comes back with the lease.
+			g, err := l.global.Grant(ctx, e.key, l.alg, algo.Claim{Want: l.burst, Least: 1, Member: l.member, Period: time.Duration(2 * l.ttl)})
+			if err != nil {
+				errs = append(errs, err)
+			}
+			l.st.granted.Add(g.Granted)
+			held += g.Granted
+		}
 		if held > 0 {
 			for held > 0 {
 				k := min(held, l.burst)

@@ -22,6 +22,8 @@ type entry struct {
 	reset       atomic.Int64 // the global bucket's ResetAfter at the last grant, ns
 	leased      atomic.Bool
 	starved     atomic.Bool   // the last grant had fewer tokens than a batch
+	shared      atomic.Bool   // the last grant was a share of a divided (saturated) bucket
+	claimed     atomic.Bool   // this node is a member of the key's board (Close withdraws it)
 	flight      atomic.Bool   // mirrors fl != nil, for the fast path
 	window      atomic.Uint32 // demand at the start of the sweeper's tick
 	deniedUntil atomic.Int64  // the global bucket has no lease for us until then (ns)

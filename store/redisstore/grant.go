@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/share"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
@@ -19,18 +21,36 @@ import (
 // key decided by Apply on one node and leased on another is one bucket.
 // Heartbeat and Leave keep the count of the processes that share a limit.
 
-// scriptGrantBody is the grant script. ARGV: want, least, the injected
-// time or the empty string, the policy's description (policyArgs). The
-// reply is {granted, wait_us, remaining, reset_us}.
+// scriptGrantBody is the grant script: the claim's division (package
+// internal/share, its Go twin) around the algorithm's grant step. KEYS:
+// the bucket, the board. ARGV: want, least, the injected time or the
+// empty string, member, demand, the report's period (µs), the refill (per
+// second), the policy's description (policyArgs). The reply is {granted,
+// wait_us, remaining, reset_us, shared}. The board lives two periods
+// after the last claim, or until the bucket is full again when that is
+// later (a minute at least with an injected time): its pools matter until
+// then.
 const scriptGrantBody = `
 local want, least = tonumber(ARGV[1]), tonumber(ARGV[2])
 local test, now = clock(ARGV[3])
-local q = policy('1', ARGV[4])
+local member, demand, period, refill = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local q = policy('1', ARGV[8])
 local p, pstr = q[4], q[5]
 local s = load(redis.call('GET', KEYS[1]), q, now)
-local w, granted, wait, rem, reset = grant(s[1], now, want, least, p)
+local board = ''
+if member ~= '' then board = redis.call('GET', KEYS[2]) or '' end
+local w, b2, granted, wait, rem, reset, shared = divide(grant, p, s[1], now, board, want, least, member, demand, period, refill)
 save(KEYS[1], {w}, 1, 0, now, test, pstr)
-return {granted, wait, rem, reset}
+if member ~= '' then
+  if b2 == '' then
+    if board ~= '' then redis.call('DEL', KEYS[2]) end
+  else
+    local px = math.floor(math.max(period * 2, reset) / 1000) + 1
+    if test and px < 60000 then px = 60000 end
+    redis.call('SET', KEYS[2], b2, 'PX', px)
+  end
+end
+return {granted, wait, rem, reset, shared}
 `
 
 // scriptGrantTwinBody runs grant on words given in ARGV, touching no key.
@@ -64,8 +84,8 @@ func grantScriptFor(sp algo.Spec, g algo.Granter, twin bool) *script {
 	if twin {
 		body = scriptGrantTwinBody
 	}
-	prelude := fmt.Sprintf("-- floodgate redisstore grant script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\nlocal grant = (function()\n%s\nend)()\n%s",
-		sp.Name, sp.Lua.Source, g.GrantLua(), luaCommon)
+	prelude := fmt.Sprintf("-- floodgate redisstore grant script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\nlocal grant = (function()\n%s\nend)()\nlocal divide = (function()\n%s\nend)()\n%s",
+		sp.Name, sp.Lua.Source, g.GrantLua(), share.Lua, luaCommon)
 	l, _ := grantScripts.LoadOrStore(key, newScript(prelude, body))
 	return l.(*script)
 }
@@ -82,24 +102,32 @@ func granter(alg algo.Algorithm) (algo.Granter, algo.Spec, error) {
 	return g, sp, nil
 }
 
-// Grant takes up to want units (at least least, else none) from key's
+// Grant takes up to c.Want units (at least c.Least, else none) from key's
 // state for alg, in one script call at the Redis server's time, with the
 // grant step of alg ([algo.Granter]: the token bucket's). The state is the
 // one Apply steps: same Redis key, value and TTL. Give units back with
 // Apply and a negative cost.
+//
+// A claim with a Member also records the member's demand on a board kept
+// beside the key (same hash slot): when the members' demands add up to
+// more than the bucket's refill, the claim spreads what the bucket holds
+// over the members in proportion to their demands and takes its member's
+// share (Grant.Shared), so that a saturated bucket is divided as one
+// bucket fed every member's requests would divide it, at one call per
+// member per refresh (package lease).
 //
 // Grant goes through the store's connection breaker and timeout like
 // Apply, but not through its failure policy: an error (wrapping
 // [floodgate.ErrStoreUnavailable] when Redis could not answer) is returned
 // as it is, for the caller to decide. Like every consuming script it is
 // never retried blindly.
-func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, want, least int64) (algo.Grant, error) {
+func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, c algo.Claim) (algo.Grant, error) {
 	g, sp, err := granter(alg)
 	if err != nil {
 		return algo.Grant{}, err
 	}
-	if want < 1 || least < 1 || least > want || want > sp.Capacity {
-		return algo.Grant{}, fmt.Errorf("%w: redisstore: grant of %d (at least %d) outside 1..%d", floodgate.ErrInvalidCost, want, least, sp.Capacity)
+	if err := checkClaim(c, sp.Capacity); err != nil {
+		return algo.Grant{}, err
 	}
 	p, err := s.prepare(alg)
 	if err != nil {
@@ -112,10 +140,13 @@ func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, want,
 		return algo.Grant{}, err
 	}
 	cctx, cancel := s.callContext(ctx)
-	args := make([]string, 0, 3+len(p.args))
-	args = append(args, strconv.FormatInt(want, 10), strconv.FormatInt(least, 10), s.injectedNow())
+	args := make([]string, 0, 7+len(p.args))
+	args = append(args, strconv.FormatInt(c.Want, 10), strconv.FormatInt(c.Least, 10), s.injectedNow(),
+		c.Member, strconv.FormatInt(c.Demand, 10), strconv.FormatInt(int64(c.Period/time.Microsecond), 10),
+		strconv.FormatFloat(g.Refill(), 'g', -1, 64))
 	args = append(args, p.args...)
-	arr, err := s.call(cctx, script, []string{s.redisKey(key, p.nsHex)}, args).ToArray()
+	keys := []string{s.redisKey(key, p.nsHex), s.boardKey(key, p.nsHex)}
+	arr, err := s.call(cctx, script, keys, args).ToArray()
 	if cancel != nil {
 		cancel()
 	}
@@ -124,11 +155,32 @@ func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, want,
 		err, _ = failure(ctx, err)
 		return algo.Grant{}, err
 	}
-	v, err := ints(arr, 4)
+	v, err := ints(arr, 5)
 	if err != nil {
 		return algo.Grant{}, err
 	}
-	return algo.Grant{Granted: v[0], Wait: v[1], Remaining: v[2], Reset: v[3]}, nil
+	return algo.Grant{Granted: v[0], Wait: v[1], Remaining: v[2], Reset: v[3], Shared: v[4] == 1}, nil
+}
+
+// checkClaim refuses a claim outside what Grant documents.
+func checkClaim(c algo.Claim, capacity int64) error {
+	if c.Want < 1 || c.Least < 1 || c.Least > c.Want || c.Want > capacity {
+		return fmt.Errorf("%w: redisstore: grant of %d (at least %d) outside 1..%d", floodgate.ErrInvalidCost, c.Want, c.Least, capacity)
+	}
+	if c.Member != "" {
+		if strings.ContainsAny(c.Member, " \t\n\r") || c.Demand < 0 || c.Demand >= 1<<40 || c.Period < time.Millisecond || c.Period > 24*time.Hour {
+			return fmt.Errorf("%w: redisstore: claim of member %q: a member without white space, demand in 0..2^40, period in 1ms..24h", floodgate.ErrInvalidConfig, c.Member)
+		}
+	}
+	return nil
+}
+
+// boardKey is the Redis key of key's board (see Grant): in key's hash
+// slot, and distinct from every state key ("#" where those have ":").
+func (s *Store) boardKey(key, nsHex string) string {
+	k := s.redisKey(key, nsHex)
+	i := len(s.prefix) + 18 + len(nsHex)
+	return k[:i] + "#" + k[i+1:]
 }
 
 func ints(arr []rueidis.RedisMessage, n int) ([]int64, error) {

@@ -449,8 +449,8 @@ func (l *lateStore) Shared() bool { return true }
 
 // Grant, Heartbeat and Leave make a lateStore a lease.Global, for leased
 // limits (failing, as every call, until the cluster's client is made).
-func (l *lateStore) Grant(ctx context.Context, key string, alg algo.Algorithm, want, least int64) (algo.Grant, error) {
-	return l.cur.Load().Grant(ctx, key, alg, want, least)
+func (l *lateStore) Grant(ctx context.Context, key string, alg algo.Algorithm, c algo.Claim) (algo.Grant, error) {
+	return l.cur.Load().Grant(ctx, key, alg, c)
 }
 
 func (l *lateStore) Heartbeat(ctx context.Context, group, member string, ttl time.Duration) (int, error) {
