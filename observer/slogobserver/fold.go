@@ -187,8 +187,9 @@ type foldedCount struct {
 }
 
 // take moves p's pending counts into out: all of them when force is set,
-// else those whose interval has passed (starting a new interval). Called
-// with f.mu held.
+// else those whose interval has passed at now (starting a new interval); a
+// negative now is read from the clock when a count is found. Called with
+// f.mu held.
 func (f *folds) take(out []foldedCount, policy string, p *policyFolds, over, force bool, now int64) []foldedCount {
 	for oi := range p.e {
 		for si := range p.e[oi] {
@@ -197,6 +198,9 @@ func (f *folds) take(out []foldedCount, policy string, p *policyFolds, over, for
 				continue
 			}
 			if !force {
+				if now < 0 {
+					now = f.now()
+				}
 				next := en.next.Load()
 				if now < next || !en.next.CompareAndSwap(next, now+f.interval) {
 					continue
@@ -218,26 +222,24 @@ func (f *folds) take(out []foldedCount, policy string, p *policyFolds, over, for
 // decision of that policy that did not fail. A policy without state of its
 // own takes the overflow's.
 func (f *folds) recovered(out []foldedCount, policy string) []foldedCount {
-	now := f.now()
 	f.mu.RLock()
 	p, over := f.byPolicy[policy], false
 	if p == nil {
 		p, over, policy = &f.overflow, true, ""
 	}
-	out = f.take(out, policy, p, over, false, now)
+	out = f.take(out, policy, p, over, false, -1)
 	f.mu.RUnlock()
 	return out
 }
 
 // flush takes every pending count.
 func (f *folds) flush() []foldedCount {
-	now := f.now()
 	var out []foldedCount
 	f.mu.RLock()
 	for name, p := range f.byPolicy {
-		out = f.take(out, name, p, false, true, now)
+		out = f.take(out, name, p, false, true, 0)
 	}
-	out = f.take(out, "", &f.overflow, true, true, now)
+	out = f.take(out, "", &f.overflow, true, true, 0)
 	f.mu.RUnlock()
 	return out
 }
