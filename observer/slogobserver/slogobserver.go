@@ -110,8 +110,9 @@ func WithFoldInterval(d time.Duration) Option {
 // interval ([WithFoldInterval], default [DefaultFoldInterval]). A failure
 // within the interval is counted, not written, and the next failure after
 // it is written with folded=N. So in a steady outage each key writes one
-// record per interval, and every failing decision is either written or
-// counted in a folded attribute.
+// record per interval, and every failing decision whose level the logger
+// enables is either written or counted in a folded attribute (one it does
+// not enable is neither, as before).
 //
 // A count that no failure comes to carry (the outage ended) is written with
 // [FoldedMessage] and the key's policy, outcome, source and folded: by the
@@ -121,8 +122,8 @@ func WithFoldInterval(d time.Duration) Option {
 // pending, a decision that does not fail costs one atomic load more than
 // without folding; while one is, a decision of any policy also looks its
 // policy up (a read lock and a map access). Folding does not allocate but
-// for a policy's first failure (240 bytes of state, bounded by
-// [MaxFoldedPolicies]).
+// for a policy's first failure (its state, 240 bytes, and its map entry;
+// at most [MaxFoldedPolicies] policies).
 //
 // A config change is logged with [ConfigMessage] and only its outcome,
 // source ("config") and error (the file:line of a refused file).
