@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -57,8 +58,9 @@ func WithLevel(o floodgate.Outcome, l slog.Level) Option {
 	}
 }
 
-// WithMessage sets the message of every record; the default is
-// [DefaultMessage].
+// WithMessage sets the message of every decision's record; the default is
+// [DefaultMessage]. Config changes keep [ConfigMessage], folded counts
+// written on their own keep [FoldedMessage].
 func WithMessage(msg string) Option {
 	return func(ob *Observer) error {
 		if msg == "" {
@@ -69,8 +71,23 @@ func WithMessage(msg string) Option {
 	}
 }
 
+// WithFoldInterval sets how often at most a failing key writes a record
+// (see [Observer]); the default is [DefaultFoldInterval]. Zero turns
+// folding off: one record per failing decision, as before folding existed.
+// A negative interval is invalid.
+func WithFoldInterval(d time.Duration) Option {
+	return func(ob *Observer) error {
+		if d < 0 {
+			return fmt.Errorf("%w: slogobserver: negative fold interval %v", floodgate.ErrInvalidConfig, d)
+		}
+		ob.folds.interval = int64(d)
+		return nil
+	}
+}
+
 // Observer is a [floodgate.Observer] that writes one log record per
-// decision. A record's attributes are:
+// decision, except for failing decisions, which it folds (below). A
+// record's attributes are:
 //
 //   - policy, outcome: always (source when it is not the request's: a
 //     store's, a shadow limit's; class when set);
@@ -78,7 +95,35 @@ func WithMessage(msg string) Option {
 //   - latency: the decision's latency (a duration);
 //   - limit, remaining: when the limiter gave a decision;
 //   - retry_after, delay: when not zero;
-//   - error: the error's text, for the error and fallback outcomes.
+//   - error: the error's text, for the error and fallback outcomes;
+//   - folded: on a failing decision's record, the failing decisions of its
+//     key folded since the key's last record, when there were any;
+//   - overflow: true on the records of the shared fold state (see
+//     [MaxFoldedPolicies]), whose folded counts any policy in that case.
+//
+// # Folding failures
+//
+// In a store outage every decision fails, and one record per decision would
+// flood the log. The failing outcomes (error_open, error_closed, fallback)
+// are therefore folded per key (policy, outcome, source): the first failure
+// of a key is written at once; the key then writes at most one record per
+// interval ([WithFoldInterval], default [DefaultFoldInterval]). A failure
+// within the interval is counted, not written, and the next failure after
+// it is written with folded=N. So in a steady outage each key writes one
+// record per interval, and every failing decision whose level the logger
+// enables is either written or counted in a folded attribute (one it does
+// not enable is neither, as before).
+//
+// A count that no failure comes to carry (the outage ended) is written with
+// [FoldedMessage] and the key's policy, outcome, source and folded: by the
+// first decision of that policy that does not fail once the key's interval
+// has passed (a recovery record, which starts a new interval), or at once by
+// [Observer.Flush] (call it before the process exits). While no count is
+// pending, a decision that does not fail costs one atomic load more than
+// without folding; while one is, a decision of any policy also looks its
+// policy up (a read lock and a map access). Folding does not allocate but
+// for a policy's first failure (its state, 240 bytes, and its map entry;
+// at most [MaxFoldedPolicies] policies).
 //
 // A config change is logged with [ConfigMessage] and only its outcome,
 // source ("config") and error (the file:line of a refused file).
@@ -94,6 +139,7 @@ type Observer struct {
 	logger *slog.Logger
 	msg    string
 	levels [maxOutcome]slog.Level
+	folds  folds
 }
 
 // New returns an Observer that logs to logger. It returns an error wrapping
@@ -103,6 +149,9 @@ func New(logger *slog.Logger, opts ...Option) (*Observer, error) {
 		return nil, fmt.Errorf("%w: slogobserver: nil logger", floodgate.ErrInvalidConfig)
 	}
 	o := &Observer{logger: logger, msg: DefaultMessage}
+	o.folds.interval = int64(DefaultFoldInterval)
+	o.folds.epoch = time.Now()
+	o.folds.byPolicy = make(map[string]*policyFolds)
 	for i := range o.levels {
 		o.levels[i] = DefaultLevel(floodgate.Outcome(i))
 	}
@@ -127,12 +176,20 @@ func (o *Observer) Level(oc floodgate.Outcome) slog.Level {
 
 // Observe implements [floodgate.Observer].
 func (o *Observer) Observe(e floodgate.Event) {
+	fail := -1
+	if o.folds.interval > 0 && e.Source != floodgate.SourceConfig {
+		fail = failureSlot(e.Outcome)
+		if fail < 0 && o.folds.pending.Load() != 0 {
+			var buf [len(failureOutcomes) * numSourceSlots]foldedCount
+			o.write(o.folds.recovered(buf[:0], e.Policy))
+		}
+	}
 	ctx := context.Background()
 	level := o.Level(e.Outcome)
 	if !o.logger.Enabled(ctx, level) {
 		return
 	}
-	var buf [12]slog.Attr
+	var buf [14]slog.Attr
 	if e.Source == floodgate.SourceConfig {
 		attrs := append(buf[:0], slog.String("outcome", e.Outcome.String()), slog.String("source", e.Source.String()))
 		if e.Err != nil {
@@ -140,6 +197,14 @@ func (o *Observer) Observe(e floodgate.Event) {
 		}
 		o.logger.LogAttrs(ctx, level, ConfigMessage, attrs...)
 		return
+	}
+	var folded int64
+	var over bool
+	if fail >= 0 {
+		var write bool
+		if write, folded, over = o.folds.admit(e.Policy, fail, sourceSlot(e.Source)); !write {
+			return
+		}
 	}
 	attrs := append(buf[:0],
 		slog.String("policy", e.Policy),
@@ -171,5 +236,51 @@ func (o *Observer) Observe(e floodgate.Event) {
 		// call, an Observer must not keep the error.
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
+	if folded > 0 {
+		attrs = append(attrs, slog.Int64("folded", folded))
+	}
+	if over {
+		attrs = append(attrs, slog.Bool("overflow", true))
+	}
 	o.logger.LogAttrs(ctx, level, o.msg, attrs...)
+}
+
+// Flush writes, with [FoldedMessage], every folded count not yet written,
+// whatever the interval; a key's next failure is still written or folded by
+// the interval that was running. Call it before the process exits, or
+// where an outage is known to be over. It is safe to call at any time,
+// concurrently with Observe.
+func (o *Observer) Flush() {
+	if o.folds.interval > 0 && o.folds.pending.Load() != 0 {
+		o.write(o.folds.flush())
+	}
+}
+
+// write writes the records of counts taken from the fold state.
+func (o *Observer) write(counts []foldedCount) {
+	ctx := context.Background()
+	for _, c := range counts {
+		level := o.Level(c.outcome)
+		if !o.logger.Enabled(ctx, level) {
+			continue
+		}
+		var buf [5]slog.Attr
+		attrs := buf[:0]
+		if !c.over {
+			attrs = append(attrs, slog.String("policy", c.policy))
+		}
+		attrs = append(attrs, slog.String("outcome", c.outcome.String()))
+		switch c.source {
+		case floodgate.SourceRequest:
+		case 0:
+			attrs = append(attrs, slog.String("source", "unknown"))
+		default:
+			attrs = append(attrs, slog.String("source", c.source.String()))
+		}
+		attrs = append(attrs, slog.Int64("folded", c.n))
+		if c.over {
+			attrs = append(attrs, slog.Bool("overflow", true))
+		}
+		o.logger.LogAttrs(ctx, level, FoldedMessage, attrs...)
+	}
 }

@@ -137,4 +137,32 @@ func BenchmarkObserve(b *testing.B) {
 			o.Observe(e)
 		}
 	})
+	b.Run("disabled-while-pending", func(b *testing.B) {
+		o, _ := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		f := floodgate.Event{Policy: "shared", Outcome: floodgate.OutcomeErrorOpen}
+		o.Observe(f)
+		o.Observe(f) // a count pending for 10s
+		b.ReportAllocs()
+		for b.Loop() {
+			o.Observe(e)
+		}
+	})
+	failing := floodgate.Event{Policy: "shared", Outcome: floodgate.OutcomeErrorOpen,
+		Err: errors.New("store unavailable"), Latency: 3 * time.Millisecond}
+	b.Run("failing-text-handler", func(b *testing.B) {
+		o, _ := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		b.ReportAllocs()
+		for b.Loop() {
+			o.Observe(failing)
+		}
+	})
+	b.Run("failing-text-handler-parallel", func(b *testing.B) {
+		o, _ := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				o.Observe(failing)
+			}
+		})
+	})
 }
