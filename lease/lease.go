@@ -77,12 +77,18 @@ type Config struct {
 	// MaxKeys bounds the keys the limiter tracks, cold or leased (default
 	// 100,000). Keys beyond it are decided by direct calls.
 	MaxKeys int
-	// DividedFallback: when the global store cannot answer and a key's
-	// lease is spent, decide it in memory at the global rate and burst
-	// divided by the live processes (Decision.Fallback set). Off (the
-	// default), such a decision is the global store's own: its failure
-	// policy (for redisstore: error, open, closed or its Fallback).
-	DividedFallback bool
+	// StorePolicy: when the global store cannot answer, decide by the
+	// store's own failure policy (for redisstore: WithFailurePolicy's
+	// error, open, closed or Fallback) rather than by the divided local
+	// limit. Off (the default), a key whose lease is spent, and a key
+	// decided directly whose call fails with
+	// [floodgate.ErrStoreUnavailable], is decided in memory at the global
+	// rate and burst divided by the live processes, starting where the
+	// global bucket was at this node's last grant (Decision.Fallback set,
+	// reported as [floodgate.OutcomeFallback]): the limit holds through an
+	// outage. With StorePolicy and a store that fails open, an outage
+	// removes the limit: choose it on purpose.
+	StorePolicy bool
 	// Heartbeat is the heartbeat period (default 1s, 10ms..1m); a process
 	// not heard from for 3 periods is no longer counted.
 	Heartbeat time.Duration
@@ -253,7 +259,7 @@ func New(global Global, c Config) (*Limiter, error) {
 		tick:        tick,
 		window:      window,
 		maxKeys:     c.MaxKeys,
-		divFall:     c.DividedFallback,
+		divFall:     !c.StorePolicy,
 		hbEvery:     c.Heartbeat,
 		clock:       c.Clock,
 		observer:    c.Observer,
@@ -318,8 +324,7 @@ func (l *Limiter) Take(ctx context.Context, key string, n int) (floodgate.Decisi
 	e := l.tab.get(key)
 	if e == nil {
 		if e = l.tab.add(key, l.maxKeys, l.now()); e == nil {
-			l.st.direct.Add(1)
-			return l.direct.Take(ctx, key, n)
+			return l.directTake(ctx, nil, key, int64(n))
 		}
 	}
 	if e.leased.Load() {
@@ -347,9 +352,8 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 	dem := uint32((e.word.Add(uint64(n)<<32) >> 32))
 	if !e.leased.Load() {
 		if dem-e.window.Load() < l.hotN {
-			l.st.direct.Add(1)
-			d, err := l.direct.Take(ctx, key, int(n))
-			if err == nil && !d.Allowed && 2*(dem-e.window.Load()) >= l.hotN {
+			d, err := l.directTake(ctx, e, key, n)
+			if err == nil && !d.Allowed && !d.Fallback && 2*(dem-e.window.Load()) >= l.hotN {
 				// Refused by the global bucket with half the hot demand:
 				// the key leases from now on, so that this node takes
 				// part in the division of a saturated bucket rather than
@@ -367,7 +371,7 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 	}
 	for range 2 {
 		if now < e.failedUntil.Load() {
-			return l.onFailure(ctx, key, n)
+			return l.onFailure(ctx, e, key, n)
 		}
 		f, mine := e.startFlight()
 		if mine {
@@ -395,8 +399,19 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 		}
 	}
 	// Others took the grant meanwhile: the global bucket decides this one.
+	return l.directTake(ctx, e, key, n)
+}
+
+// directTake decides a request on the global store; when the store cannot
+// answer, the divided fallback decides it (unless StorePolicy).
+func (l *Limiter) directTake(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
 	l.st.direct.Add(1)
-	return l.direct.Take(ctx, key, int(n))
+	d, err := l.direct.Take(ctx, key, int(n))
+	if err != nil && l.divFall && ctx.Err() == nil && errors.Is(err, floodgate.ErrStoreUnavailable) {
+		l.lastErr.Store(&err)
+		return l.divide(ctx, e, key, n)
+	}
+	return d, err
 }
 
 // Refund implements [floodgate.Refunder]: n units taken earlier on key go
@@ -449,26 +464,54 @@ func (l *Limiter) takeHeld(e *entry, n int64) (floodgate.Decision, bool) {
 
 // onFailure decides a request whose key's lease is spent while the global
 // store cannot answer.
-func (l *Limiter) onFailure(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+func (l *Limiter) onFailure(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
 	if l.divFall {
-		start := floodgate.Nanotime()
-		d, err := l.divided.Load().lim.Take(ctx, key, int(n))
-		if err != nil {
-			return d, err
-		}
-		d.Fallback = true
-		if l.observer != nil {
-			var cause error
-			if p := l.lastErr.Load(); p != nil {
-				cause = *p
-			}
-			l.observer.Observe(floodgate.Event{Source: floodgate.SourceStore, Policy: l.cfg.Name, Outcome: floodgate.OutcomeFallback,
-				Decision: d, Err: cause, Latency: time.Duration(floodgate.Nanotime() - start)})
-		}
-		return d, nil
+		return l.divide(ctx, e, key, n)
 	}
 	l.st.direct.Add(1)
 	return l.direct.Take(ctx, key, int(n))
+}
+
+// divide decides a request in memory at the global limit divided by the
+// live nodes. A tracked key's first such decision since its last grant
+// first spends, from its local bucket, what the global bucket had spent
+// at that grant (divided too): the fallback starts where the limit was,
+// not with a full burst on every node.
+func (l *Limiter) divide(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
+	start := floodgate.Nanotime()
+	lim := l.divided.Load().lim
+	if e != nil && !e.falling.Swap(true) {
+		l.drain(ctx, lim, key, e.reset.Load())
+	}
+	d, err := lim.Take(ctx, key, int(n))
+	if err != nil {
+		return d, err
+	}
+	d.Fallback = true
+	if l.observer != nil {
+		var cause error
+		if p := l.lastErr.Load(); p != nil {
+			cause = *p
+		}
+		l.observer.Observe(floodgate.Event{Source: floodgate.SourceStore, Policy: l.cfg.Name, Outcome: floodgate.OutcomeFallback,
+			Decision: d, Err: cause, Latency: time.Duration(floodgate.Nanotime() - start)})
+	}
+	return d, nil
+}
+
+// drain spends from the divided bucket of key what the global bucket had
+// spent at the last grant (reset: its time to full then, ns), divided by
+// the nodes.
+func (l *Limiter) drain(ctx context.Context, lim *store.Limiter, key string, reset int64) {
+	nodes := max(1, l.nodes.Load())
+	spent := min(l.burst, (reset/int64(time.Microsecond)+l.tokenUS-1)/max(1, l.tokenUS))
+	k := int((spent + nodes - 1) / nodes)
+	if k < 1 {
+		return
+	}
+	if d, err := lim.Take(ctx, key, k); err == nil && !d.Allowed && d.Remaining > 0 {
+		lim.Take(ctx, key, int(d.Remaining)) // it had fewer: spend what it has
+	}
 }
 
 // kick asks a worker to renew e's lease, unless a renewal is in flight.
@@ -571,6 +614,7 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 		return
 	}
 	e.failedUntil.Store(0)
+	e.falling.Store(false)
 	e.reset.Store(g.Reset * int64(time.Microsecond))
 	e.shared.Store(g.Shared)
 	if g.Shared {

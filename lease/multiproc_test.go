@@ -43,6 +43,12 @@ const (
 // between start and stop, and prints what it admitted.
 func child(spec string) int {
 	f := strings.Split(spec, ",")
+	burst, admFile := int64(mpBurst), ""
+	if len(f) == 8 {
+		burst, _ = strconv.ParseInt(f[6], 10, 64)
+		admFile = f[7]
+		f = f[:6]
+	}
 	if len(f) != 6 {
 		fmt.Fprintln(os.Stderr, "bad child spec", spec)
 		return 2
@@ -52,7 +58,7 @@ func child(spec string) int {
 	rate, _ := strconv.ParseFloat(f[4], 64)
 	tb := &childTB{}
 	st := newStore(tb, dial(tb, f[0]))
-	l, err := lease.New(st, lease.Config{Bucket: bucket.Config{Name: f[1], Rate: floodgate.PerSecond(mpRate), Burst: mpBurst}, Heartbeat: 100 * time.Millisecond})
+	l, err := lease.New(st, lease.Config{Bucket: bucket.Config{Name: f[1], Rate: floodgate.PerSecond(mpRate), Burst: burst}, Heartbeat: 100 * time.Millisecond})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -63,7 +69,7 @@ func child(spec string) int {
 	const goroutines = 32
 	// The time of every request, for the parent's ideal bucket.
 	var tmu sync.Mutex
-	var times []int64
+	var times, admTimes []int64
 	every := time.Duration(float64(time.Second) * goroutines / rate)
 	for g := range goroutines {
 		wg.Add(1)
@@ -88,6 +94,11 @@ func child(spec string) int {
 					errs.Add(1)
 				} else if d.Allowed {
 					admitted.Add(1)
+					if admFile != "" {
+						tmu.Lock()
+						admTimes = append(admTimes, at)
+						tmu.Unlock()
+					}
 				}
 			}
 		}()
@@ -101,13 +112,23 @@ func child(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if admFile != "" {
+		buf = make([]byte, 8*len(admTimes))
+		for i, at := range admTimes {
+			binary.LittleEndian.PutUint64(buf[8*i:], uint64(at))
+		}
+		if err := os.WriteFile(admFile, buf, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	s := l.Stats()
 	if err := l.Close(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "close:", err)
 	}
 	tb.cleanup()
-	fmt.Printf("RESULT admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d\n",
-		admitted.Load(), offered.Load(), errs.Load(), s.Grants, s.Held, s.Expired, s.Nodes, l.Stats().Returned)
+	fmt.Printf("RESULT admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d direct=%d\n",
+		admitted.Load(), offered.Load(), errs.Load(), s.Grants, s.Held, s.Expired, s.Nodes, l.Stats().Returned, s.Direct)
 	return 0
 }
 
@@ -162,8 +183,8 @@ func idealAdmitted(t *testing.T, times []int64, c bucket.Config) int64 {
 }
 
 type childResult struct {
-	admitted, offered, errors, grants, held, expired, nodes, returned int64
-	line                                                              string
+	admitted, offered, errors, grants, held, expired, nodes, returned, direct int64
+	line                                                                      string
 }
 
 // TestMultiProcess runs OS processes (this test binary, re-executed) of
@@ -220,7 +241,7 @@ func TestMultiProcess(t *testing.T) {
 				line := sc.Text()
 				if rest, ok := strings.CutPrefix(line, "RESULT "); ok {
 					r := childResult{line: rest}
-					_, err := fmt.Sscanf(rest, "admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d", &r.admitted, &r.offered, &r.errors, &r.grants, &r.held, &r.expired, &r.nodes, &r.returned)
+					_, err := fmt.Sscanf(rest, "admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d direct=%d", &r.admitted, &r.offered, &r.errors, &r.grants, &r.held, &r.expired, &r.nodes, &r.returned, &r.direct)
 					if err != nil {
 						t.Errorf("process %d: %q: %v", i, line, err)
 					}

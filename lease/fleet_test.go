@@ -1,0 +1,205 @@
+package lease_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/store/redisstore"
+)
+
+// fleetProc is one process of a fleet test: it offers rate requests per
+// second on one key between start and stop.
+type fleetProc struct {
+	start, stop time.Time
+	rate        float64
+}
+
+// runFleet runs procs as OS processes (this test binary, re-executed) on
+// the Redis at addr, leasing the limit name (mpRate, burst), and returns
+// what each reported and the times of the requests it admitted.
+func runFleet(t *testing.T, addr, name string, burst int64, procs []fleetProc) ([]childResult, [][]int64) {
+	t.Helper()
+	results := make([]childResult, len(procs))
+	adm := make([][]int64, len(procs))
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			times, admFile := filepath.Join(dir, "times-"+strconv.Itoa(i)), filepath.Join(dir, "adm-"+strconv.Itoa(i))
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%d,%g,%s,%d,%s", childEnv, addr, name, p.start.UnixNano(), p.stop.UnixNano(), p.rate, times, burst, admFile))
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("process %d: %v", i, err)
+				return
+			}
+			sc := bufio.NewScanner(strings.NewReader(string(out)))
+			for sc.Scan() {
+				if rest, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
+					r := childResult{line: rest}
+					if _, err := fmt.Sscanf(rest, "admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d direct=%d",
+						&r.admitted, &r.offered, &r.errors, &r.grants, &r.held, &r.expired, &r.nodes, &r.returned, &r.direct); err != nil {
+						t.Errorf("process %d: %q: %v", i, rest, err)
+					}
+					results[i] = r
+				}
+			}
+			adm[i] = readTimes(t, admFile)
+		}()
+	}
+	wg.Wait()
+	return results, adm
+}
+
+// TestFleetShares: five processes on a real Redis offered 3x the global
+// limit (2,000/s), one of them half the demand and four an eighth each.
+// One bucket fed the same requests would admit each in proportion to its
+// demand: each process's share of the admissions (in the steady state,
+// from 1s on) is within 5 points of its share of the demand, the fleet
+// admits at most the bound and at least 97% of it, and the leases cost
+// one Grant per process per period or so: at least 100 decisions per
+// Grant (the heartbeats, one a second per process by default and ten
+// here, come on top).
+func TestFleetShares(t *testing.T) {
+	const d = 4 * time.Second
+	t0 := time.Now().Add(700 * time.Millisecond)
+	end := t0.Add(d)
+	total := 3.0 * mpRate
+	procs := []fleetProc{{t0, end, total / 2}}
+	for range 4 {
+		procs = append(procs, fleetProc{t0, end, total / 8})
+	}
+	const burst = 500
+	results, adm := runFleet(t, redisAddr(t), uniqueName(t), burst, procs)
+	var admitted, offered, grants, steady int64
+	steadyAdm := make([]int64, len(procs))
+	for i, r := range results {
+		t.Logf("process %d: %s", i, r.line)
+		if r.errors != 0 {
+			t.Errorf("process %d: %d errors", i, r.errors)
+		}
+		admitted += r.admitted
+		offered += r.offered
+		grants += r.grants + r.direct
+		for _, at := range adm[i] {
+			if at >= t0.Add(time.Second).UnixNano() {
+				steadyAdm[i]++
+			}
+		}
+		steady += steadyAdm[i]
+	}
+	bound := int64(burst) + int64(mpRate*d.Seconds())
+	perCall := float64(offered) / float64(grants)
+	t.Logf("fleet: %d admitted of %d offered, bound %d (%.2f%%), %.1f decisions per Grant", admitted, offered, bound, 100*float64(admitted)/float64(bound), perCall)
+	if admitted > bound+1 {
+		t.Errorf("fleet admitted %d > bound %d + 1", admitted, bound)
+	}
+	if admitted*100 < bound*97 {
+		t.Errorf("fleet admitted %d < 97%% of the bound %d", admitted, bound)
+	}
+	for i, p := range procs {
+		want := p.rate / total
+		got := float64(steadyAdm[i]) / float64(steady)
+		t.Logf("process %d: %.1f%% of the demand, %.1f%% of the admissions from 1s on", i, 100*want, 100*got)
+		if got < want-0.05 || got > want+0.05 {
+			t.Errorf("process %d: %.1f%% of the admissions for %.1f%% of the demand", i, 100*got, 100*want)
+		}
+	}
+	if perCall < 100 {
+		t.Errorf("%.1f decisions per Grant, want at least 100", perCall)
+	}
+}
+
+// TestOutageDivided: four nodes offered 3x the global limit (1,000/s,
+// burst 500) when their Redis is killed for 2s. With the default
+// fallback, each second of the outage the fleet admits between 0.5x and
+// 1.1x the global rate, no decision is an error (none for a fail-open
+// middleware to admit), and every decision made while Redis is away that
+// the lease could not make is a Fallback.
+func TestOutageDivided(t *testing.T) {
+	rp := startRedis(t)
+	cfg := bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(1000), Burst: 500}
+	const nodes = 4
+	lims := make([]*lease.Limiter, nodes)
+	for i := range lims {
+		st := newStore(t, dial(t, rp.addr()), redisstore.WithTimeout(50*time.Millisecond))
+		lims[i] = newLease(t, st, lease.Config{Bucket: cfg, Heartbeat: 100 * time.Millisecond})
+	}
+	var (
+		mu       sync.Mutex
+		admitted []int64
+		errs     atomic.Int64
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, l := range lims {
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				next := time.Now().Add(time.Duration(g) * time.Millisecond)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					time.Sleep(time.Until(next))
+					next = next.Add(4 * time.Millisecond) // 250/s a goroutine, 750/s a node
+					d, err := l.Take(context.Background(), "k", 1)
+					if err != nil {
+						errs.Add(1)
+						continue
+					}
+					if d.Allowed {
+						mu.Lock()
+						admitted = append(admitted, time.Now().UnixNano())
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	time.Sleep(time.Second)
+	if n := lims[0].Stats().Nodes; n != nodes {
+		t.Fatalf("%d nodes counted before the outage", n)
+	}
+	down := time.Now()
+	rp.kill()
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	rp.start()
+	if n := errs.Load(); n != 0 {
+		t.Errorf("%d errors while Redis was away", n)
+	}
+	for s := range 2 {
+		from, to := down.Add(time.Duration(s)*time.Second).UnixNano(), down.Add(time.Duration(s+1)*time.Second).UnixNano()
+		var n int64
+		for _, at := range admitted {
+			if at >= from && at < to {
+				n++
+			}
+		}
+		t.Logf("outage second %d: the fleet admitted %d (%.2fx the global rate)", s+1, n, float64(n)/1000)
+		if n < 500 || n > 1100 {
+			t.Errorf("outage second %d: %d admitted, want 0.5x..1.1x the global rate (500..1100)", s+1, n)
+		}
+	}
+}
