@@ -68,6 +68,51 @@ func BenchmarkDecision(b *testing.B) {
 	}
 }
 
+// BenchmarkSaturated is the storm: one key offered far more than its
+// limit (10,000/s, burst 1,000), so that nearly every decision is a
+// refusal. The lease divides the bucket and refuses in memory between
+// its claims; the memstore token bucket refuses in memory too. Run it
+// with -count=6 and compare the two sub-benchmarks of each round.
+func BenchmarkSaturated(b *testing.B) {
+	cfg := func(name string) bucket.Config {
+		return bucket.Config{Name: name, Rate: floodgate.PerSecond(10_000), Burst: 1000}
+	}
+	for _, par := range []bool{false, true} {
+		name := "serial"
+		if par {
+			name = "parallel"
+		}
+		b.Run(name+"/lease", func(b *testing.B) {
+			st := newStore(b, redisClient(b))
+			l, err := lease.New(st, lease.Config{Bucket: cfg(uniqueName(b))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close(context.Background()) })
+			for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+				l.Take(context.Background(), "hot", 1)
+			}
+			before := l.Stats()
+			run(b, l, par)
+			after := l.Stats()
+			calls := after.Grants + after.Direct - before.Grants - before.Direct
+			b.ReportMetric(float64(calls)/float64(b.N), "redis-calls/op")
+		})
+		b.Run(name+"/memstore", func(b *testing.B) {
+			s, err := memstore.New(memstore.WithSweepInterval(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			lim, err := bucket.NewKeyed(s, cfg(""))
+			if err != nil {
+				b.Fatal(err)
+			}
+			run(b, lim, par)
+		})
+	}
+}
+
 func run(b *testing.B, l floodgate.Limiter, par bool) {
 	ctx := context.Background()
 	b.ReportAllocs()

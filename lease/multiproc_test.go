@@ -127,8 +127,8 @@ func child(spec string) int {
 		fmt.Fprintln(os.Stderr, "close:", err)
 	}
 	tb.cleanup()
-	fmt.Printf("RESULT admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d direct=%d\n",
-		admitted.Load(), offered.Load(), errs.Load(), s.Grants, s.Held, s.Expired, s.Nodes, l.Stats().Returned, s.Direct)
+	fmt.Printf("RESULT admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d direct=%d shared=%d\n",
+		admitted.Load(), offered.Load(), errs.Load(), s.Grants, s.Held, s.Expired, s.Nodes, l.Stats().Returned, s.Direct, s.Shared)
 	return 0
 }
 
@@ -183,8 +183,8 @@ func idealAdmitted(t *testing.T, times []int64, c bucket.Config) int64 {
 }
 
 type childResult struct {
-	admitted, offered, errors, grants, held, expired, nodes, returned, direct int64
-	line                                                                      string
+	admitted, offered, errors, grants, held, expired, nodes, returned, direct, shared int64
+	line                                                                              string
 }
 
 // TestMultiProcess runs OS processes (this test binary, re-executed) of
@@ -241,7 +241,7 @@ func TestMultiProcess(t *testing.T) {
 				line := sc.Text()
 				if rest, ok := strings.CutPrefix(line, "RESULT "); ok {
 					r := childResult{line: rest}
-					_, err := fmt.Sscanf(rest, "admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d direct=%d", &r.admitted, &r.offered, &r.errors, &r.grants, &r.held, &r.expired, &r.nodes, &r.returned, &r.direct)
+					_, err := fmt.Sscanf(rest, "admitted=%d offered=%d errors=%d grants=%d held=%d expired=%d nodes=%d returned=%d direct=%d shared=%d", &r.admitted, &r.offered, &r.errors, &r.grants, &r.held, &r.expired, &r.nodes, &r.returned, &r.direct, &r.shared)
 					if err != nil {
 						t.Errorf("process %d: %q: %v", i, line, err)
 					}
