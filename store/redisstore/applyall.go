@@ -76,11 +76,11 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 	if err != nil {
 		return false, err
 	}
-	probe, err := s.brk.admit()
+	sent, err := s.brk.admit()
 	if err == nil {
 		var all bool
 		all, err = s.run(ctx, gs, out, commit)
-		s.brk.done(probe, err, ctx.Err() != nil)
+		s.brk.done(sent, err, ctx.Err() != nil)
 		if err == nil {
 			return all, nil
 		}

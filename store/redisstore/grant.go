@@ -106,7 +106,7 @@ func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, want,
 		return algo.Grant{}, err
 	}
 	script := grantScriptFor(sp, g, false)
-	probe, err := s.brk.admit()
+	sent, err := s.brk.admit()
 	if err != nil {
 		err, _ = failure(ctx, err)
 		return algo.Grant{}, err
@@ -119,7 +119,7 @@ func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, want,
 	if cancel != nil {
 		cancel()
 	}
-	s.brk.done(probe, err, ctx.Err() != nil)
+	s.brk.done(sent, err, ctx.Err() != nil)
 	if err != nil {
 		err, _ = failure(ctx, err)
 		return algo.Grant{}, err
@@ -237,7 +237,7 @@ func (s *Store) Leave(ctx context.Context, group, member string) (int, error) {
 }
 
 func (s *Store) members(ctx context.Context, script *script, group string, args ...string) (int, error) {
-	probe, err := s.brk.admit()
+	sent, err := s.brk.admit()
 	if err != nil {
 		err, _ = failure(ctx, err)
 		return 0, err
@@ -247,7 +247,7 @@ func (s *Store) members(ctx context.Context, script *script, group string, args 
 	if cancel != nil {
 		cancel()
 	}
-	s.brk.done(probe, err, ctx.Err() != nil)
+	s.brk.done(sent, err, ctx.Err() != nil)
 	if err != nil {
 		err, _ = failure(ctx, err)
 		return 0, err

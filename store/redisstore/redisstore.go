@@ -183,6 +183,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		clock:    c.clock,
 	}
 	s.evalOnly.Store(c.evalOnly)
+	s.brk.probe = s.ping
 	s.cluster = client.Mode() == rueidis.ClientModeCluster
 	if c.coalesce > 0 && !s.cluster {
 		s.coalesce = c.coalesce
@@ -190,6 +191,17 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	empty := map[uint64][]*policy{}
 	s.policies.Store(&empty)
 	return s, nil
+}
+
+// ping is the breaker's probe: a PING (to any node of a Cluster), bounded
+// by the timeout. It is built as an arbitrary command, which rueidis does
+// not retry: its own PING would be retried after a connection error until
+// the context ends, one dial per retry.
+func (s *Store) ping() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	c := s.client
+	return c.Do(noDeadline{ctx}, c.B().Arbitrary("PING").Build()).Error()
 }
 
 // Timeout returns the per-decision timeout.
@@ -272,7 +284,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
-	probe, err := s.brk.admit()
+	sent, err := s.brk.admit()
 	if err != nil {
 		return s.fail(ctx, key, p, n, err, start)
 	}
@@ -282,7 +294,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	} else {
 		d, err = s.eval(ctx, key, p, n)
 	}
-	s.brk.done(probe, err, ctx.Err() != nil)
+	s.brk.done(sent, err, ctx.Err() != nil)
 	if err != nil {
 		return s.fail(ctx, key, p, n, err, start)
 	}
