@@ -18,7 +18,27 @@
 //	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"redis:6379"}, DisableCache: true})
 //	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"node1:7000", "node2:7000", "node3:7000"}, DisableCache: true})
 //
-// The Store does not own the client: close it yourself.
+// A Store made by New does not own the client: close it yourself.
+//
+// # Starting without Redis
+//
+// rueidis.NewClient fails at once when Redis is down, so a service built
+// on New cannot start while its Redis is away. [Dial] takes the client's
+// options instead, and makes and owns the client ([Store.Close] closes
+// it):
+//
+//	st, err := redisstore.Dial(rueidis.ClientOption{InitAddress: []string{"redis:6379"}, DisableCache: true},
+//		redisstore.WithFailurePolicy(redisstore.FailClosed(time.Second)))
+//
+// It fails only on invalid options. While Redis is down it returns a Store
+// all the same (after at most the per-decision timeout) whose every call
+// goes to the failure policy at once, with a cause wrapping
+// [floodgate.ErrStoreUnavailable] and the last connection error, and dials
+// again in the background (10ms after the first failure, then with a
+// back-off doubling up to 500ms); from the moment the client is made,
+// decisions are on Redis: within about 500ms of Redis answering (some
+// 300ms in TestDialWhileRedisDown, a redis-server started 300ms after the
+// store). Limiters, middleware and leases built on it start the same way.
 //
 // # One decision, one round trip
 //
