@@ -94,7 +94,8 @@ func quantile(lat []time.Duration, q float64) time.Duration {
 // (one in flight when the stall began) returns within its timeout + 10ms;
 // no call that
 // starts after the detection goes to Redis; one probe at a time is in
-// flight; decisions are on Redis again within 1s of SIGCONT.
+// flight; decisions are on Redis again within 1s of SIGCONT (99% of them
+// from then on).
 func TestRedisStallUnderLoad(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 	proc, err := startRedis(0)
@@ -173,8 +174,10 @@ func TestRedisStallUnderLoad(t *testing.T) {
 		rec := time.Duration(back - resumed)
 		t.Logf("back on Redis %v after SIGCONT", rec.Round(100*time.Microsecond))
 		assert.Less(t, rec, time.Second, "back on Redis")
+		// On a loaded machine the goroutine that reads Redis' replies may
+		// itself be late by a timeout: a stall for the store, rightly.
 		after, onRedis := r.between(back, r.since())
-		assert.Equal(t, len(after), onRedis, "decisions of the policy after the return")
+		assert.GreaterOrEqual(t, float64(onRedis), 0.99*float64(len(after)), "decisions on Redis after the return (%d of %d)", onRedis, len(after))
 	}
 	c.Close()
 	requireNoGoroutineLeak(t, baseline)
