@@ -79,6 +79,16 @@ func readmeRedis(ctx context.Context, local *memstore.Store) error {
 	return nil
 }
 
+func readmeDial(local *memstore.Store) error {
+	s, err := redisstore.Dial(rueidis.ClientOption{InitAddress: []string{"10.0.0.1:6379"}, DisableCache: true},
+		redisstore.WithFailurePolicy(redisstore.Fallback(local, 8)))
+	if err != nil {
+		return err // invalid options only: a Redis that is down is no error
+	}
+	defer s.Close() // closes the client that Dial made
+	return nil
+}
+
 func readmeMulti(ctx context.Context, s *redisstore.Store, clientIP, apiKey string) (floodgate.Decision, error) {
 	perSecond, err := bucket.NewKeyed(s, bucket.Config{Name: "api-per-second", Rate: floodgate.PerSecond(10), Burst: 10})
 	if err != nil {

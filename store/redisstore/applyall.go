@@ -76,11 +76,11 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 	if err != nil {
 		return false, err
 	}
-	probe, err := s.brk.admit()
+	sent, err := s.admit()
 	if err == nil {
 		var all bool
 		all, err = s.run(ctx, gs, out, commit)
-		s.brk.done(probe, err, ctx.Err() != nil)
+		s.brk.done(sent, err, ctx.Err() != nil)
 		if err == nil {
 			return all, nil
 		}
@@ -118,7 +118,7 @@ func (g *group) op(j int) int {
 // plan splits ops into the groups of one script each: one group, unless
 // the client is a Cluster client and the keys fall into several slots.
 func (s *Store) plan(ops []store.Op, ps []*policy) ([]group, error) {
-	if s.cluster {
+	if s.state.Load() == stateUp && s.cluster { // cluster is set before the state goes up (Dial)
 		first := slotOf(ops[0].Key)
 		for i := 1; i < len(ops); i++ {
 			if slotOf(ops[i].Key) != first {
@@ -358,7 +358,7 @@ func (s *Store) exec(ctx context.Context, g *group, mode string, out []floodgate
 // failAll applies the failure policy to an ApplyAll call that Redis could
 // not decide.
 func (s *Store) failAll(ctx context.Context, ops []store.Op, ps []*policy, out []floodgate.Decision, commit bool, cause error, start int64) (bool, error) {
-	cause, handle := failure(ctx, cause)
+	cause, handle := s.failure(ctx, cause)
 	if !handle {
 		return false, cause
 	}

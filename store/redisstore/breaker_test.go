@@ -113,20 +113,23 @@ func TestDialsBoundedWhileRedisDown(t *testing.T) {
 
 func errorIsUnavailable(err error) bool { return errors.Is(err, floodgate.ErrStoreUnavailable) }
 
-// The breaker's states on a manual clock: a connection error opens it, one
-// probe at a time goes after the back-off, which doubles up to maxProbeWait;
-// an answer from Redis (a result or an error reply) closes it; timeouts and
-// answers do not open it; a probe whose caller gave up leaves the back-off
-// as it was.
+// The breaker's states on a manual clock: a call that times out while
+// other calls are answered leaves it closed (a slow call on a busy Redis),
+// so do error replies and calls whose caller gave up; a timeout with no
+// answer from Redis since the call was sent (a stall) opens it, as a
+// connection error does; open, every call is refused at once and one probe
+// at a time is due after the back-off, which doubles up to maxProbeWait;
+// an answer (to the probe or to a call still in flight) closes it.
 func TestBreakerStates(t *testing.T) {
-	var now int64
+	const ms = int64(time.Millisecond)
+	now := 1000 * ms
 	b := &breaker{clock: func() int64 { return now }}
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
-	mustAdmit := func(wantProbe bool) {
+	mustAdmit := func() int64 {
 		t.Helper()
-		probe, err := b.admit()
+		sent, err := b.admit()
 		require.NoError(t, err)
-		require.Equal(t, wantProbe, probe)
+		return sent
 	}
 	mustRefuse := func() {
 		t.Helper()
@@ -134,49 +137,68 @@ func TestBreakerStates(t *testing.T) {
 		require.ErrorIs(t, err, errOpen)
 	}
 
-	mustAdmit(false)
-	b.done(false, context.DeadlineExceeded, false)
-	b.done(false, &rueidis.RedisError{}, false)
-	b.done(false, refused, true) // the caller cancelled: nothing learnt
-	mustAdmit(false)
+	// A busy, healthy Redis: one call times out, others are answered
+	// meanwhile.
+	b.done(mustAdmit(), nil, false)
+	slow := mustAdmit()
+	now += 10 * ms
+	b.done(mustAdmit(), nil, false) // answered while the slow call waits
+	now += 40 * ms
+	b.done(slow, context.DeadlineExceeded, false)
+	b.done(mustAdmit(), &rueidis.RedisError{}, false) // an error reply is an answer
+	mustAdmit()
 
-	b.done(false, refused, false)
+	// A call that the caller gave up tells nothing, even after a silence.
+	quiet := mustAdmit()
+	now += 50 * ms
+	b.done(quiet, context.DeadlineExceeded, true)
+	b.done(quiet, refused, true)
+	mustAdmit()
+
+	// A stall: nothing answered since the call was sent.
+	stalled := mustAdmit()
+	now += 50 * ms
+	b.done(stalled, context.DeadlineExceeded, false)
 	mustRefuse()
 	_, err := b.admit()
-	require.ErrorIs(t, err, refused, "refusals carry the connection error")
+	require.ErrorIs(t, err, context.DeadlineExceeded, "refusals carry the failure")
+	require.Zero(t, b.probes.Load(), "a probe before the back-off")
 	waits := []time.Duration{}
 	for range 6 {
-		start := now
-		for {
-			probe, err := b.admit()
-			if err == nil {
-				require.True(t, probe)
-				break
-			}
-			now += int64(time.Millisecond)
+		start, probes := now, b.probes.Load()
+		for b.probes.Load() == probes {
+			mustRefuse()
+			now += ms
 		}
-		waits = append(waits, time.Duration(now-start))
+		waits = append(waits, time.Duration(now-ms-start))
 		mustRefuse() // one probe at a time
-		b.done(false, refused, false)
-		b.done(true, refused, false)
+		require.Equal(t, probes+1, b.probes.Load())
+		b.done(stalled, context.DeadlineExceeded, false) // calls in flight time out
+		b.probed(context.DeadlineExceeded)
 	}
 	assert.Equal(t, []time.Duration{5, 10, 20, 40, 50, 50}, func() []time.Duration {
-		ms := make([]time.Duration, len(waits))
+		out := make([]time.Duration, len(waits))
 		for i, w := range waits {
-			ms[i] = w / time.Millisecond
+			out[i] = w / time.Millisecond
 		}
-		return ms
+		return out
 	}(), "back-off in ms")
 
-	now += int64(maxProbeWait)
-	mustAdmit(true)
-	b.done(true, context.Canceled, true) // the probe's caller gave up
-	mustAdmit(true)
-	b.done(true, context.DeadlineExceeded, false) // no answer: still open
+	// A late answer to a call in flight closes it.
+	b.done(stalled, nil, false)
+	mustAdmit()
+
+	// A connection error opens it; a probe answered closes it.
+	b.done(mustAdmit(), refused, false)
 	mustRefuse()
-	now += int64(maxProbeWait)
-	mustAdmit(true)
-	b.done(true, &rueidis.RedisError{}, false) // an error reply is an answer
-	mustAdmit(false)
-	mustAdmit(false)
+	_, err = b.admit()
+	require.ErrorIs(t, err, refused)
+	now += int64(minProbeWait)
+	mustRefuse()
+	b.probed(refused) // no answer: still open
+	mustRefuse()
+	now += int64(2 * minProbeWait)
+	mustRefuse()
+	b.probed(&rueidis.RedisError{}) // an error reply is an answer
+	mustAdmit()
 }

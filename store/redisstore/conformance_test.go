@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
@@ -52,4 +53,13 @@ func TestConformance(t *testing.T) {
 			}, storetest.WithClock(clk), storetest.WithAlgorithms(conformanceAlgorithms(t)...))
 		})
 	}
+	// A store made by Dial, which owns its client (Close closes it).
+	t.Run("single/dial", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Store {
+			s, err := Dial(rueidis.ClientOption{InitAddress: []string{singleAddr}, DisableCache: true}, WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			return s
+		}, storetest.WithAlgorithms(conformanceAlgorithms(t)...))
+	})
 }

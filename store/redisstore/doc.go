@@ -18,7 +18,27 @@
 //	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"redis:6379"}, DisableCache: true})
 //	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"node1:7000", "node2:7000", "node3:7000"}, DisableCache: true})
 //
-// The Store does not own the client: close it yourself.
+// A Store made by New does not own the client: close it yourself.
+//
+// # Starting without Redis
+//
+// rueidis.NewClient fails at once when Redis is down, so a service built
+// on New cannot start while its Redis is away. [Dial] takes the client's
+// options instead, and makes and owns the client ([Store.Close] closes
+// it):
+//
+//	st, err := redisstore.Dial(rueidis.ClientOption{InitAddress: []string{"redis:6379"}, DisableCache: true},
+//		redisstore.WithFailurePolicy(redisstore.FailClosed(time.Second)))
+//
+// It fails only on invalid options. While Redis is down it returns a Store
+// all the same (after at most the per-decision timeout) whose every call
+// goes to the failure policy at once, with a cause wrapping
+// [floodgate.ErrStoreUnavailable] and the last connection error, and dials
+// again in the background (10ms after the first failure, then with a
+// back-off doubling up to 500ms); from the moment the client is made,
+// decisions are on Redis: within about 500ms of Redis answering (0.3s
+// median, 0.44s at most in 200 runs of TestDialWhileRedisDown, a
+// redis-server started 300ms after the store). Limiters, middleware and leases built on it start the same way.
 //
 // # One decision, one round trip
 //
@@ -174,16 +194,34 @@
 //     [floodgate.OutcomeFallback] with the local verdict. [FallbackWith] lets
 //     you choose the local configuration.
 //
-// A connection error (Redis down: the dial is refused, the connection reset)
-// stops the sending: rueidis would dial again for every call, thousands of
-// connection attempts per second from one busy process. Calls then go
-// straight to the failure policy, except one probe at a time after a
-// back-off (5ms, doubling up to 50ms): at most about 20 connection attempts
-// per second per Store, and back on Redis within about 50ms of its answering
-// again (after a restart without persistence, the library is loaded again,
-// or the script sent again on NOSCRIPT). A slow
-// Redis (timeouts) is still tried on every call. A context cancelled by the
-// caller is the caller's error under every policy.
+// A store that hangs is a store that failed. A connection error (Redis
+// down: the dial is refused, the connection reset) stops the sending:
+// rueidis would dial again for every call, thousands of connection
+// attempts per second from one busy process. So does a stall (a stopped
+// or swamped server, a partition that drops packets): a call that timed
+// out while Redis answered no call of the store from the moment it was
+// sent (to within 1ms); a call that times out while others are answered
+// (one slow call on a busy Redis) does not. Calls then go straight to the
+// failure policy, in microseconds, except those already in flight, which
+// wait out their timeout; one probe at a time (a PING on a goroutine of its
+// own, bounded by the timeout) goes after a back-off (5ms, doubling up to
+// 50ms), when calls come in: at most about 20 connection attempts per
+// second per Store, and back on Redis within about 50ms of its answering
+// the probe or a call in flight (after a restart without persistence, the
+// library is loaded again, or the script sent again on NOSCRIPT). Measured
+// (TestRedisStallUnderLoad: a redis-server stopped with SIGSTOP for 3s
+// under 32 deciding goroutines, 200 runs on a shared 2-core machine): the
+// calls in flight wait their 50ms, the store stops sending some 52ms after
+// the stop, and over the 3s the median decision takes under a microsecond
+// (0.6µs median of runs) and the 99th percentile 4-35µs (15µs median),
+// with one probe in flight at a time (30 in 3s); after SIGCONT decisions
+// are on Redis again within 3-135ms (10ms median). A call that timed out may still run when
+// the server wakes up (its reply then goes nowhere): it is charged, never
+// retried (see above). The rule is per store, not per node: on a Cluster
+// whose other masters answer, the calls on a stalled master's slots wait
+// out their timeout. A context cancelled by the caller (or its own earlier
+// deadline) is the caller's error under every policy, and tells the store
+// nothing about Redis.
 //
 // With [WithObserver], the store reports its own outcomes, with Source
 // floodgate.SourceStore: the three failure outcomes, each with its own

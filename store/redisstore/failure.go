@@ -26,18 +26,28 @@ const (
 // [FallbackWith] and pass it to [WithFailurePolicy]. The zero value is
 // [FailError].
 //
-// While Redis is reachable, every call tries Redis first. After a
-// connection error (a refused dial, a reset or closed connection) the store
-// stops sending: calls go straight to the policy, with a cause wrapping
-// [floodgate.ErrStoreUnavailable], except one probe at a time, let through
-// 5ms after the error, then after a back-off doubling up to 50ms. The store
-// thus makes at most about 20 connection attempts per second while Redis is
-// down, however many calls it gets, and goes back to Redis within about
-// 50ms of Redis answering again (the first probe Redis answers). Timeouts
-// do not stop the sending: a slow Redis is tried on every call, each bounded
-// by [WithTimeout]. A context that the caller cancelled (or whose deadline
-// passed) is not a Redis failure: the call then returns the context's error
-// under every policy.
+// While Redis is reachable, every call tries Redis first. The store stops
+// sending after a connection error (a refused dial, a reset or closed
+// connection) and after a stall: a call that timed out ([WithTimeout])
+// while Redis answered no call of the store from the moment it was sent
+// (to within 1ms): a stopped or swamped server, a partition that drops
+// packets. A call that times out while other calls are answered (one slow
+// call on a busy, healthy Redis) does not stop it. Once it stops, calls go
+// straight to the policy, without waiting, with a cause wrapping
+// [floodgate.ErrStoreUnavailable]; only the calls already in flight wait
+// out their timeout. A probe, one PING at a time on a goroutine of its own
+// (bounded by the timeout), goes 5ms after the failure, then after a
+// back-off doubling up to 50ms, when calls come in; the store sends again
+// as soon as Redis answers the probe or a call still in flight. The store
+// thus makes at most about 20 connection attempts per second while Redis
+// is down, however many calls it gets, and goes back to Redis within about
+// 50ms of Redis answering again. The rule is per store, not per node: on a
+// Cluster whose other masters answer, the calls on a stalled master's slots
+// wait out their timeout. A context that the caller cancelled (or whose
+// deadline passed) is not a Redis failure: the call then returns the
+// context's error under every policy, and tells the store nothing about
+// Redis (with caller deadlines shorter than the timeout, a stall is
+// therefore never detected: keep [WithTimeout] below them).
 type FailurePolicy struct {
 	mode       failMode
 	retryAfter time.Duration

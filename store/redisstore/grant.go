@@ -134,9 +134,9 @@ func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, c alg
 		return algo.Grant{}, err
 	}
 	script := grantScriptFor(sp, g, false)
-	probe, err := s.brk.admit()
+	sent, err := s.admit()
 	if err != nil {
-		err, _ = failure(ctx, err)
+		err, _ = s.failure(ctx, err)
 		return algo.Grant{}, err
 	}
 	cctx, cancel := s.callContext(ctx)
@@ -150,9 +150,9 @@ func (s *Store) Grant(ctx context.Context, key string, alg algo.Algorithm, c alg
 	if cancel != nil {
 		cancel()
 	}
-	s.brk.done(probe, err, ctx.Err() != nil)
+	s.brk.done(sent, err, ctx.Err() != nil)
 	if err != nil {
-		err, _ = failure(ctx, err)
+		err, _ = s.failure(ctx, err)
 		return algo.Grant{}, err
 	}
 	v, err := ints(arr, 5)
@@ -209,6 +209,9 @@ func (s *Store) GrantTwin(ctx context.Context, alg algo.Algorithm, w, now, want,
 	}
 	if len(now) != len(w) || len(want) != len(w) || len(least) != len(w) {
 		return nil, nil, fmt.Errorf("%w: redisstore: GrantTwin with slices of different lengths", floodgate.ErrInvalidConfig)
+	}
+	if err := s.ready(); err != nil {
+		return nil, nil, err
 	}
 	script := grantScriptFor(sp, g, true)
 	next := make([]int64, len(w))
@@ -289,9 +292,9 @@ func (s *Store) Leave(ctx context.Context, group, member string) (int, error) {
 }
 
 func (s *Store) members(ctx context.Context, script *script, group string, args ...string) (int, error) {
-	probe, err := s.brk.admit()
+	sent, err := s.admit()
 	if err != nil {
-		err, _ = failure(ctx, err)
+		err, _ = s.failure(ctx, err)
 		return 0, err
 	}
 	cctx, cancel := s.callContext(ctx)
@@ -299,9 +302,9 @@ func (s *Store) members(ctx context.Context, script *script, group string, args 
 	if cancel != nil {
 		cancel()
 	}
-	s.brk.done(probe, err, ctx.Err() != nil)
+	s.brk.done(sent, err, ctx.Err() != nil)
 	if err != nil {
-		err, _ = failure(ctx, err)
+		err, _ = s.failure(ctx, err)
 		return 0, err
 	}
 	return int(n), nil

@@ -32,8 +32,9 @@ const DefaultTimeout = 50 * time.Millisecond
 // embeds the algorithm's Lua twin, reads the time from the Redis server,
 // and loads, steps and writes back the key's state atomically.
 //
-// A Store is safe for concurrent use. It holds no per-key state; it does not
-// own the client (closing the client is the caller's business).
+// A Store is safe for concurrent use. It holds no per-key state. A Store
+// made by [New] does not own its client (closing the client is the
+// caller's business); one made by [Dial] does.
 type Store struct {
 	client    rueidis.Client
 	prefix    string
@@ -45,7 +46,9 @@ type Store struct {
 	brk       breaker
 	clock     floodgate.Clock // tests only: inject the time instead of Redis TIME
 	coalesce  int             // max script calls in flight per algorithm before coalescing; 0: never
-	cluster   bool            // keys of one script must share a hash slot
+	cluster   bool            // keys of one script must share a hash slot; set with client
+	state     atomic.Int32    // stateUp, stateDialing, stateClosed
+	dial      *dialer         // Dial only: makes the client and owns it
 	between   func()          // tests only: runs between the phases of a multi-slot ApplyAll
 	evalOnly  atomic.Bool     // EVALSHA, never FCALL (withEvalOnly)
 	evalUntil atomic.Int64    // EVALSHA until this Nanotime: the server has no functions or the user may not use them
@@ -154,26 +157,50 @@ func withEvalOnly() Option {
 // New returns a Store on client. The client may be a single node, Sentinel
 // or Cluster client; a client built with DisableCache (client-side caching is
 // of no use here) saves a little memory. Errors wrap
-// [floodgate.ErrInvalidConfig].
+// [floodgate.ErrInvalidConfig]. To build a store while Redis may be down,
+// use [Dial].
 func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if nilcheck.Is(client) {
 		return nil, fmt.Errorf("%w: redisstore: nil client", floodgate.ErrInvalidConfig)
 	}
+	c, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := newStore(c)
+	s.client = client
+	s.cluster = client.Mode() == rueidis.ClientModeCluster
+	s.state.Store(stateUp)
+	return s, nil
+}
+
+// The states of a Store: its client is there (stateUp), not yet (Dial), or
+// the store is closed.
+const (
+	stateUp int32 = iota
+	stateDialing
+	stateClosed
+)
+
+// configure applies opts to the defaults.
+func configure(opts []Option) (config, error) {
 	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, name: "redis", coalesce: DefaultCoalescing}
 	for _, o := range opts {
 		if o.apply == nil {
-			return nil, fmt.Errorf("%w: redisstore: zero Option", floodgate.ErrInvalidConfig)
+			return c, fmt.Errorf("%w: redisstore: zero Option", floodgate.ErrInvalidConfig)
 		}
 		o.apply(&c)
 	}
 	if c.err != nil {
-		return nil, c.err
+		return c, c.err
 	}
-	if err := c.policy.validate(); err != nil {
-		return nil, err
-	}
+	return c, c.policy.validate()
+}
+
+// newStore returns a Store of configuration c, without a client, in
+// stateDialing.
+func newStore(c config) *Store {
 	s := &Store{
-		client:   client,
 		prefix:   c.prefix,
 		timeout:  c.timeout,
 		policy:   c.policy,
@@ -181,15 +208,50 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		name:     c.name,
 		dl:       newDeadlines(c.timeout),
 		clock:    c.clock,
+		coalesce: max(c.coalesce, 0),
 	}
+	s.state.Store(stateDialing)
 	s.evalOnly.Store(c.evalOnly)
-	s.cluster = client.Mode() == rueidis.ClientModeCluster
-	if c.coalesce > 0 && !s.cluster {
-		s.coalesce = c.coalesce
-	}
+	s.brk.probe = s.ping
 	empty := map[uint64][]*policy{}
 	s.policies.Store(&empty)
-	return s, nil
+	return s
+}
+
+// ping is the breaker's probe: a PING (to any node of a Cluster), bounded
+// by the timeout. It is built as an arbitrary command, which rueidis does
+// not retry: its own PING would be retried after a connection error until
+// the context ends, one dial per retry.
+func (s *Store) ping() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	c := s.client
+	return c.Do(noDeadline{ctx}, c.B().Arbitrary("PING").Build()).Error()
+}
+
+// admit is the gate of every call to Redis: a nil error, with the time the
+// call is sent, when it may go; else the error to fail with (not
+// connected yet, closed, or the breaker's).
+func (s *Store) admit() (int64, error) {
+	if st := s.state.Load(); st != stateUp {
+		return 0, s.notUp(st)
+	}
+	return s.brk.admit()
+}
+
+// Close closes the store: every call from then on returns an error
+// wrapping [floodgate.ErrClosed] (calls in flight decide or return it).
+// A store made by [Dial] stops dialling and closes the client it made; one
+// made by [New] leaves its client open (it is the caller's). Close is
+// idempotent and returns nil.
+func (s *Store) Close() error {
+	if s.state.Swap(stateClosed) == stateClosed {
+		return nil
+	}
+	if s.dial != nil {
+		s.dial.close()
+	}
+	return nil
 }
 
 // Timeout returns the per-decision timeout.
@@ -272,17 +334,17 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
-	probe, err := s.brk.admit()
+	sent, err := s.admit()
 	if err != nil {
 		return s.fail(ctx, key, p, n, err, start)
 	}
 	var d floodgate.Decision
-	if p.co != nil {
+	if p.co != nil && !s.cluster {
 		d, err = p.co.do(ctx, key, n)
 	} else {
 		d, err = s.eval(ctx, key, p, n)
 	}
-	s.brk.done(probe, err, ctx.Err() != nil)
+	s.brk.done(sent, err, ctx.Err() != nil)
 	if err != nil {
 		return s.fail(ctx, key, p, n, err, start)
 	}
@@ -382,11 +444,14 @@ func (s *Store) callContext(ctx context.Context) (context.Context, context.Cance
 	return noDeadline{c}, cancel
 }
 
-// failure classifies the error of a call: the caller's own context error
-// (returned as it is), an invalid configuration (returned as it is), or a
+// failure classifies the error of a call: [floodgate.ErrClosed] once the
+// store is closed, the caller's own context error (returned as it is), an invalid configuration (returned as it is), or a
 // Redis failure, which the failure policy handles: then handle is true and
 // err wraps [floodgate.ErrStoreUnavailable] and the cause.
-func failure(ctx context.Context, cause error) (err error, handle bool) {
+func (s *Store) failure(ctx context.Context, cause error) (err error, handle bool) {
+	if s.state.Load() == stateClosed {
+		return fmt.Errorf("redisstore: %w", floodgate.ErrClosed), false
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redisstore: %w", err), false
 	}
@@ -399,7 +464,7 @@ func failure(ctx context.Context, cause error) (err error, handle bool) {
 // fail applies the failure policy to a call of Apply that Redis could not
 // decide.
 func (s *Store) fail(ctx context.Context, key string, p *policy, n int64, cause error, start int64) (floodgate.Decision, error) {
-	cause, handle := failure(ctx, cause)
+	cause, handle := s.failure(ctx, cause)
 	if !handle {
 		return floodgate.Decision{}, cause
 	}

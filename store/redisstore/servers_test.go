@@ -106,11 +106,24 @@ func redisServerPath() (string, error) {
 // (32768 and up): a client reconnecting to a killed server on an ephemeral
 // port can be handed that very port as its own source port (a TCP
 // self-connect), which then keeps the server from binding it on restart.
+// FLOODGATE_TEST_PORTS=lo-hi picks the port in [lo, hi] instead (on a
+// machine shared by several test runs), checking that port only.
 func freePort() (int, error) {
+	lo, n, bus := 10000, 12000, []int{0, 10000}
+	if r := os.Getenv("FLOODGATE_TEST_PORTS"); r != "" {
+		a, b, _ := strings.Cut(r, "-")
+		l, err1 := strconv.Atoi(a)
+		h, err2 := strconv.Atoi(b)
+		if err1 != nil || err2 != nil || h < l {
+			return 0, fmt.Errorf("FLOODGATE_TEST_PORTS=%q: want lo-hi", r)
+		}
+		lo, n, bus = l, h-l+1, []int{0}
+	}
 	for range 100 {
-		p := 10000 + rand.IntN(12000)
+		p := lo + rand.IntN(n)
 		ok := true
-		for _, q := range []int{p, p + 10000} {
+		for _, d := range bus {
+			q := p + d
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
 			if err != nil {
 				ok = false

@@ -34,6 +34,9 @@ func (s *Store) StepTwin(ctx context.Context, alg algo.Algorithm, states []algo.
 	if err != nil {
 		return err
 	}
+	if err := s.ready(); err != nil {
+		return err
+	}
 	script := scriptFor(kindTwin, []uint16{p.twin})
 	for lo := 0; lo < len(states); lo += twinBatch {
 		hi := min(lo+twinBatch, len(states))

@@ -8,7 +8,8 @@
 //	go run ./rls/cmd/floodgate-rls -config ./ratelimit -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
 //
 // It starts even when Redis is down, answering by -redis-failure until
-// Redis answers (a Redis Cluster's client is made in the background).
+// Redis answers (the client, of a node or a Cluster, is made in the
+// background: redisstore.Dial).
 //
 // It reloads the config directory on every change (a bad file is refused,
 // logged with file:line, and the running config stays), serves the gRPC
@@ -23,6 +24,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,10 +48,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
-	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -352,111 +352,29 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 	default:
 		return nil, nil, fmt.Errorf("-redis-failure: unknown %q (want error, open, closed, local)", failure)
 	}
-	newStore := func(c rueidis.Client) (*redisstore.Store, error) {
-		return redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp), redisstore.WithObserver(events))
-	}
-	clusterOpt := rueidis.ClientOption{InitAddress: addrs, DisableCache: true}
-	client, err := rueidis.NewClient(clusterOpt)
-	late := false
-	if err != nil && cluster != "" {
-		// A cluster client needs a node up. Meanwhile a single-node client
-		// to the first address, made without it (it dials again on every
-		// call), fails every call: the failure policy answers.
-		log.Warn("redis cluster unreachable at startup: answering by -redis-failure, connecting in the background", "redis_cluster", cluster, "redis_failure", failure, "err", err)
-		client, _ = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs[:1], DisableCache: true, ForceSingleClient: true})
-		late = true
-	} else if err != nil {
-		// A single node's client is made even when the node is down (it
-		// dials again on every call): the failure policy answers until the
-		// node is there.
-		log.Warn("redis unreachable at startup: answering by -redis-failure until it is there", "redis", addr, "redis_failure", failure, "err", err)
-		client, _ = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: true})
-	}
-	if client == nil {
-		closeLocal()
-		return nil, nil, fmt.Errorf("redis: %w", err)
-	}
-	s, err := newStore(client)
+	// Dial makes the client in the background when Redis is down: the
+	// failure policy answers until it is there. The first dial's error
+	// tells the log that it is down at startup.
+	var firstErr atomic.Pointer[error]
+	opt := rueidis.ClientOption{InitAddress: addrs, DisableCache: true,
+		DialCtxFn: func(ctx context.Context, dst string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			c, err := d.DialContext(ctx, "tcp", dst)
+			if err != nil {
+				firstErr.CompareAndSwap(nil, &err)
+			}
+			return c, err
+		}}
+	s, err := redisstore.Dial(opt, redisstore.WithPrefix(prefix), redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp), redisstore.WithObserver(events))
 	if err != nil {
-		client.Close()
 		closeLocal()
 		return nil, nil, err
 	}
-	if !late {
-		return s, func() { client.Close(); closeLocal() }, nil
+	if e := firstErr.Load(); e != nil {
+		if cluster != "" {
+			log.Warn("redis cluster unreachable at startup: answering by -redis-failure, connecting in the background", "redis_cluster", cluster, "redis_failure", failure, "err", *e)
+		} else {
+			log.Warn("redis unreachable at startup: answering by -redis-failure, connecting in the background", "redis", addr, "redis_failure", failure, "err", *e)
+		}
 	}
-	ls := &lateStore{}
-	ls.cur.Store(s)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var clusterClient rueidis.Client
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			c, err := rueidis.NewClient(clusterOpt)
-			if err != nil {
-				continue
-			}
-			cs, err := newStore(c)
-			if err != nil {
-				c.Close()
-				log.Error("redis cluster store", "err", err)
-				return
-			}
-			clusterClient = c
-			ls.cur.Store(cs)
-			log.Info("redis cluster connected: deciding on it", "redis_cluster", cluster)
-			return
-		}
-	}()
-	return ls, func() {
-		close(done)
-		wg.Wait()
-		client.Close()
-		if clusterClient != nil {
-			clusterClient.Close()
-		}
-		closeLocal()
-	}, nil
-}
-
-var _ lease.Global = (*lateStore)(nil)
-
-// lateStore is the Redis Cluster store once its client could be made, and
-// until then a store that fails every call (its failure policy answers).
-type lateStore struct {
-	cur atomic.Pointer[redisstore.Store]
-}
-
-func (l *lateStore) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
-	return l.cur.Load().Apply(ctx, key, alg, n)
-}
-
-func (l *lateStore) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
-	return l.cur.Load().ApplyAll(ctx, ops, out, commit)
-}
-
-// Shared: the state is Redis's, shared by every process.
-func (l *lateStore) Shared() bool { return true }
-
-// Grant, Heartbeat and Leave make a lateStore a lease.Global, for leased
-// limits (failing, as every call, until the cluster's client is made).
-func (l *lateStore) Grant(ctx context.Context, key string, alg algo.Algorithm, c algo.Claim) (algo.Grant, error) {
-	return l.cur.Load().Grant(ctx, key, alg, c)
-}
-
-func (l *lateStore) Heartbeat(ctx context.Context, group, member string, ttl time.Duration) (int, error) {
-	return l.cur.Load().Heartbeat(ctx, group, member, ttl)
-}
-
-func (l *lateStore) Leave(ctx context.Context, group, member string) (int, error) {
-	return l.cur.Load().Leave(ctx, group, member)
+	return s, func() { s.Close(); closeLocal() }, nil
 }
