@@ -580,9 +580,11 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	size, demand := l.size(e, now)
 	want := max(size, need)
 	if e.shared.Load() {
-		// The bucket is divided: take the whole share (what accrued for
-		// this node since its last claim), up to a burst.
-		want = min(l.burst, maxLease)
+		// The bucket is divided: take the share (what accrued for this
+		// node since its last claim, less than its demand over a period),
+		// up to two periods of demand, which leaves what a node would
+		// hoard (the burst spread at the start of a storm) in its pool.
+		want = min(l.burst, maxLease, max(size, int64(math.Ceil(2*float64(demand)*float64(l.sharePeriod)/1e9))))
 	}
 	least := max(need, (size+3)/4)
 	if need > 0 && e.starved.Load() && l.nodes.Load() == 1 {

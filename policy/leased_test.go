@@ -204,12 +204,15 @@ func TestLeasedRaiseKeepsState(t *testing.T) {
 	first, _ := hammer(t, 4, 100*time.Millisecond, take)
 	assert.LessOrEqual(t, first, int64(200*time.Since(raisedAt).Seconds())+2+held, "a drained key gained a burst on the raise")
 	// Then the new rate: from the raise on, at most one bucket at 200/s
-	// from empty (plus what the old lease held), and at least 90% of it.
+	// from empty (plus what the old lease held).
 	admitted, _ = hammer(t, 4, 1500*time.Millisecond, take)
 	since := time.Since(raisedAt)
 	t.Logf("after the raise: %d then %d admitted in %v (%d held by the old lease)", first, admitted, since, held)
 	assert.LessOrEqual(t, first+admitted, int64(200*since.Seconds())+2+held)
-	assert.GreaterOrEqual(t, float64(first+admitted), 0.9*200*since.Seconds())
+	// At least 90% of it, less the last refresh period's refill (a
+	// divided bucket is claimed once a period: the refill since the last
+	// claim, 100ms at most, is still in the store when the window ends).
+	assert.GreaterOrEqual(t, float64(first+admitted), 0.9*200*(since.Seconds()-0.1))
 
 	// The replaced lease limiter was closed after the grace.
 	_, err = old.Take(ctx, "k", 1)
