@@ -89,3 +89,85 @@ func Stores(t *testing.T) func(t *testing.T) store.Store {
 		return s
 	}
 }
+
+// PortsEnv names the variable that bounds the ports of the servers
+// [Start] starts ("lo-hi", e.g. "38000-38999"); without it they are picked
+// in 10000-21999, below Linux's ephemeral range (a client reconnecting to a
+// killed server on an ephemeral port can be handed that very port as its
+// source port, which keeps the server from binding it again).
+const PortsEnv = "FLOODGATE_TEST_PORTS"
+
+// Server is a redis-server of one test, which the test may kill.
+type Server struct {
+	// Addr is the server's address, 127.0.0.1:port.
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// Start starts a redis-server for t on a free loopback port (see
+// [PortsEnv]) and kills it when t ends. It fails t when redis-server is
+// missing or does not start.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("no redis-server: run scripts/redis.sh start (it installs Redis when missing)")
+	}
+	lo, hi := portRange(t)
+	for range 50 {
+		port := lo + rand.IntN(hi-lo+1)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port)}
+		s.cmd = exec.Command(path, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no")
+		if err := s.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Kill)
+		if s.answers() {
+			return s
+		}
+		s.Kill()
+	}
+	t.Fatal("no redis-server started on a free port")
+	return nil
+}
+
+func portRange(t testing.TB) (lo, hi int) {
+	v := os.Getenv(PortsEnv)
+	if v == "" {
+		return 10000, 21999
+	}
+	a, b, ok := strings.Cut(v, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || lo < 1 || hi < lo {
+		t.Fatalf("%s=%q: want lo-hi", PortsEnv, v)
+	}
+	return lo, hi
+}
+
+func (s *Server) answers() bool {
+	for range 200 {
+		if c, err := net.Dial("tcp", s.Addr); err == nil {
+			c.Close()
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// Kill kills the server (SIGKILL) and waits for it; a killed server stays
+// dead. Kill is idempotent.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}

@@ -101,14 +101,25 @@ func redisServerPath() (string, error) {
 	return p, nil
 }
 
-// freePort returns a loopback port that is free now, and whose cluster bus
+// freePort returns a loopback port that is free now (in
+// $FLOODGATE_TEST_PORTS when set), and whose cluster bus
 // port (+10000) is free as well. Both stay below Linux's ephemeral range
 // (32768 and up): a client reconnecting to a killed server on an ephemeral
 // port can be handed that very port as its own source port (a TCP
 // self-connect), which then keeps the server from binding it on restart.
 func freePort() (int, error) {
+	lo, n := 10000, 12000
+	if v := os.Getenv("FLOODGATE_TEST_PORTS"); v != "" { // "lo-hi", as redistest.PortsEnv
+		a, b, _ := strings.Cut(v, "-")
+		l, err1 := strconv.Atoi(a)
+		h, err2 := strconv.Atoi(b)
+		if err1 != nil || err2 != nil || h < l {
+			return 0, fmt.Errorf("FLOODGATE_TEST_PORTS=%q: want lo-hi", v)
+		}
+		lo, n = l, h-l+1
+	}
 	for range 100 {
-		p := 10000 + rand.IntN(12000)
+		p := lo + rand.IntN(n)
 		ok := true
 		for _, q := range []int{p, p + 10000} {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
