@@ -36,7 +36,7 @@ type answer struct {
 	limit      string // X-RateLimit-Limit
 	retryAfter string
 	outcome    string // the request's event
-	store      string            // the store's events: outcome and whether it had a cause
+	store      string // the store's events: outcome and whether it had a cause
 }
 
 // outageFailures are the store failure policies, each with the middleware
@@ -97,8 +97,12 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 				name string
 				mw   func(...Option) (func(http.Handler) http.Handler, error)
 			}{
-				{"single", func(o ...Option) (func(http.Handler) http.Handler, error) { return Middleware(a, append(o, WithKeyFunc(key))...) }},
-				{"All", func(o ...Option) (func(http.Handler) http.Handler, error) { return Middleware(both, append(o, WithKeyFunc(key))...) }},
+				{"single", func(o ...Option) (func(http.Handler) http.Handler, error) {
+					return Middleware(a, append(o, WithKeyFunc(key))...)
+				}},
+				{"All", func(o ...Option) (func(http.Handler) http.Handler, error) {
+					return Middleware(both, append(o, WithKeyFunc(key))...)
+				}},
 				{"WithLimit", func(o ...Option) (func(http.Handler) http.Handler, error) {
 					return Middleware(a, append(o, WithKeyFunc(key), WithLimit(b, key))...)
 				}},
