@@ -35,9 +35,10 @@ func (o *outcomes) since(n int) ([]string, int) {
 	return append([]string(nil), o.o[n:]...), len(o.o)
 }
 
-// statusShape is what Envoy reads of one descriptor's status.
+// statusShape is what Envoy reads of one descriptor's status (whether
+// units remain, not how many: the time of day changes that).
 func statusShape(st *rlspb.RateLimitResponse_DescriptorStatus) string {
-	return fmt.Sprintf("%v limit=%d remaining=%d reset=%t", st.Code, st.CurrentLimit.GetRequestsPerUnit(), st.LimitRemaining, st.DurationUntilReset != nil)
+	return fmt.Sprintf("%v limit=%d remaining=%t reset=%t", st.Code, st.CurrentLimit.GetRequestsPerUnit(), st.LimitRemaining > 0, st.DurationUntilReset != nil)
 }
 
 // A request's descriptors are decided together (one group on the store,
@@ -51,9 +52,9 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 domain: o
 descriptors:
   - key: a
-    rate_limit: {unit: second, requests_per_unit: 7}
+    rate_limit: {unit: day, requests_per_unit: 7000}
   - key: b
-    rate_limit: {unit: second, requests_per_unit: 7}
+    rate_limit: {unit: day, requests_per_unit: 7000}
 `}
 	mem, err := memstore.New()
 	if err != nil {
@@ -69,10 +70,11 @@ descriptors:
 		mode     rls.FailureMode
 		want, ev string
 	}{
-		{"error", redisstore.FailError(), rls.FailClosed, "OVER_LIMIT limit=7 remaining=0 reset=false", "[error_closed]"},
-		{"open", redisstore.FailOpen(), rls.FailClosed, "OK limit=0 remaining=0 reset=false", "[error_open]"},
-		{"closed", redisstore.FailClosed(2 * time.Second), rls.FailOpen, "OVER_LIMIT limit=7 remaining=0 reset=false", "[error_closed]"},
-		{"fallback", redisstore.Fallback(mem, 1), rls.FailClosed, "OK limit=7 remaining=6 reset=true", "[fallback]"},
+		{"error", redisstore.FailError(), rls.FailClosed, "OVER_LIMIT limit=7000 remaining=false reset=false", "[error_closed]"},
+		{"open", redisstore.FailOpen(), rls.FailClosed, "OK limit=0 remaining=false reset=false", "[error_open]"},
+		{"closed", redisstore.FailClosed(2 * time.Second), rls.FailOpen, "OVER_LIMIT limit=7000 remaining=false reset=false", "[error_closed]"},
+		// The local window starts with its elapsed share taken: some left.
+		{"fallback", redisstore.Fallback(mem, 1), rls.FailClosed, "OK limit=7000 remaining=true reset=true", "[fallback]"},
 	}
 	for _, p := range policies {
 		t.Run(p.name, func(t *testing.T) {

@@ -18,11 +18,12 @@ import (
 )
 
 // outageYAML gives the Policies middleware the two limits of the other
-// mechanisms: pa on the descriptor (k), pb on (k2), both with a burst of 7.
+// mechanisms: pa on the descriptor (k), pb on (k2), both 7/s with a burst
+// of 7.
 const outageYAML = `domain: outage
 policies:
   - {name: pa, rate: 7/s, burst: 7}
-  - {name: pb, rate: 7/m, burst: 7}
+  - {name: pb, rate: 7/s, burst: 7}
 rules:
   - key: k
     policy: pa
@@ -50,7 +51,8 @@ var outageFailures = []struct {
 	{"open", redisstore.FailOpen, answer{status: 200, outcome: floodgate.OutcomeErrorOpen.String(), store: "error_open+cause"}},
 	{"closed", func() redisstore.FailurePolicy { return redisstore.FailClosed(2 * time.Second) },
 		answer{status: 503, retryAfter: "2", outcome: floodgate.OutcomeErrorClosed.String(), store: "error_closed+cause"}},
-	{"fallback", nil, answer{status: 200, limit: "7", outcome: floodgate.OutcomeFallback.String(), store: "fallback+cause"}},
+	// Fallback: the local limit starts drained (a refusal by the fallback).
+	{"fallback", nil, answer{status: 429, limit: "7", retryAfter: "1", outcome: floodgate.OutcomeFallback.String(), store: "fallback+cause"}},
 }
 
 // Group decisions in an outage answer as a single limiter does: for each
@@ -78,7 +80,7 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := newBucket(t, rs, floodgate.PerSecond(7), 7)
-			b := newBucket(t, rs, floodgate.PerMinute(7), 7)
+			b := newBucket(t, rs, floodgate.PerSecond(7), 7)
 			both, err := floodgate.All(a, b)
 			if err != nil {
 				t.Fatal(err)
@@ -159,7 +161,7 @@ func (c *counter) snapshot() []floodgate.Event {
 
 // shape is what a transport reads of a Decision.
 func shape(d floodgate.Decision) string {
-	return fmt.Sprintf("allowed=%t fallback=%t limit=%d retry=%v", d.Allowed, d.Fallback, d.Limit, d.RetryAfter)
+	return fmt.Sprintf("allowed=%t fallback=%t limit=%d retry=%ds", d.Allowed, d.Fallback, d.Limit, (d.RetryAfter+time.Second-1)/time.Second)
 }
 
 func newMem(t *testing.T) *memstore.Store {
