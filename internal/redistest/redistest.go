@@ -4,7 +4,9 @@
 package redistest
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -130,7 +132,7 @@ func Start(t testing.TB) *Server {
 		if s.answers() {
 			return s
 		}
-		s.Kill()
+		s.Kill() // the port was taken meanwhile: another server answers there
 	}
 	t.Fatal("no redis-server started on a free port")
 	return nil
@@ -150,15 +152,45 @@ func portRange(t testing.TB) (lo, hi int) {
 	return lo, hi
 }
 
+// answers reports whether the server at s.Addr answers and is s's own
+// process (INFO's process_id), not one another test started on the port.
 func (s *Server) answers() bool {
+	want := "process_id:" + strconv.Itoa(s.cmd.Process.Pid) + "\r\n"
 	for range 200 {
-		if c, err := net.Dial("tcp", s.Addr); err == nil {
-			c.Close()
-			return true
+		if info, err := Info(s.Addr); err == nil {
+			return strings.Contains(info, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return false
+}
+
+// Info returns the reply of INFO server from the Redis server at addr,
+// over a plain connection.
+func Info(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return "", fmt.Errorf("INFO: reply %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return string(body), nil
 }
 
 // Kill kills the server (SIGKILL) and waits for it; a killed server stays
