@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/window"
@@ -152,4 +153,22 @@ func TestMultiFallback(t *testing.T) {
 	assert.True(t, d.Allowed, "...and the per-second one was not charged")
 	assert.Equal(t, int64(2), d.Limit)
 	assert.Equal(t, []floodgate.Outcome{floodgate.OutcomeFallback, floodgate.OutcomeFallback, floodgate.OutcomeFallback}, outcomes)
+}
+
+// The leaky bucket (refusing, nginx's nodelay): a quarter of the rate and
+// of the capacity (burst + 1) on each of 4 nodes, drained at the switch.
+func TestDividedLeakyBucket(t *testing.T) {
+	alg, err := leaky.Config{Rate: floodgate.PerSecond(100), Burst: 39, NoDelay: true}.Algorithm()
+	require.NoError(t, err)
+	div := divided(alg, 4)
+	assert.Equal(t, int64(10), div.Spec().Capacity)
+	now := int64(1_700_000_000_000_000)
+	var s algo.State
+	s2, d := div.Step(s, now, 1)
+	assert.False(t, d.Allowed, "drained at the switch")
+	s = s2
+	assert.InDelta(t, 250, run(div, &s, now+1000, 1000, 10_000_000), 2, "25/s, no burst")
+	// Idle until empty (not long enough for a new switch): a quarter of the
+	// capacity at once, then no more.
+	assert.Equal(t, 10, run(div, &s, now+10_500_000, 1, 20))
 }
