@@ -172,9 +172,12 @@
 //     current_limit, limit_remaining 0 and no duration_until_reset (when
 //     the store is back is unknown), no headers; shadow-mode descriptors
 //     answer OK there too. redisstore's failure policies apply before: its
-//     FailOpen / FailClosed are answered as these, its local Fallback
-//     decides. Feed the store's observer events to [Service.ObserveStore]
-//     so that a failure policy deciding inside the store is seen; each such
+//     FailOpen / FailClosed are answered as these (and reported to the
+//     observer as error_open / error_closed), its local Fallback decides
+//     (reported as fallback), whatever the number of descriptors. Feed the
+//     store's observer events to [Service.ObserveStore] too, so that a
+//     failure policy deciding inside the store is seen when a limiter does
+//     not mark its decisions (Decision.Fallback); each such
 //     call is counted (floodgate_rls_store_unavailable_total) and an
 //     outage logged once when it starts and once when it ends
 //     ([WithLogger]).

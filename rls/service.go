@@ -260,10 +260,14 @@ type Service struct {
 
 // ObserveStore takes the events of the store's own observer
 // (redisstore.WithObserver): the decisions its failure policy made
-// (FailOpen, FailClosed, Fallback), which a redisstore.Store does not mark
-// in every decision it returns. A call during which the store's failure
-// policy decided is then answered, counted and logged as such (a FailOpen
-// or FailClosed store as this service's FailOpen or FailClosed).
+// (FailOpen, FailClosed, Fallback). A redisstore.Store also marks each
+// such decision it returns (floodgate.Decision.Fallback), single and group
+// alike, and the service answers from that mark without ObserveStore;
+// ObserveStore is for what a limiter does not pass on in its decisions. A
+// call during which the store's failure policy decided is answered,
+// counted and logged as such (a FailOpen or FailClosed store as this
+// service's FailOpen or FailClosed, reported to the observer as
+// error_open or error_closed).
 func (s *Service) ObserveStore(e floodgate.Event) {
 	switch e.Outcome {
 	case floodgate.OutcomeErrorOpen:
@@ -561,9 +565,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		switch {
 		case closed:
 			s.storeFailed(FailClosed.String(), nil)
+			s.observeFail(lead, floodgate.OutcomeErrorClosed, start)
 			return s.failAnswer(ds, FailClosed), nil
 		case open:
 			s.storeFailed(FailOpen.String(), nil)
+			s.observeFail(lead, floodgate.OutcomeErrorOpen, start)
 			return s.failAnswer(ds, FailOpen), nil
 		}
 	}
@@ -611,6 +617,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		s.opts.observer.Observe(ev)
 	}
 	return resp, nil
+}
+
+// observeFail reports a call answered by the store's blanket FailOpen or
+// FailClosed as this service's own fail mode is reported (the cause goes
+// to the store's observer).
+func (s *Service) observeFail(lead *floodgate.Check, outcome floodgate.Outcome, start time.Time) {
+	if s.opts.observer == nil {
+		return
+	}
+	ev := floodgate.Event{Policy: "rls", Outcome: outcome, Latency: time.Since(start)}
+	if lead != nil {
+		ev.Policy, ev.Decision = direct(lead.Limiter).Name(), lead.Decision
+	}
+	s.opts.observer.Observe(ev)
 }
 
 // override returns the limit of a request's own limit (the descriptor's

@@ -4,7 +4,9 @@
 package redistest
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -88,4 +90,116 @@ func Stores(t *testing.T) func(t *testing.T) store.Store {
 		}
 		return s
 	}
+}
+
+// PortsEnv names the variable that bounds the ports of the servers
+// [Start] starts ("lo-hi", e.g. "38000-38999"); without it they are picked
+// in 10000-21999, below Linux's ephemeral range (a client reconnecting to a
+// killed server on an ephemeral port can be handed that very port as its
+// source port, which keeps the server from binding it again).
+const PortsEnv = "FLOODGATE_TEST_PORTS"
+
+// Server is a redis-server of one test, which the test may kill.
+type Server struct {
+	// Addr is the server's address, 127.0.0.1:port.
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// Start starts a redis-server for t on a free loopback port (see
+// [PortsEnv]) and kills it when t ends. It fails t when redis-server is
+// missing or does not start.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("no redis-server: run scripts/redis.sh start (it installs Redis when missing)")
+	}
+	lo, hi := portRange(t)
+	for range 50 {
+		port := lo + rand.IntN(hi-lo+1)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port)}
+		s.cmd = exec.Command(path, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no")
+		if err := s.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Kill)
+		if s.answers() {
+			return s
+		}
+		s.Kill() // the port was taken meanwhile: another server answers there
+	}
+	t.Fatal("no redis-server started on a free port")
+	return nil
+}
+
+func portRange(t testing.TB) (lo, hi int) {
+	v := os.Getenv(PortsEnv)
+	if v == "" {
+		return 10000, 21999
+	}
+	a, b, ok := strings.Cut(v, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || lo < 1 || hi < lo {
+		t.Fatalf("%s=%q: want lo-hi", PortsEnv, v)
+	}
+	return lo, hi
+}
+
+// answers reports whether the server at s.Addr answers and is s's own
+// process (INFO's process_id), not one another test started on the port.
+func (s *Server) answers() bool {
+	want := "process_id:" + strconv.Itoa(s.cmd.Process.Pid) + "\r\n"
+	for range 200 {
+		if info, err := Info(s.Addr); err == nil {
+			return strings.Contains(info, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// Info returns the reply of INFO server from the Redis server at addr,
+// over a plain connection.
+func Info(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return "", fmt.Errorf("INFO: reply %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return string(body), nil
+}
+
+// Kill kills the server (SIGKILL) and waits for it; a killed server stays
+// dead. Kill is idempotent.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
 }

@@ -82,7 +82,11 @@
 //
 // Each call decided is reported to a [floodgate.Observer] ([WithObserver])
 // as one event (Source floodgate.SourceRequest) with its outcome (a
-// decision of a store's local fallback is floodgate.OutcomeFallback), the
+// decision of a store's local fallback is floodgate.OutcomeFallback; a
+// store's blanket FailOpen or FailClosed answer is error_open or
+// error_closed, the call answered as under [FailOpen] or [FailClosed]
+// (Unavailable with one second), for one limiter and for a group alike),
+// the
 // policy's name (the limit that decided, unless [WithName]), the tier, the
 // route class (the full method name unless [WithRouteFunc] maps it), the
 // priority class for a classifying shedder (Event.Class) and the time the

@@ -120,7 +120,13 @@
 // Retry-After: 1, since the client did nothing wrong. The exception is a
 // cost or a key the limiter refuses (see [CostFunc], [KeyFunc]): 429,
 // whatever the fail mode.
-// A panicking limiter never takes the server down.
+// A panicking limiter never takes the server down. A store whose own
+// failure policy answers (redisstore's FailOpen, FailClosed, Fallback)
+// gets the same treatment for one limiter and for a group (floodgate.All,
+// [WithLimit], [Policies]): its blanket admission is served (error_open),
+// its blanket refusal answered 503 with the store's Retry-After
+// (error_closed), its local fallback's decision answered as a limiter's
+// (fallback).
 //
 // A shaping limiter may admit a request with a Decision.Delay: by default
 // ([DelayHonour]) the request waits that long, with its context, before the

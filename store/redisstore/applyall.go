@@ -42,11 +42,13 @@ import (
 // time) may or may not have committed; the other slots are refunded and the
 // call goes to the failure policy.
 //
-// When Redis cannot decide, the failure policy applies to the whole call:
-// [FailOpen] admits every op (out[i] is allowed with the op's capacity as
-// Limit), [FailClosed] refuses every op, [Fallback] runs ApplyAll on the
-// local store with the local algorithms (atomic there), and one event is
-// reported to the observer. Ops need a cost n >= 1 and an algorithm with a
+// When Redis cannot decide, the failure policy applies to the whole call,
+// and every op's decision is the one [Store.Apply] gives under it
+// (Decision.Fallback set): [FailOpen] admits every op and [FailClosed]
+// refuses every op, each with the blanket answer of Limit 0 (no quota to
+// advertise), [Fallback] runs ApplyAll on the local store with the local
+// algorithms (atomic there), and one event is reported to the observer,
+// with the cause. Ops need a cost n >= 1 and an algorithm with a
 // Lua twin; two ops on the same key and namespace must have the same state
 // shape (Words, MaxLog).
 func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
@@ -366,13 +368,14 @@ func (s *Store) failAll(ctx context.Context, ops []store.Op, ps []*policy, out [
 	var outcome floodgate.Outcome
 	switch s.policy.mode {
 	case modeOpen:
+		// Limit 0: a blanket answer, as Apply's.
 		for i := range ops {
-			out[i] = floodgate.Decision{Allowed: true, Limit: ps[i].limit}
+			out[i] = floodgate.Decision{Allowed: true, Fallback: true}
 		}
 		outcome = floodgate.OutcomeErrorOpen
 	case modeClosed:
 		for i := range ops {
-			out[i] = floodgate.Decision{Limit: ps[i].limit, RetryAfter: s.policy.retryAfter}
+			out[i] = floodgate.Decision{Fallback: true, RetryAfter: s.policy.retryAfter}
 		}
 		all = false
 		outcome = floodgate.OutcomeErrorClosed
@@ -384,6 +387,9 @@ func (s *Store) failAll(ctx context.Context, ops []store.Op, ps []*policy, out [
 		var err error
 		if all, err = s.policy.local.ApplyAll(ctx, local, out, commit); err != nil {
 			return false, errors.Join(cause, fmt.Errorf("redisstore: fallback: %w", err))
+		}
+		for i := range ops {
+			out[i].Fallback = true
 		}
 		outcome = floodgate.OutcomeFallback
 	default:

@@ -190,7 +190,9 @@
 //   - [FailClosed]: the request is denied with a RetryAfter; the observer sees
 //     [floodgate.OutcomeErrorClosed].
 //   - [Fallback]: a local store (typically a memstore) decides with the rate
-//     divided by the number of nodes; the observer sees
+//     and the capacity divided by the number of nodes, each local limit
+//     starting as after an even pace at the limit (a bucket drained); the
+//     observer sees
 //     [floodgate.OutcomeFallback] with the local verdict. [FallbackWith] lets
 //     you choose the local configuration.
 //
@@ -222,6 +224,12 @@
 // out their timeout. A context cancelled by the caller (or its own earlier
 // deadline) is the caller's error under every policy, and tells the store
 // nothing about Redis.
+//
+// Group decisions ([Store.ApplyAll]: floodgate.All, TakeAll) fail exactly
+// like single ones: every decision the failure policy made is marked
+// (floodgate.Decision.Fallback; Limit 0 for the blanket FailOpen and
+// FailClosed answers), so that a transport answers it as it answers a
+// single limiter's (a 503, not a 429, under FailClosed).
 //
 // With [WithObserver], the store reports its own outcomes, with Source
 // floodgate.SourceStore: the three failure outcomes, each with its own

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"fmt"
 	"hash/fnv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -53,7 +55,7 @@ type FailurePolicy struct {
 	retryAfter time.Duration
 	local      store.Store
 	derive     func(algo.Algorithm) (algo.Algorithm, error)
-	divided    bool // Fallback: the local copy divides the rate by nodes
+	divided    bool // Fallback: the local copy divides the limit by nodes
 	nodes      int
 }
 
@@ -82,25 +84,57 @@ func FailClosed(retryAfter time.Duration) FailurePolicy {
 }
 
 // Fallback decides locally, on local (typically a memstore), when Redis
-// cannot: every algorithm runs with its rate divided by nodes, the number of
-// processes that share the global limit, so that the fleet as a whole stays
-// near the global rate while Redis is away. The decision is reported as
+// cannot, with every limit divided by nodes, the number of processes that
+// share the global limit, so that the fleet as a whole stays near the
+// global limit while Redis is away. The decision is reported as
 // [floodgate.OutcomeFallback] with the local verdict and the Redis error.
 //
-// The division is exact and works for every algorithm: the local copy runs
-// on a clock that goes nodes times slower, so every refill, leak and window
-// takes nodes times longer (a token bucket of 100/s becomes 100/(nodes s); a
-// window of 60 per minute becomes 60 per nodes minutes). Capacities (burst,
-// window size) are not divided: right after Redis fails each node may admit
-// one burst. Use [FallbackWith] to pick the local configuration yourself.
+// The rule, for every algorithm (token bucket, leaky bucket, windows):
 //
-// The local state is separate from the Redis one: while Redis is away the
-// local limits start full.
+//   - Rate and capacity are both divided by nodes. Each request costs nodes
+//     units of the global algorithm run locally: a token bucket of 100/s
+//     with a burst of 40 becomes 25/s with a burst of 10 on each of 4
+//     nodes; a window of 60 per minute becomes 15 per minute. A capacity
+//     smaller than nodes cannot be divided below one request: each request
+//     then costs the whole capacity and the local clock runs
+//     nodes/capacity times slower, so the rate is still divided by nodes
+//     (a burst of 2 on 4 nodes: 1 request per node, refilled at a quarter
+//     of the rate).
+//   - A request whose cost is more than a node's share (cost x nodes above
+//     the capacity) needs the node's whole share: it passes only when the
+//     local limit is full, and then empties it.
+//   - The local limits do not start full at the switch (the moment the
+//     store began to decide locally: its first local decision after at
+//     least one local time-to-full without any), since a limit that fails
+//     in a storm is most likely drained, and a full burst on every node is
+//     an over-admission of the whole fleet. Every key starts as it would
+//     stand after an even pace at its limit: a token or leaky bucket
+//     drained (it admits from its first local token, nodes/rate after the
+//     switch), a window with the elapsed share of its current window
+//     taken (a window of 60 per minute on 4 nodes, 30 seconds into the
+//     minute: 7 more in that minute). The price: a key that was idle
+//     before the outage starts so too (a first request may be refused,
+//     with a RetryAfter of nodes/rate); a key first seen a local
+//     time-to-full after the switch starts full.
 //
-// nodes must be at least 1: [New] refuses the policy otherwise.
+// So over any stretch of an outage a fleet of nodes processes, each with
+// Fallback(local, nodes), admits at most what one global limit could (its
+// rate over the stretch plus its capacity; plus nodes requests when the
+// capacity is smaller than nodes), and no burst at the switch. Requests
+// costing more than a node's share are the exception: each takes one whole
+// share. Measured (TestFleetFallbackHoldsTheLimit): 4 nodes offered 3x a
+// token bucket of 200/s admit 196 and 200 in the two seconds after Redis
+// is killed, with no error. The local state is separate from the
+// Redis one and is not carried back when Redis answers again. Decisions
+// report the local limit (Limit and Remaining in requests of the node's
+// share; RetryAfter, ResetAfter and Delay in real time). Use
+// [FallbackWith] to pick the local configuration yourself.
+//
+// nodes must be at least 1: [New] refuses the policy otherwise. With one
+// node only the drained start applies.
 func Fallback(local store.Store, nodes int) FailurePolicy {
 	return FailurePolicy{mode: modeFallback, local: local, divided: true, nodes: nodes, derive: func(a algo.Algorithm) (algo.Algorithm, error) {
-		return slowed(a, max(nodes, 1)), nil
+		return divided(a, max(nodes, 1)), nil
 	}}
 }
 
@@ -131,67 +165,135 @@ func (fp FailurePolicy) validate() error {
 	return nil
 }
 
-// slowed returns alg running on a clock nodes times slower than the real one:
-// every rate of alg divided by nodes, every capacity unchanged, and the
-// durations of its decisions in real time. It is the local algorithm of
-// [Fallback]. State.W[0] stays in real time (the store may still drop full
-// states); the other words are in the slowed time and must only be stepped
-// by the returned algorithm. slowed(alg, 1) is alg. Its Spec has no Lua twin
-// and a namespace of its own.
-func slowed(alg algo.Algorithm, nodes int) algo.Algorithm {
-	if nodes <= 1 {
-		return alg
-	}
+// divided returns alg divided among nodes, the local algorithm of
+// [Fallback] (see its doc for the rule): each unit costs m = min(nodes,
+// capacity) units of alg, on a clock nodes/m times slower than the real
+// one, and a state full at the switch (a fresh key included) is replaced
+// by the state it starts with ([dividedAlg.start]). State.W[0] stays in
+// real time (the store may still drop full states); the other words are in
+// the slowed time and must only be stepped by the returned algorithm. Its
+// Spec has no Lua twin and a namespace of its own.
+func divided(alg algo.Algorithm, nodes int) algo.Algorithm {
 	sp := alg.Spec()
+	n := int64(max(nodes, 1))
+	m := min(n, sp.Capacity)
+	g := gcd(n, m)
+	a := &dividedAlg{inner: alg, m: m, num: n / g, den: m / g, capacity: sp.Capacity, origin: floodgate.Nanotime() / 1000}
 	h := fnv.New64a()
-	fmt.Fprintf(h, "slowed/%d/%d", nodes, sp.Namespace)
+	fmt.Fprintf(h, "divided/%d/%d", nodes, sp.Namespace)
 	sp.Namespace = h.Sum64()
-	sp.Name += "-slowed"
+	sp.Name += "-divided"
 	sp.Lua = algo.Lua{}
-	return slowedAlg{inner: alg, spec: sp, n: int64(nodes), origin: floodgate.Nanotime() / 1000}
+	sp.Capacity = max(1, sp.Capacity/m)
+	if sp.Undelayed > 0 {
+		sp.Undelayed = max(1, sp.Undelayed/m)
+	}
+	a.spec = sp
+	a.bucket = strings.HasPrefix(sp.Name, "token-bucket") || strings.HasPrefix(sp.Name, "leaky-bucket")
+	_, d := alg.Step(algo.State{}, a.origin, a.capacity)
+	a.rearm = max(int64(a.scale(d.ResetAfter)/time.Microsecond), int64(time.Second/time.Microsecond))
+	return a
 }
 
-type slowedAlg struct {
-	inner     algo.Algorithm
-	spec      algo.Spec
-	n, origin int64
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
-func (a slowedAlg) Spec() algo.Spec { return a.spec }
+// dividedAlg is [divided]'s algorithm. Its clock maps real time t to
+// origin + (t-origin)*den/num.
+type dividedAlg struct {
+	inner              algo.Algorithm
+	spec               algo.Spec
+	m                  int64 // inner units per unit
+	num, den           int64 // the clock runs num/den times slower
+	capacity           int64 // the inner capacity
+	origin             int64
+	bucket             bool         // a token or leaky bucket: starts drained
+	rearm              int64        // µs without a local step that make the next one a switch
+	switchAt, lastStep atomic.Int64 // real µs
+}
+
+func (a *dividedAlg) Spec() algo.Spec { return a.spec }
 
 // in maps real time to slowed time; out maps back (out(in(t)) <= t <
 // out(in(t)+1), so "full at or before now" means the same in both).
-func (a slowedAlg) in(t int64) int64 {
-	d := t - a.origin
-	q := d / a.n
-	if d%a.n != 0 && d < 0 {
+func (a *dividedAlg) in(t int64) int64 { return a.origin + floorDiv((t-a.origin)*a.den, a.num) }
+
+func (a *dividedAlg) out(t int64) int64 { return a.origin - floorDiv(-(t-a.origin)*a.num, a.den) }
+
+func floorDiv(x, y int64) int64 {
+	q := x / y
+	if x%y != 0 && x < 0 {
 		q--
 	}
-	return a.origin + q
+	return q
 }
 
-func (a slowedAlg) out(t int64) int64 { return a.origin + (t-a.origin)*a.n }
+// switched returns the time of the switch to local decisions that now
+// belongs to: now itself when no local step ran for a.rearm.
+func (a *dividedAlg) switched(now int64) int64 {
+	last := a.lastStep.Swap(now)
+	if last == 0 || now-last > a.rearm {
+		a.switchAt.Store(now)
+		return now
+	}
+	return a.switchAt.Load()
+}
 
-func (a slowedAlg) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
-	if s.W[0] != 0 {
+func (a *dividedAlg) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
+	if sw := a.switched(now); s.W[0] <= sw {
+		// Full at the switch (or fresh): as it starts at the switch instead.
+		s = a.start(sw)
+	} else {
 		s.W[0] = a.in(s.W[0])
 	}
-	s, d := a.inner.Step(s, a.in(now), n)
+	cost := n * a.m
+	if n > a.capacity/a.m {
+		cost = a.capacity // more than a node's share: all of it
+	}
+	s, d := a.inner.Step(s, a.in(now), cost)
 	if s.W[0] != 0 {
 		s.W[0] = a.out(s.W[0])
 	}
+	d.Limit /= a.m
+	d.Remaining /= a.m
 	d.RetryAfter = a.scale(d.RetryAfter)
 	d.ResetAfter = a.scale(d.ResetAfter)
 	d.Delay = a.scale(d.Delay)
 	return s, d
 }
 
-func (a slowedAlg) scale(d time.Duration) time.Duration {
-	if d <= 0 {
+// start returns the state a key starts with at the switch sw, in the
+// slowed time: a bucket's drained; a window's charged with the share of the
+// window (epoch-aligned) elapsed at sw, what an even pace at the limit
+// would have taken.
+func (a *dividedAlg) start(sw int64) algo.State {
+	t := a.in(sw)
+	charge := a.capacity
+	if !a.bucket {
+		w := int64(a.spec.Window / time.Microsecond)
+		if w <= 0 {
+			return algo.State{}
+		}
+		charge = int64(float64(a.capacity) * float64(t%w) / float64(w))
+		if charge <= 0 {
+			return algo.State{}
+		}
+	}
+	s, _ := a.inner.Step(algo.State{}, t, charge)
+	return s
+}
+
+// scale turns a slowed duration into real time, rounded up.
+func (a *dividedAlg) scale(d time.Duration) time.Duration {
+	if d <= 0 || a.num == a.den {
 		return d
 	}
-	if d > time.Duration(1<<63-1)/time.Duration(a.n) {
+	if d > time.Duration(1<<63-1)/time.Duration(a.num) {
 		return time.Duration(1<<63 - 1)
 	}
-	return d * time.Duration(a.n)
+	return (d*time.Duration(a.num) + time.Duration(a.den) - 1) / time.Duration(a.den)
 }

@@ -63,7 +63,7 @@ func TestNewValidates(t *testing.T) {
 
 	// An algorithm without a Lua twin cannot run on Redis.
 	ctx := context.Background()
-	noTwin := slowed(tokenBucket(t, floodgate.PerSecond(1), 1), 2)
+	noTwin := divided(tokenBucket(t, floodgate.PerSecond(1), 1), 2)
 	_, err = s.Apply(ctx, "k", noTwin, 1)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	_, err = s.Apply(ctx, "k", nil, 1)
@@ -327,7 +327,7 @@ func TestStepTwinValidates(t *testing.T) {
 	states := make([]algo.State, 2)
 	err := s.StepTwin(ctx, alg, states, []int64{1, 2}, []int64{1}, make([]floodgate.Decision, 2))
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	err = s.StepTwin(ctx, slowed(alg, 2), states, []int64{1, 2}, []int64{1, 1}, make([]floodgate.Decision, 2))
+	err = s.StepTwin(ctx, divided(alg, 2), states, []int64{1, 2}, []int64{1, 1}, make([]floodgate.Decision, 2))
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	writes := commandCalls(t, c, "set") + commandCalls(t, c, "del")
 	out := make([]floodgate.Decision, 2)

@@ -563,7 +563,6 @@ type policy struct {
 	spec    algo.Spec
 	nsHex   string   // the namespace in 16 hex digits: part of the Redis key
 	args    []string // ARGV for this policy: its description (policyArgs)
-	limit   int64    // the capacity (Limit of a fresh state), for fail-open/closed decisions
 	local   algo.Algorithm
 	twin    uint16
 	oneWord bool       // Apply runs scriptOneWord, else scriptGroupBody
@@ -586,13 +585,11 @@ func newPolicy(alg algo.Algorithm, fp FailurePolicy) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, d := alg.Step(algo.State{}, floodgate.Nanotime()/1000, 0)
 	p := &policy{
 		alg:     alg,
 		spec:    sp,
 		nsHex:   hex16(sp.Namespace),
 		args:    policyArgs(sp),
-		limit:   d.Limit,
 		twin:    id,
 		oneWord: sp.Words == 1 && sp.MaxLog == 0,
 	}

@@ -101,7 +101,8 @@ func redisServerPath() (string, error) {
 	return p, nil
 }
 
-// freePort returns a loopback port that is free now, and whose cluster bus
+// freePort returns a loopback port that is free now (in
+// $FLOODGATE_TEST_PORTS when set), and whose cluster bus
 // port (+10000) is free as well. Both stay below Linux's ephemeral range
 // (32768 and up): a client reconnecting to a killed server on an ephemeral
 // port can be handed that very port as its own source port (a TCP

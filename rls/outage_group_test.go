@@ -1,0 +1,111 @@
+package rls_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/store/memstore"
+	"github.com/floodgate-go/floodgate/store/redisstore"
+)
+
+// outcomes records the outcomes an observer gets.
+type outcomes struct {
+	mu sync.Mutex
+	o  []string
+}
+
+func (o *outcomes) Observe(e floodgate.Event) {
+	o.mu.Lock()
+	o.o = append(o.o, e.Outcome.String())
+	o.mu.Unlock()
+}
+
+func (o *outcomes) since(n int) ([]string, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.o[n:]...), len(o.o)
+}
+
+// statusShape is what Envoy reads of one descriptor's status (whether
+// units remain, not how many: the time of day changes that).
+func statusShape(st *rlspb.RateLimitResponse_DescriptorStatus) string {
+	return fmt.Sprintf("%v limit=%d remaining=%t reset=%t", st.Code, st.CurrentLimit.GetRequestsPerUnit(), st.LimitRemaining > 0, st.DurationUntilReset != nil)
+}
+
+// A request's descriptors are decided together (one group on the store,
+// even for one descriptor) and answered in an outage as a single limiter
+// (Store.Apply) answers, whatever the number of descriptors: for
+// each failure policy of the store (the store's observer not fed to
+// ObserveStore, as a library user may do), a real Redis is killed and the
+// service is called through its gRPC API.
+func TestGroupOutageAnswersLikeSingle(t *testing.T) {
+	files := map[string]string{"o.yaml": `
+domain: o
+descriptors:
+  - key: a
+    rate_limit: {unit: day, requests_per_unit: 7000}
+  - key: b
+    rate_limit: {unit: day, requests_per_unit: 7000}
+`}
+	mem, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mem.Close() })
+	// want is the answer a single limiter (Store.Apply) gives: the blanket
+	// answers as the service's own fail modes, the fallback's with its
+	// quota; each reported to the service's observer.
+	policies := []struct {
+		name     string
+		fp       redisstore.FailurePolicy
+		mode     rls.FailureMode
+		want, ev string
+	}{
+		{"error", redisstore.FailError(), rls.FailClosed, "OVER_LIMIT limit=7000 remaining=false reset=false", "[error_closed]"},
+		{"open", redisstore.FailOpen(), rls.FailClosed, "OK limit=0 remaining=false reset=false", "[error_open]"},
+		{"closed", redisstore.FailClosed(2 * time.Second), rls.FailOpen, "OVER_LIMIT limit=7000 remaining=false reset=false", "[error_closed]"},
+		// The local window starts with its elapsed share taken: some left.
+		{"fallback", redisstore.Fallback(mem, 1), rls.FailClosed, "OK limit=7000 remaining=true reset=true", "[fallback]"},
+	}
+	for _, p := range policies {
+		t.Run(p.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			st := redisStore(t, c, redisstore.WithFailurePolicy(p.fp), redisstore.WithTimeout(time.Second))
+			obs := &outcomes{}
+			s := serve(t, st, files, rls.WithFailureMode(p.mode), rls.WithObserver(obs), rls.WithHeaders(rls.HeadersIETF|rls.HeadersLegacy))
+			srv.Kill()
+			one := s.call(t, "o", 0, desc("a", "single"))
+			evOne, n := obs.since(0)
+			two := s.call(t, "o", 0, desc("a", "group"), desc("b", "group"))
+			evTwo, _ := obs.since(n)
+			if one.OverallCode != two.OverallCode || len(one.ResponseHeadersToAdd) != len(two.ResponseHeadersToAdd) {
+				t.Errorf("overall %v with %d headers, want (as one descriptor) %v with %d", two.OverallCode, len(two.ResponseHeadersToAdd), one.OverallCode, len(one.ResponseHeadersToAdd))
+			}
+			for i, got := range two.Statuses {
+				if statusShape(got) != statusShape(one.Statuses[0]) {
+					t.Errorf("status %d: %s, want (as one descriptor) %s", i, statusShape(got), statusShape(one.Statuses[0]))
+				}
+			}
+			if fmt.Sprint(evOne) != fmt.Sprint(evTwo) {
+				t.Errorf("observer: %v, want (as one descriptor) %v", evTwo, evOne)
+			}
+			if got := statusShape(one.Statuses[0]); got != p.want || fmt.Sprint(evOne) != p.ev {
+				t.Errorf("one descriptor: %s, observer %v; want %s, %s", got, evOne, p.want, p.ev)
+			}
+		})
+	}
+}
