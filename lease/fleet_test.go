@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
 
@@ -169,6 +170,27 @@ func TestOutagePolicies(t *testing.T) {
 		{"lease default (divided fallback)", leased(redisstore.WithFailurePolicy(redisstore.FailError()), false), 0.5, 1.1},
 		{"lease, store FailOpen", leased(redisstore.WithFailurePolicy(redisstore.FailOpen()), true), 2.5, 3.1},
 		{"lease, store FailClosed", leased(redisstore.WithFailurePolicy(redisstore.FailClosed(time.Second)), true), 0, 0.05},
+		{"store FailError, no lease, the caller admits on an error (a fail-open middleware)", func(t *testing.T, addr string, cfg bucket.Config) floodgate.Limiter {
+			st := newStore(t, dial(t, addr), redisstore.WithTimeout(50*time.Millisecond))
+			l, err := bucket.NewKeyed(st, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return admitOnError{l}
+		}, 2.5, 3.1},
+		{"store Fallback(memstore, 4), no lease", func(t *testing.T, addr string, cfg bucket.Config) floodgate.Limiter {
+			mem, err := memstore.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { mem.Close() })
+			st := newStore(t, dial(t, addr), redisstore.WithTimeout(50*time.Millisecond), redisstore.WithFailurePolicy(redisstore.Fallback(mem, 4)))
+			l, err := bucket.NewKeyed(st, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}, 0.5, 1.1},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			per := outage(t, p.node)
@@ -180,6 +202,18 @@ func TestOutagePolicies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// admitOnError admits what its limiter could not decide, as a middleware
+// with FailOpen (httplimit's default fail mode) does.
+type admitOnError struct{ floodgate.Limiter }
+
+func (a admitOnError) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
+	d, err := a.Limiter.Take(ctx, key, n)
+	if err != nil {
+		return floodgate.Decision{Allowed: true}, nil
+	}
+	return d, nil
 }
 
 // outage runs four nodes made by node at 3x the global limit (1,000/s,
