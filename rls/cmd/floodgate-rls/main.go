@@ -82,8 +82,8 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		redisCluster  = fs.String("redis-cluster", "", "Redis Cluster nodes, comma-separated")
 		redisPrefix   = fs.String("redis-prefix", "floodgate-rls:", "the prefix of the keys written to Redis")
 		redisTimeout  = fs.Duration("redis-timeout", 50*time.Millisecond, "the timeout of one Redis decision")
-		redisFailure  = fs.String("redis-failure", "error", "when Redis is away: error (the call fails, Envoy's failure_mode_deny decides), open (OK, with no limit and no headers), closed (OVER_LIMIT, with no reset time), or local (decide on a local memory store, the rate divided by -nodes)")
-		nodes         = fs.Int("nodes", 1, "with -redis-failure local: the number of floodgate-rls processes sharing the limits")
+		redisFailure  = fs.String("redis-failure", "local", "when Redis is away: local (decide on a local memory store, every limit's rate and capacity divided by -nodes), error (the call fails, Envoy's failure_mode_deny decides: Envoy's default admits), open (OK, with no limit and no headers), or closed (OVER_LIMIT, with no reset time)")
+		nodes         = fs.Int("nodes", 1, "with -redis-failure local: the number of floodgate-rls processes sharing the limits (leased limits count them by heartbeats)")
 		headers       = fs.String("headers", "", "response headers for Envoy to add: ietf, legacy or ietf,legacy")
 		headerNames   = fs.Bool("header-policy-names", true, "with -headers ietf: name RateLimit-Policy members by the rate_limit's name, else a short hash (never the config path); false: by position (default, limit-2, ...)")
 		shadow        = fs.Bool("shadow", false, "global shadow mode: answer OK whatever the limits say")
@@ -146,6 +146,9 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		storeName, failureMode = "redis "+*redisAddr, *redisFailure
 	case *redisCluster != "":
 		storeName, failureMode = "redis-cluster "+*redisCluster, *redisFailure
+	}
+	if storeName != "memory" && *redisFailure == "local" && !set["nodes"] {
+		log.Warn("-redis-failure local without -nodes: while Redis is away each process decides at the full limit; set -nodes to the number of floodgate-rls processes")
 	}
 	switch *redisFailure {
 	case "open":

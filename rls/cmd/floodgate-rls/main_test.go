@@ -227,7 +227,7 @@ func TestFlagsCheckedAtStartup(t *testing.T) {
 		{[]string{"-redis-failure", "closed"}, "-redis-failure needs -redis"},
 		{[]string{"-nodes", "3"}, "-nodes needs -redis"},
 		{[]string{"-redis-timeout", "1s"}, "-redis-timeout needs -redis"},
-		{[]string{"-redis", "127.0.0.1:1", "-nodes", "3"}, "-nodes applies only with -redis-failure local"},
+		{[]string{"-redis", "127.0.0.1:1", "-redis-failure", "error", "-nodes", "3"}, "-nodes applies only with -redis-failure local"},
 		{[]string{"-redis", "127.0.0.1:1", "-redis-timeout", "0s"}, "-redis-timeout 0s"},
 		{[]string{"-shutdown-timeout", "-1s"}, "-shutdown-timeout"},
 		{[]string{"-redis-cluster", "127.0.0.1:1,"}, "an empty address"},
@@ -576,5 +576,29 @@ func TestRedisClusterDownAtStartup(t *testing.T) {
 	out, err := exec.Command("redis-cli", "-p", ps, "dbsize").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "0" {
 		t.Errorf("redis dbsize %q %v: the keys should be in the cluster", out, err)
+	}
+}
+
+// The default failure mode keeps the limits: with Redis down and no
+// -redis-failure, the command decides locally (OK here, under the limit),
+// not Unavailable (which Envoy's default failure_mode_deny admits), and
+// warns that -nodes is missing.
+func TestDefaultFailureIsLocal(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	var logb syncBuffer
+	client, _, _, _ := startLog(t, &logb, "-redis", "127.0.0.1:"+port)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := client.ShouldRateLimit(ctx, req("down"))
+	if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK {
+		t.Fatalf("%v %v, want OK from the local fallback", r, err)
+	}
+	if !strings.Contains(logb.String(), "redis_failure=local") || !strings.Contains(logb.String(), "without -nodes") {
+		t.Errorf("the startup log does not say local, nor warn about -nodes:\n%s", logb.String())
 	}
 }
