@@ -102,7 +102,7 @@
 // (TestOutageDivided). A cold key whose direct decision fails with
 // floodgate.ErrStoreUnavailable is decided the same way: keep the store's
 // own failure policy at FailError (redisstore's default) so that its
-// errors reach the lease. With Config.StorePolicy, decisions are the
+// errors reach the lease. With Config.StoreFailurePolicy, decisions are the
 // store's failure policy instead (open, closed or its Fallback): failing
 // open then removes the limit during an outage. The number of nodes comes
 // from heartbeats: every node records itself each Config.Heartbeat (1s) in

@@ -33,8 +33,8 @@ func TestRedisKilled(t *testing.T) {
 			st := newStore(t, client, redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(redisstore.FailClosed(time.Second)))
 			var observed, observedUnavailable, allFallback atomic.Int64
 			l := newLease(t, st, lease.Config{
-				Bucket:      bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(100_000), Burst: 100_000},
-				StorePolicy: !tc.divided,
+				Bucket:             bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(100_000), Burst: 100_000},
+				StoreFailurePolicy: !tc.divided,
 				Observer: floodgate.ObserverFunc(func(e floodgate.Event) {
 					if e.Source == floodgate.SourceStore && e.Outcome == floodgate.OutcomeFallback && e.Decision.Fallback {
 						observed.Add(1)

@@ -163,7 +163,7 @@ func TestOutagePolicies(t *testing.T) {
 	leased := func(opt redisstore.Option, storePolicy bool) func(*testing.T, string, bucket.Config) floodgate.Limiter {
 		return func(t *testing.T, addr string, cfg bucket.Config) floodgate.Limiter {
 			st := newStore(t, dial(t, addr), redisstore.WithTimeout(50*time.Millisecond), opt)
-			return newLease(t, st, lease.Config{Bucket: cfg, Heartbeat: 100 * time.Millisecond, StorePolicy: storePolicy})
+			return newLease(t, st, lease.Config{Bucket: cfg, Heartbeat: 100 * time.Millisecond, StoreFailurePolicy: storePolicy})
 		}
 	}
 	for _, p := range []policy{

@@ -77,7 +77,7 @@ type Config struct {
 	// MaxKeys bounds the keys the limiter tracks, cold or leased (default
 	// 100,000). Keys beyond it are decided by direct calls.
 	MaxKeys int
-	// StorePolicy: when the global store cannot answer, decide by the
+	// StoreFailurePolicy: when the global store cannot answer, decide by the
 	// store's own failure policy (for redisstore: WithFailurePolicy's
 	// error, open, closed or Fallback) rather than by the divided local
 	// limit. Off (the default), a key whose lease is spent, and a key
@@ -86,9 +86,9 @@ type Config struct {
 	// rate and burst divided by the live processes, starting where the
 	// global bucket was at this node's last grant (Decision.Fallback set,
 	// reported as [floodgate.OutcomeFallback]): the limit holds through an
-	// outage. With StorePolicy and a store that fails open, an outage
+	// outage. With StoreFailurePolicy and a store that fails open, an outage
 	// removes the limit: choose it on purpose.
-	StorePolicy bool
+	StoreFailurePolicy bool
 	// Heartbeat is the heartbeat period (default 1s, 10ms..1m); a process
 	// not heard from for 3 periods is no longer counted.
 	Heartbeat time.Duration
@@ -252,14 +252,14 @@ func New(global Global, c Config) (*Limiter, error) {
 		burst:       c.Bucket.Burst,
 		tokenUS:     (int64(c.Bucket.Rate.Per/time.Microsecond) + c.Bucket.Rate.N - 1) / c.Bucket.Rate.N,
 		refresh:     int64(c.Refresh),
-		sharePeriod: min(int64(c.Refresh), c.Bucket.Burst*((int64(c.Bucket.Rate.Per)+c.Bucket.Rate.N-1)/c.Bucket.Rate.N)*9/10),
+		sharePeriod: int64(min(float64(c.Refresh), 0.9*float64(c.Bucket.Burst)*float64(c.Bucket.Rate.Per)/float64(c.Bucket.Rate.N))),
 		ttl:         int64(c.TTL),
 		hotRate:     c.HotRate,
 		hotN:        uint32(max(2, math.Ceil(c.HotRate*float64(window)/1e9))),
 		tick:        tick,
 		window:      window,
 		maxKeys:     c.MaxKeys,
-		divFall:     !c.StorePolicy,
+		divFall:     !c.StoreFailurePolicy,
 		hbEvery:     c.Heartbeat,
 		clock:       c.Clock,
 		observer:    c.Observer,
@@ -353,11 +353,12 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 	if !e.leased.Load() {
 		if dem-e.window.Load() < l.hotN {
 			d, err := l.directTake(ctx, e, key, n)
-			if err == nil && !d.Allowed && !d.Fallback && 2*(dem-e.window.Load()) >= l.hotN {
-				// Refused by the global bucket with half the hot demand:
-				// the key leases from now on, so that this node takes
-				// part in the division of a saturated bucket rather than
-				// racing for its refill.
+			if err == nil && !d.Fallback && (!d.Allowed || d.Remaining*10 < l.burst) && 4*(dem-e.window.Load()) >= l.hotN {
+				// Refused by the global bucket, or finding it under a
+				// tenth full, with a quarter of the hot demand: the key
+				// leases from now on, so that this node takes part in the
+				// division of a saturated bucket rather than taking the
+				// refill that drips in between the others' claims.
 				e.leased.Store(true)
 			}
 			return d, err
@@ -403,13 +404,18 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 }
 
 // directTake decides a request on the global store; when the store cannot
-// answer, the divided fallback decides it (unless StorePolicy).
+// answer, the divided fallback decides it (unless StoreFailurePolicy).
 func (l *Limiter) directTake(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
 	l.st.direct.Add(1)
 	d, err := l.direct.Take(ctx, key, int(n))
 	if err != nil && l.divFall && ctx.Err() == nil && errors.Is(err, floodgate.ErrStoreUnavailable) {
 		l.lastErr.Store(&err)
 		return l.divide(ctx, e, key, n)
+	}
+	if err == nil && e != nil {
+		// Where the global bucket stands, for a fallback that starts.
+		e.reset.Store(int64(d.ResetAfter))
+		e.falling.Store(false)
 	}
 	return d, err
 }
@@ -480,8 +486,22 @@ func (l *Limiter) onFailure(ctx context.Context, e *entry, key string, n int64) 
 func (l *Limiter) divide(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
 	start := floodgate.Nanotime()
 	lim := l.divided.Load().lim
-	if e != nil && !e.falling.Swap(true) {
-		l.drain(ctx, lim, key, e.reset.Load())
+	switch {
+	case e == nil:
+		// An untracked key (beyond MaxKeys): where the global bucket
+		// stands is unknown, so its local bucket starts drained.
+		if d, err := lim.Peek(ctx, key); err == nil && d.Remaining == lim.Policy().Capacity {
+			l.drain(ctx, lim, key, l.burst*l.tokenUS*int64(time.Microsecond))
+		}
+	case !e.falling.Load():
+		// The switch: drain before any decision of the key is made on
+		// the local bucket (the others wait for it).
+		e.mu.Lock()
+		if !e.falling.Load() {
+			l.drain(ctx, lim, key, e.reset.Load())
+			e.falling.Store(true)
+		}
+		e.mu.Unlock()
 	}
 	d, err := lim.Take(ctx, key, int(n))
 	if err != nil {
@@ -596,7 +616,6 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	c := algo.Claim{Want: want, Least: least, Member: l.member, Demand: demand, Period: time.Duration(2 * l.ttl)}
 	g, err := l.global.Grant(ctx, e.key, l.alg, c)
 	l.st.grants.Add(1)
-	e.claimed.Store(true)
 	if err == nil && !g.Shared && g.Granted == 0 && need > 0 && g.Remaining >= need {
 		// Fewer than a batch, but enough for the request that waits:
 		// take what is there (what a direct decision would have
@@ -611,8 +630,13 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 			return // the caller gave up: that says nothing about the store
 		}
 		l.st.failures.Add(1)
-		l.lastErr.Store(&err)
-		e.failedUntil.Store(now + retryAfterFailure)
+		if errors.Is(err, floodgate.ErrStoreUnavailable) {
+			// The store is away: the failure policy decides for a while.
+			// Any other error (a refused claim) leaves the key to the
+			// direct decision, which returns it.
+			l.lastErr.Store(&err)
+			e.failedUntil.Store(now + retryAfterFailure)
+		}
 		return
 	}
 	e.failedUntil.Store(0)
@@ -620,6 +644,7 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	e.reset.Store(g.Reset * int64(time.Microsecond))
 	e.shared.Store(g.Shared)
 	if g.Shared {
+		e.claimed.Store(true)
 		l.st.shared.Add(1)
 		// One claim per period: the share grows with the refill until
 		// then. Sooner when the burst capped the claim, later when the
@@ -702,11 +727,11 @@ func (l *Limiter) size(e *entry, now int64) (int64, int64) {
 	e.sample(now, l.refresh)
 	share := (l.burst + l.nodes.Load() - 1) / l.nodes.Load()
 	s := int64(math.Ceil(e.rate * 1.5 * float64(l.refresh) / 1e9))
-	return max(1, min(s, share, l.burst, maxLease)), int64(max(1, min(math.Ceil(e.rate), maxDemand)))
+	return max(1, min(s, share, l.burst, maxLease)), int64(max(1, min(math.Round(e.rate), maxDemand)))
 }
 
-// maxDemand bounds the demand a claim reports (algo.Claim: below 2^40).
-const maxDemand = 1 << 39
+// maxDemand bounds the demand a claim reports (algo.Claim: below 2^32).
+const maxDemand = 1<<32 - 1
 
 // maxLease bounds one lease (the tokens held live in 32 bits).
 const maxLease = 1 << 30
@@ -809,8 +834,15 @@ func (l *Limiter) sweep(now int64) {
 		if e.leased.Load() && rate < l.hotRate/2 && held == 0 && !e.flight.Load() && !e.shared.Load() {
 			e.leased.Store(false)
 		}
-		// Forget a key with nothing held, no demand for a TTL.
-		return !(held == 0 && !e.flight.Load() && now-seen >= l.ttl)
+		// Forget a key with nothing held, no demand for a TTL (for a key
+		// with a share of a divided bucket, as long as its report lives
+		// on the board: 2 TTL; forgotten sooner, a light node would
+		// decide it directly again, outside the division).
+		idle := l.ttl
+		if e.claimed.Load() {
+			idle = 2 * l.ttl
+		}
+		return !(held == 0 && !e.flight.Load() && now-seen >= idle)
 	})
 	l.giveBack(back)
 }
@@ -826,10 +858,14 @@ type expiredLease struct {
 // other nodes may), and drops what the store does not take back.
 func (l *Limiter) giveBack(back []expiredLease) {
 	for _, b := range back {
-		if l.direct.Refund(context.Background(), b.key, int(b.n)) == nil {
-			l.st.returned.Add(b.n)
-		} else {
-			l.st.expired.Add(b.n)
+		for b.n > 0 {
+			k := min(b.n, l.burst)
+			if l.direct.Refund(context.Background(), b.key, int(k)) != nil {
+				l.st.expired.Add(b.n)
+				break
+			}
+			l.st.returned.Add(k)
+			b.n -= k
 		}
 	}
 }

@@ -245,3 +245,30 @@ func TestShareChurn(t *testing.T) {
 	t.Log(r)
 	r.check(t)
 }
+
+// TestShareLightNodes: one node offering 5,000/s and a hundred offering
+// 10/s each (below HotRate: they start with direct decisions), 3x a limit
+// of 2,000/s. The light nodes lease once the global bucket refuses them or
+// runs low, and take part in the division: every node's share of the
+// admissions within 5 points of its share of the demand.
+func TestShareLightNodes(t *testing.T) {
+	r := runShare(t, shareScenario{nodes: 101, rate: 2000, burst: 500, load: 3, total: 8 * time.Second, warm: 2 * time.Second,
+		weight: func(i int) float64 {
+			if i == 0 {
+				return 500
+			}
+			return 1
+		}})
+	t.Log(r)
+	r.check(t)
+	heavy := float64(r.steadyAdm[0]) / float64(sum(r.steadyAdm))
+	t.Logf("the heavy node: %.1f%% of the demand, %.1f%% of the admissions", 100*float64(r.steadyOff[0])/float64(sum(r.steadyOff)), 100*heavy)
+}
+
+func sum(v []int64) int64 {
+	var s int64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}

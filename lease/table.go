@@ -23,7 +23,7 @@ type entry struct {
 	leased      atomic.Bool
 	starved     atomic.Bool   // the last grant had fewer tokens than a batch
 	shared      atomic.Bool   // the last grant was a share of a divided (saturated) bucket
-	claimed     atomic.Bool   // this node is a member of the key's board (Close withdraws it)
+	claimed     atomic.Bool   // this node had a share of the key's divided bucket (Close withdraws it from the board)
 	falling     atomic.Bool   // decided by the divided fallback since the last grant
 	flight      atomic.Bool   // mirrors fl != nil, for the fast path
 	window      atomic.Uint32 // demand at the start of the sweeper's tick

@@ -3,11 +3,13 @@ package share
 // Lua is the twin of Divide: a Lua chunk that evaluates to
 //
 //	function(grant, p, w, now, board, want, least, member, demand, ttl, refill)
-//	  ... return w2, board2, granted, wait, remaining, reset, shared end
+//	  ... return w2, board2, granted, wait, remaining, reset, shared, last end
 //
 // where grant is the algorithm's Lua grant step (algo.Granter.GrantLua),
 // p its parameters, board the board's value ("" when none), ttl the
-// claim's Period in µs, refill the Granter's Refill and shared 1 or 0.
+// claim's Period in µs, refill the Granter's Refill, shared 1 or 0 and
+// last the latest time a member's report on the new board expires (µs;
+// the store keeps the board until then at least).
 // A claim without a member (member == "") is grant's plain step.
 const Lua = `
 local everything = 1125899906842624
@@ -17,8 +19,10 @@ local function spread(ms, me, units, total)
   if total > 0 then
     for i = 1, #ms do
       local add = math.floor(units * ms[i][2] / total)
+      if add > units - given then add = units - given end
       ms[i][4] = ms[i][4] + add
       given = given + add
+      if ms[i][2] > me[2] then me = ms[i] end
     end
   end
   me[4] = me[4] + units - given
@@ -55,11 +59,12 @@ return function(grant, p, w, now, board, want, least, member, demand, ttl, refil
       end
     end
     if #left > 0 then spread(left, left[1], rest, total) end
-    local out = {}
+    local out, last = {}, now
     for i = 1, #left do
       out[i] = string.format('%s %d %d %d\n', left[i][1], left[i][2], left[i][3], left[i][4])
+      if left[i][3] > last then last = left[i][3] end
     end
-    return w, table.concat(out), take, 0, 0, 0, 0
+    return w, table.concat(out), take, 0, 0, 0, 0, last
   end
   local total = 0
   for i = 1, #ms do total = total + ms[i][2] end
@@ -91,10 +96,11 @@ return function(grant, p, w, now, board, want, least, member, demand, ttl, refil
     end
     shared = 0
   end
-  local out = {}
+  local out, last = {}, now
   for i = 1, #ms do
     out[i] = string.format('%s %d %d %d\n', ms[i][1], ms[i][2], ms[i][3], ms[i][4])
+    if ms[i][3] > last then last = ms[i][3] end
   end
-  return w, table.concat(out), granted, wait, rem, reset, shared
+  return w, table.concat(out), granted, wait, rem, reset, shared, last
 end
 `

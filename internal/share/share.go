@@ -134,7 +134,10 @@ func withdraw(ms []member, me int, orphan, take int64) string {
 }
 
 // spread adds units (thousandths) to the pools in proportion to the
-// demands (total their sum), the rounding remainder to the claimant me.
+// demands (total their sum); the rounding remainder goes to the member of
+// the largest demand (the first of them), or to me when every demand is
+// 0. (Given to the claimant, it would favour the members that claim most
+// often: a hundred light nodes over one heavy one.)
 func spread(ms []member, me int, units, total int64) {
 	if units <= 0 {
 		return
@@ -142,9 +145,12 @@ func spread(ms []member, me int, units, total int64) {
 	var given int64
 	if total > 0 {
 		for i := range ms {
-			add := int64(math.Floor(float64(units) * float64(ms[i].demand) / float64(total)))
+			add := min(int64(math.Floor(float64(units)*float64(ms[i].demand)/float64(total))), units-given)
 			ms[i].pool += add
 			given += add
+			if ms[i].demand > ms[me].demand {
+				me = i
+			}
 		}
 	}
 	ms[me].pool += units - given

@@ -61,10 +61,11 @@ type Granter interface {
 type Claim struct {
 	// Want and Least bound the units asked: 1 <= Least <= Want.
 	Want, Least int64
-	// Member identifies the process that asks ("": none, a plain grant).
+	// Member identifies the process that asks ("": none, a plain grant):
+	// up to 64 ASCII letters, digits, '.', '_' and '-'.
 	Member string
 	// Demand is the member's demand on the key, in units per second,
-	// admitted and refused alike (0 <= Demand < 2^40). A claim of Demand
+	// admitted and refused alike (0 <= Demand < 2^32). A claim of Demand
 	// 0 withdraws the member (a process that stops): it gets up to Want
 	// units of what the store kept for it, nothing from the bucket
 	// (Remaining and Reset 0), and the rest goes to the other members.

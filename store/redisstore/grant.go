@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,8 +25,8 @@ import (
 // the bucket, the board. ARGV: want, least, the injected time or the
 // empty string, member, demand, the report's period (µs), the refill (per
 // second), the policy's description (policyArgs). The reply is {granted,
-// wait_us, remaining, reset_us, shared}. The board lives two periods
-// after the last claim, or until the bucket is full again when that is
+// wait_us, remaining, reset_us, shared}. The board lives a period beyond
+// the last report on it, or until the bucket is full again when that is
 // later (a minute at least with an injected time): its pools matter until
 // then.
 const scriptGrantBody = `
@@ -39,13 +38,13 @@ local p, pstr = q[4], q[5]
 local s = load(redis.call('GET', KEYS[1]), q, now)
 local board = ''
 if member ~= '' then board = redis.call('GET', KEYS[2]) or '' end
-local w, b2, granted, wait, rem, reset, shared = divide(grant, p, s[1], now, board, want, least, member, demand, period, refill)
+local w, b2, granted, wait, rem, reset, shared, last = divide(grant, p, s[1], now, board, want, least, member, demand, period, refill)
 save(KEYS[1], {w}, 1, 0, now, test, pstr)
 if member ~= '' then
   if b2 == '' then
     if board ~= '' then redis.call('DEL', KEYS[2]) end
   else
-    local px = math.floor(math.max(period * 2, reset) / 1000) + 1
+    local px = math.floor(math.max(last - now + period, reset) / 1000) + 1
     if test and px < 60000 then px = 60000 end
     redis.call('SET', KEYS[2], b2, 'PX', px)
   end
@@ -168,11 +167,27 @@ func checkClaim(c algo.Claim, capacity int64) error {
 		return fmt.Errorf("%w: redisstore: grant of %d (at least %d) outside 1..%d", floodgate.ErrInvalidCost, c.Want, c.Least, capacity)
 	}
 	if c.Member != "" {
-		if strings.ContainsAny(c.Member, " \t\n\r") || c.Demand < 0 || c.Demand >= 1<<40 || c.Period < time.Millisecond || c.Period > 24*time.Hour {
-			return fmt.Errorf("%w: redisstore: claim of member %q: a member without white space, demand in 0..2^40, period in 1ms..24h", floodgate.ErrInvalidConfig, c.Member)
+		if !validMember(c.Member) || c.Demand < 0 || c.Demand >= 1<<32 || c.Period < time.Millisecond || c.Period > 24*time.Hour {
+			return fmt.Errorf("%w: redisstore: claim of member %q: a member of at most 64 letters, digits, '.', '_' and '-', demand in 0..2^32, period in 1ms..24h", floodgate.ErrInvalidConfig, c.Member)
 		}
 	}
 	return nil
+}
+
+// validMember reports whether m may name a member on a board: 1 to 64
+// ASCII letters, digits, '.', '_' and '-' (a board separates its fields
+// with spaces and its lines with newlines).
+func validMember(m string) bool {
+	if len(m) > 64 {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // boardKey is the Redis key of key's board (see Grant): in key's hash
