@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
+	"github.com/floodgate-go/floodgate/internal/yamlline"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -20,6 +21,12 @@ import (
 // ConfigError is an error in a config file, at a line.
 type ConfigError struct {
 	File string
+	// Line is the line of what is wrong: for a YAML syntax error, the line
+	// where the text stops being YAML (an unclosed '{', a missing ',', a
+	// misindented key, the opening quote of an unterminated string), not
+	// yaml.v3's line, which is often the enclosing block's or the one
+	// before; for any other error, the line of the field at fault, else of
+	// the entry (policy, rule, override) that holds it.
 	Line int
 	Msg  string
 }
@@ -49,16 +56,8 @@ func LoadFile(path string) (Config, error) {
 func Parse(name string, b []byte) (Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		// yaml.v3 reports "yaml: line N: what".
-		msg := err.Error()
-		if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-			if i := strings.IndexByte(rest, ':'); i > 0 {
-				if n, err := strconv.Atoi(rest[:i]); err == nil {
-					return Config{}, &ConfigError{File: name, Line: n, Msg: strings.TrimSpace(rest[i+1:])}
-				}
-			}
-		}
-		return Config{}, &ConfigError{File: name, Line: 1, Msg: strings.TrimPrefix(msg, "yaml: ")}
+		line, msg := yamlline.Locate(b, err)
+		return Config{}, &ConfigError{File: name, Line: line, Msg: msg}
 	}
 	p := parser{file: name}
 	if len(doc.Content) == 0 {
@@ -202,8 +201,9 @@ func (p *parser) config(n *yaml.Node) (Config, error) {
 func (p *parser) policy(n *yaml.Node) (Policy, error) {
 	var pol Policy
 	known := []string{"name", "algorithm", "rate", "burst", "nodelay", "delay", "limit", "window", "dry_run", "leased", "lease_refresh"}
-	leaseLine := 0 // of leased or lease_refresh, where their errors point
+	lines := map[string]int{} // of each field given, where its errors point
 	err := p.fields(n, "policy", known, func(k string, v *yaml.Node) error {
+		lines[k] = v.Line
 		var err error
 		switch k {
 		case "name":
@@ -247,12 +247,8 @@ func (p *parser) policy(n *yaml.Node) (Policy, error) {
 		case "dry_run":
 			pol.DryRun, err = p.bool(v, "dry_run")
 		case "leased":
-			leaseLine = v.Line
 			pol.Leased, err = p.bool(v, "leased")
 		case "lease_refresh":
-			if leaseLine == 0 {
-				leaseLine = v.Line
-			}
 			var s string
 			if s, err = p.str(v, "lease_refresh"); err == nil {
 				pol.LeaseRefresh, err = time.ParseDuration(s)
@@ -270,13 +266,56 @@ func (p *parser) policy(n *yaml.Node) (Policy, error) {
 		return pol, p.errf(n, "a policy needs a name")
 	}
 	if err := pol.Validate(); err != nil {
+		msg := strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": ")
 		at := n
-		if leaseLine != 0 && strings.Contains(err.Error(), "lease") {
-			at = &yaml.Node{Line: leaseLine}
+		if l := fieldLine(msg, lines); l != 0 {
+			at = &yaml.Node{Line: l}
 		}
-		return pol, p.errf(at, "%s", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": "))
+		return pol, p.errf(at, "%s", msg)
 	}
 	return pol, nil
+}
+
+// blame lists, for the errors of Policy.Validate that one field or two
+// cause, a part of the message and the fields to blame, in order. An
+// error naming no field (a missing rate, limit or window) is placed at
+// the policy.
+var blame = []struct {
+	says   string
+	fields []string
+}{
+	{"lease_refresh", []string{"lease_refresh"}},
+	{"leased is for", []string{"leased"}},
+	{"limit and window belong", []string{"limit", "window"}},
+	{"rate and burst belong", []string{"rate", "burst"}},
+	{"nodelay and delay belong", []string{"nodelay", "delay"}},
+	{"NoDelay and Delay", []string{"delay", "nodelay"}},
+	{"delay", []string{"delay"}},
+	{"burst", []string{"burst"}},
+	{"bucket rate", []string{"rate"}},
+	{"window limit", []string{"limit"}},
+	{"log limit", []string{"limit"}},
+	{"counter limit", []string{"limit", "window"}},
+	{"window", []string{"window"}},
+}
+
+// fieldLine returns the line of the field that msg, an error of
+// Policy.Validate, blames (0: none of lines, the fields given).
+func fieldLine(msg string, lines map[string]int) int {
+	if strings.Contains(msg, " needs a ") {
+		return 0
+	}
+	for _, b := range blame {
+		if !strings.Contains(msg, b.says) {
+			continue
+		}
+		for _, f := range b.fields {
+			if l := lines[f]; l != 0 {
+				return l
+			}
+		}
+	}
+	return 0
 }
 
 func (p *parser) rules(n *yaml.Node, path string) ([]Rule, error) {

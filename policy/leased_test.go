@@ -228,7 +228,7 @@ func TestLeasedConfigErrors(t *testing.T) {
 		{"policies:\n  - name: b\n    rate: 10/s\n    lease_refresh: 100ms\n",
 			"p.yaml:4: policy \"b\": lease_refresh needs leased: true"},
 		{"policies:\n  - name: b\n    rate: 10/s\n    leased: true\n    lease_refresh: 1m\n",
-			"p.yaml:4: policy \"b\": lease_refresh 1m0s outside 1ms..10s"},
+			"p.yaml:5: policy \"b\": lease_refresh 1m0s outside 1ms..10s"},
 		{"policies:\n  - name: b\n    rate: 10/s\n    leased: yes please\n",
 			"p.yaml:4: leased: want true or false"},
 	} {

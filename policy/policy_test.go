@@ -174,7 +174,7 @@ func TestConfigErrorsHaveFileAndLine(t *testing.T) {
 		{"no rate", "policies:\n  - {name: a, burst: 5}\n", 2, "a token-bucket needs a rate"},
 		{"window without limit", "policies:\n  - {name: a, algorithm: fixed-window, rate: 10/s}\n", 2, "needs a limit and a window (limit: 100, window: 1m); rate and burst belong to the buckets"},
 		{"empty", "", 1, "empty config"},
-		{"burst too small", "policies:\n  - name: a\n    algorithm: fixed-window\n    limit: 0\n    window: 1s\n", 2, "limit"},
+		{"burst too small", "policies:\n  - name: a\n    algorithm: fixed-window\n    limit: 0\n    window: 1s\n", 4, "limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := policy.Parse("limits.yaml", []byte(tc.yaml))

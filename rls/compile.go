@@ -3,6 +3,7 @@ package rls
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -29,13 +30,16 @@ func (r RateLimit) policy(name string) (policy.Policy, error) {
 	if err := r.checkLease(); err != nil {
 		return policy.Policy{}, err
 	}
+	bad := func(field string, format string, args ...any) error {
+		return &fieldError{fields: []string{field}, err: fmt.Errorf(format, args...)}
+	}
 	switch r.Algorithm {
 	case "", policy.FixedWindow, policy.SlidingLog, policy.SlidingCounter:
 		if p.Algorithm == "" {
 			p.Algorithm = policy.FixedWindow
 		}
 		if r.Burst != 0 {
-			return policy.Policy{}, fmt.Errorf("burst belongs to token-bucket and leaky-bucket, not %s", p.Algorithm)
+			return policy.Policy{}, bad("burst", "burst belongs to token-bucket and leaky-bucket, not %s", p.Algorithm)
 		}
 		if r.RequestsPerUnit == 0 {
 			return policy.Policy{}, nil
@@ -43,28 +47,50 @@ func (r RateLimit) policy(name string) (policy.Policy, error) {
 		p.Limit, p.Window = int64(r.RequestsPerUnit), w
 	case policy.TokenBucket, policy.LeakyBucket:
 		if r.RequestsPerUnit == 0 {
-			return policy.Policy{}, fmt.Errorf("requests_per_unit must be at least 1 with %s", r.Algorithm)
+			return policy.Policy{}, bad("requests_per_unit", "requests_per_unit must be at least 1 with %s", r.Algorithm)
 		}
 		p.Rate = floodgate.Rate{N: int64(r.RequestsPerUnit), Per: w}
 		p.Burst = r.Burst
 		p.NoDelay = r.Algorithm == policy.LeakyBucket // Envoy cannot delay a request
 	default:
-		return policy.Policy{}, fmt.Errorf("unknown algorithm %q (want fixed-window, token-bucket, leaky-bucket, sliding-log or sliding-counter)", r.Algorithm)
+		return policy.Policy{}, bad("algorithm", "unknown algorithm %q (want fixed-window, token-bucket, leaky-bucket, sliding-log or sliding-counter)", r.Algorithm)
 	}
 	if err := p.Validate(); err != nil {
-		return policy.Policy{}, err
+		return policy.Policy{}, &fieldError{fields: blamed(err.Error()), err: err}
 	}
 	return p, nil
 }
 
-// leaseError is an error of a limit's leased or lease_refresh field,
-// told at that field's line.
-type leaseError struct{ field, msg string }
+// blamed returns the fields of a limit that msg, an error of
+// policy.Policy.Validate, blames, first the likeliest.
+func blamed(msg string) []string {
+	switch {
+	case strings.Contains(msg, "burst"):
+		return []string{"burst", "requests_per_unit"}
+	case strings.Contains(msg, "rate"), strings.Contains(msg, "limit"):
+		return []string{"requests_per_unit", "unit", "unit_multiplier"}
+	case strings.Contains(msg, "window"):
+		return []string{"unit", "unit_multiplier"}
+	}
+	return nil
+}
 
-func (e *leaseError) Error() string { return e.msg }
+// fieldError is an error of a limit that one of its fields causes, told
+// at the line of the first of fields the file gives.
+type fieldError struct {
+	fields []string
+	err    error
+}
 
-// Unwrap returns [floodgate.ErrInvalidConfig].
-func (e *leaseError) Unwrap() error { return floodgate.ErrInvalidConfig }
+func (e *fieldError) Error() string { return e.err.Error() }
+
+// Unwrap returns the error, else [floodgate.ErrInvalidConfig].
+func (e *fieldError) Unwrap() []error { return []error{e.err, floodgate.ErrInvalidConfig} }
+
+// leaseError is an error of a limit's leased or lease_refresh field.
+func leaseError(field, msg string) error {
+	return &fieldError{fields: []string{field, "leased", "lease_refresh"}, err: errors.New(msg)}
+}
 
 // checkLease checks the lease fields of r: leased only on a token bucket,
 // lease_refresh only with leased and within lease's range. The policy
@@ -74,19 +100,19 @@ func (r RateLimit) checkLease() error {
 		return nil
 	}
 	if !r.Leased {
-		return &leaseError{"lease_refresh", "lease_refresh needs leased: true"}
+		return leaseError("lease_refresh", "lease_refresh needs leased: true")
 	}
 	switch r.Algorithm {
 	case policy.TokenBucket:
 	case "", policy.FixedWindow:
-		return &leaseError{"leased", "leased needs algorithm: token-bucket (a lease holds a token bucket's tokens); this limit is a fixed-window, the default without algorithm"}
+		return leaseError("leased", "leased needs algorithm: token-bucket (a lease holds a token bucket's tokens); this limit is a fixed-window, the default without algorithm")
 	case policy.LeakyBucket, policy.SlidingLog, policy.SlidingCounter:
-		return &leaseError{"leased", fmt.Sprintf("leased needs algorithm: token-bucket (a lease holds a token bucket's tokens), not %s", r.Algorithm)}
+		return leaseError("leased", fmt.Sprintf("leased needs algorithm: token-bucket (a lease holds a token bucket's tokens), not %s", r.Algorithm))
 	default:
 		return nil // the algorithm's own error
 	}
 	if r.LeaseRefresh != 0 && (r.LeaseRefresh < time.Millisecond || r.LeaseRefresh > 10*time.Second) {
-		return &leaseError{"lease_refresh", fmt.Sprintf("lease_refresh %v outside 1ms..10s", r.LeaseRefresh)}
+		return leaseError("lease_refresh", fmt.Sprintf("lease_refresh %v outside 1ms..10s", r.LeaseRefresh))
 	}
 	return nil
 }
@@ -236,14 +262,10 @@ func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, 
 					seen[name] = true
 					pol, err := r.policy(name)
 					if err != nil {
-						line := r.leaseLine(err)
-						if line == 0 {
-							line = max(r.Line, d.Line, 1)
-						}
-						return &policy.ConfigError{File: p.file, Line: line, Msg: strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: ")}
+						return &policy.ConfigError{File: p.file, Line: max(r.errLine(err), d.Line, 1), Msg: strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: ")}
 					}
 					if pol.Leased && c.leasedAt == nil {
-						c.leasedAt = &policy.ConfigError{File: p.file, Line: max(r.leasedLine, r.Line, d.Line, 1)}
+						c.leasedAt = &policy.ConfigError{File: p.file, Line: max(r.lines["leased"], r.Line, d.Line, 1)}
 					}
 					w, _ := r.Window()
 					l := lim{policy: name, header: headerName(d.RateLimit.Name, name), window: w, limit: int64(r.RequestsPerUnit),

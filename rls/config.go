@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/floodgate-go/floodgate/internal/yamlline"
 	"github.com/floodgate-go/floodgate/policy"
 )
 
@@ -64,6 +64,25 @@ type Descriptor struct {
 	Descriptors []Descriptor
 	// Line is the line of the descriptor in its file.
 	Line int
+	// lines holds the line of each field the file gives (nil for a
+	// Descriptor built in code).
+	lines map[string]int
+}
+
+// composite returns d's key and value as the reference joins them.
+func (d Descriptor) composite() string {
+	if d.Value == "" {
+		return d.Key
+	}
+	return d.Key + "_" + d.Value
+}
+
+// lineOf returns the line of d's field f, else d's line.
+func (d Descriptor) lineOf(f string) int {
+	if l := d.lines[f]; l != 0 {
+		return l
+	}
+	return d.Line
 }
 
 // RateLimit is a limit: requests_per_unit per unit, as the reference
@@ -95,24 +114,48 @@ type RateLimit struct {
 	LeaseRefresh time.Duration
 	// Line is the line of the rate limit in its file.
 	Line int
-	// the lines of the leased and lease_refresh fields, where their errors
-	// point (0: absent, or a RateLimit built in code).
-	leasedLine, refreshLine int
+	// lines holds the line of each field the file gives (nil for a
+	// RateLimit built in code); replaceLines the line of each replaces
+	// entry.
+	lines        map[string]int
+	replaceLines []int
 }
 
-// leaseLine is the line where an error of r's lease fields points.
-func (r RateLimit) leaseLine(err error) int {
-	var le *leaseError
-	if !errors.As(err, &le) {
-		return 0
+// lineOf returns the line of r's field f, else r's line.
+func (r RateLimit) lineOf(f string) int {
+	if l := r.lines[f]; l != 0 {
+		return l
 	}
-	if le.field == "lease_refresh" && r.refreshLine != 0 {
-		return r.refreshLine
+	return r.Line
+}
+
+// extra returns the first field of r that only a rate_limit may have
+// (unlimited, name, replaces), "" when r has none.
+func (r RateLimit) extra() string {
+	switch {
+	case r.Unlimited:
+		return "unlimited"
+	case r.Name != "":
+		return "name"
+	case len(r.Replaces) > 0:
+		return "replaces"
 	}
-	if r.leasedLine != 0 {
-		return r.leasedLine
+	return ""
+}
+
+// errLine is the line where err, an error of r's policy, points: the
+// line of the field it blames when the file gives it, else r's line (0
+// for a RateLimit built in code).
+func (r RateLimit) errLine(err error) int {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		for _, f := range fe.fields {
+			if l := r.lines[f]; l != 0 {
+				return l
+			}
+		}
 	}
-	return r.refreshLine
+	return r.Line
 }
 
 // Window returns the limit's window: its unit times its multiplier.
@@ -192,18 +235,15 @@ func ParseDomain(name string, b []byte) (Domain, error) {
 	p := parser{file: name}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		line, msg := yamlError(err)
-		if line == 0 {
-			return Domain{}, &policy.ConfigError{File: name, Line: 1, Msg: "error loading config file: " + msg}
-		}
-		return Domain{}, &policy.ConfigError{File: name, Line: errorLine(b, line, msg), Msg: "error loading config file: " + msg}
+		line, msg := yamlline.Locate(b, err)
+		return Domain{}, &policy.ConfigError{File: name, Line: line, Msg: "error loading config file: " + msg}
 	}
 	if len(doc.Content) == 0 {
 		return Domain{}, p.errf(&doc, "config file cannot have empty domain")
 	}
 	root := doc.Content[0]
 	d := Domain{File: name}
-	err := p.fields(root, []string{"domain", "descriptors"}, func(k string, v *yaml.Node) error {
+	err := p.fields(root, []string{"domain", "descriptors"}, nil, func(k string, v *yaml.Node) error {
 		var err error
 		switch k {
 		case "domain":
@@ -222,61 +262,15 @@ func ParseDomain(name string, b []byte) (Domain, error) {
 	return d, nil
 }
 
-// yamlError splits yaml.v3's "yaml: line N: what" into N and what (N 0
-// when the error names no line).
-func yamlError(err error) (int, string) {
-	msg := err.Error()
-	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-		if i := strings.IndexByte(rest, ':'); i > 0 {
-			if n, err := strconv.Atoi(rest[:i]); err == nil {
-				return n, strings.TrimSpace(rest[i+1:])
-			}
-		}
-	}
-	return 0, strings.TrimPrefix(msg, "yaml: ")
-}
-
-// errorLine finds the line of a YAML syntax error. yaml.v3 names the line
-// where the enclosing block starts when it has one ("did not find
-// expected '-' indicator" at the sequence's first line, not at the
-// misindented entry): the line is the last of the shortest prefix of b
-// that fails with the same message, found by bisection (a prefix holding
-// the error fails with it; a shorter one parses); reported when no prefix
-// fails so.
-func errorLine(b []byte, reported int, msg string) int {
-	lines := bytes.SplitAfter(b, []byte("\n"))
-	fails := func(k int) bool {
-		var n yaml.Node
-		err := yaml.Unmarshal(bytes.Join(lines[:k], nil), &n)
-		if err == nil {
-			return false
-		}
-		_, m := yamlError(err)
-		return m == msg
-	}
-	if !fails(len(lines)) {
-		return reported
-	}
-	lo, hi := 0, len(lines) // fails(hi); lo is a prefix that does not fail
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if fails(mid) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return hi
-}
-
 type parser struct{ file string }
 
 func (p *parser) errf(n *yaml.Node, format string, args ...any) error {
 	return &policy.ConfigError{File: p.file, Line: max(n.Line, 1), Msg: fmt.Sprintf(format, args...)}
 }
 
-// fields walks a mapping, refusing keys not in known.
-func (p *parser) fields(n *yaml.Node, known []string, f func(key string, v *yaml.Node) error) error {
+// fields walks a mapping, refusing keys not in known; it notes in lines
+// (when not nil) the line of each key.
+func (p *parser) fields(n *yaml.Node, known []string, lines map[string]int, f func(key string, v *yaml.Node) error) error {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
@@ -296,6 +290,9 @@ func (p *parser) fields(n *yaml.Node, known []string, f func(key string, v *yaml
 			return p.errf(k, "config error, key '%s' appears twice", k.Value)
 		}
 		seen[k.Value] = true
+		if lines != nil {
+			lines[k.Value] = k.Line
+		}
 		if err := f(k.Value, v); err != nil {
 			return err
 		}
@@ -354,10 +351,10 @@ func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) 
 	var out []Descriptor
 	seen := map[string]bool{}
 	err := p.list(n, func(e *yaml.Node) error {
-		d := Descriptor{Line: e.Line}
+		d := Descriptor{Line: e.Line, lines: map[string]int{}}
 		var nested *yaml.Node
 		err := p.fields(e, []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
-			"detailed_metric", "value_to_metric", "share_threshold", "credential"}, func(k string, v *yaml.Node) error {
+			"detailed_metric", "value_to_metric", "share_threshold", "credential"}, d.lines, func(k string, v *yaml.Node) error {
 			var err error
 			switch k {
 			case "key":
@@ -395,33 +392,11 @@ func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) 
 		if err != nil {
 			return err
 		}
-		if d.Key == "" {
-			return p.errf(e, "descriptor has empty key")
-		}
-		final := d.Key
-		if d.Value != "" {
-			final += "_" + d.Value
-		}
-		if seen[final] {
-			return p.errf(e, "duplicate descriptor composite key '%s%s'", parent, final)
-		}
-		seen[final] = true
-		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
-			return p.errf(e, "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", final)
-		}
-		if d.RateLimit == nil && len(d.RateLimits) > 0 {
-			return p.errf(e, "rate_limits needs a rate_limit beside it")
-		}
-		for _, r := range d.RateLimits {
-			if r.Unlimited || r.Name != "" || len(r.Replaces) > 0 {
-				return p.errf(e, "a limit of rate_limits cannot be unlimited, named or replace others: put that on rate_limit")
-			}
-		}
-		if d.RateLimit != nil && d.RateLimit.Unlimited && len(d.RateLimits) > 0 {
-			return p.errf(e, "an unlimited descriptor cannot have rate_limits")
+		if err := p.checkDescriptor(d, parent, seen); err != nil {
+			return err
 		}
 		if nested != nil {
-			if d.Descriptors, err = p.descriptors(nested, parent+final+"."); err != nil {
+			if d.Descriptors, err = p.descriptors(nested, parent+d.composite()+"."); err != nil {
 				return err
 			}
 		}
@@ -431,11 +406,42 @@ func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) 
 	return out, err
 }
 
+// checkDescriptor checks d, a descriptor of the level under parent whose
+// composite keys so far are seen, each error at the line of what is wrong.
+func (p *parser) checkDescriptor(d Descriptor, parent string, seen map[string]bool) error {
+	at := func(line int, format string, args ...any) error {
+		return p.errf(&yaml.Node{Line: line}, format, args...)
+	}
+	if d.Key == "" {
+		return at(d.lineOf("key"), "descriptor has empty key")
+	}
+	final := d.composite()
+	if seen[final] {
+		return at(d.Line, "duplicate descriptor composite key '%s%s'", parent, final)
+	}
+	seen[final] = true
+	if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+		return at(d.lineOf("share_threshold"), "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", final)
+	}
+	if d.RateLimit == nil && len(d.RateLimits) > 0 {
+		return at(d.lineOf("rate_limits"), "rate_limits needs a rate_limit beside it")
+	}
+	for _, r := range d.RateLimits {
+		if f := r.extra(); f != "" {
+			return at(r.lineOf(f), "a limit of rate_limits cannot be unlimited, named or replace others: put that on rate_limit")
+		}
+	}
+	if d.RateLimit != nil && d.RateLimit.Unlimited && len(d.RateLimits) > 0 {
+		return at(d.lineOf("rate_limits"), "an unlimited descriptor cannot have rate_limits")
+	}
+	return nil
+}
+
 func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
-	r := RateLimit{Line: n.Line}
+	r := RateLimit{Line: n.Line, lines: map[string]int{}}
 	var unitNode *yaml.Node
 	err := p.fields(n, []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst",
-		"leased", "lease_refresh"}, func(k string, v *yaml.Node) error {
+		"leased", "lease_refresh"}, r.lines, func(k string, v *yaml.Node) error {
 		var err error
 		var u uint64
 		switch k {
@@ -455,7 +461,7 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 		case "replaces":
 			err = p.list(v, func(e *yaml.Node) error {
 				var name string
-				err := p.fields(e, []string{"name"}, func(_ string, v *yaml.Node) error {
+				err := p.fields(e, []string{"name"}, nil, func(_ string, v *yaml.Node) error {
 					var err error
 					name, err = p.str(v)
 					return err
@@ -467,6 +473,7 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 					return p.errf(e, "should not have an empty replaces entry")
 				}
 				r.Replaces = append(r.Replaces, name)
+				r.replaceLines = append(r.replaceLines, e.Line)
 				return nil
 			})
 		case "algorithm":
@@ -477,10 +484,8 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 			u, err = p.uint(v, 52)
 			r.Burst = int64(u)
 		case "leased":
-			r.leasedLine = v.Line
 			r.Leased, err = p.bool(v)
 		case "lease_refresh":
-			r.refreshLine = v.Line
 			var s string
 			if s, err = p.str(v); err == nil {
 				r.LeaseRefresh, err = time.ParseDuration(s)
@@ -494,11 +499,11 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 	if err != nil {
 		return r, err
 	}
-	if slices.Contains(r.Replaces, r.Name) && r.Name != "" {
-		return r, p.errf(n, "replaces should not contain name of same descriptor")
+	if i := slices.Index(r.Replaces, r.Name); i >= 0 && r.Name != "" {
+		return r, p.errf(&yaml.Node{Line: r.replaceLines[i]}, "replaces should not contain name of same descriptor")
 	}
 	if r.Unlimited {
-		if l := max(r.leasedLine, r.refreshLine); l != 0 && (r.Leased || r.LeaseRefresh != 0) {
+		if l := max(r.lines["leased"], r.lines["lease_refresh"]); l != 0 && (r.Leased || r.LeaseRefresh != 0) {
 			return r, p.errf(&yaml.Node{Line: l}, "an unlimited limit cannot be leased (leased and lease_refresh belong to a token bucket)")
 		}
 		if r.Unit != "" {
@@ -516,11 +521,7 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 		return r, p.errf(at, "%s", err.Error())
 	}
 	if _, err := r.policy("check"); err != nil {
-		at = n
-		if l := r.leaseLine(err); l != 0 {
-			at = &yaml.Node{Line: l}
-		}
-		return r, p.errf(at, "%s", strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: "))
+		return r, p.errf(&yaml.Node{Line: r.errLine(err)}, "%s", strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: "))
 	}
 	return r, nil
 }

@@ -125,7 +125,7 @@ func TestConfigErrors(t *testing.T) {
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "x.yaml:4: config error, \"-1\" is not a whole number"},
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra}\n", "x.yaml:4: unknown algorithm \"gcra\""},
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, burst: 2}\n", "x.yaml:4: burst belongs to token-bucket and leaky-bucket"},
-		{"domain: a\ndescriptors:\n  - key: k\n    rate_limits: [{unit: second, requests_per_unit: 5}]\n", "x.yaml:3: rate_limits needs a rate_limit beside it"},
+		{"domain: a\ndescriptors:\n  - key: k\n    rate_limits: [{unit: second, requests_per_unit: 5}]\n", "x.yaml:4: rate_limits needs a rate_limit beside it"},
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second\n", "x.yaml:4: error loading config file"},
 	} {
 		_, err := rls.ParseDomain("x.yaml", []byte(tc.body))
