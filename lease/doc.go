@@ -37,9 +37,11 @@
 // refresh period P (sooner when the burst holds less than a period's
 // refill: every 0.9 x burst / rate), denying in memory between claims
 // (RetryAfter: until its next claim). The cost is one Grant per node per
-// period whatever the load: five processes offered 3x a limit of 2,000/s
-// make about 10 Grants a second each, over 100 decisions per Grant
-// (TestFleetShares). A node whose report is not renewed for 2 TTL (a node
+// period whatever the load when the burst holds at least a period's
+// refill (burst >= rate x P): five processes offered 3x a limit of
+// 2,000/s (burst 500) make about 10 Grants a second each, about 100
+// decisions per Grant (TestFleetShares). A smaller burst costs a Grant
+// per node every 0.9 x burst / rate. A node whose report is not renewed for 2 TTL (a node
 // that died) leaves the board and its pool is spread over the others;
 // Close withdraws the node and gives its pool back with its lease. A key
 // refused by a direct decision while half as busy as HotRate leases from
@@ -52,13 +54,20 @@
 // grants: from a key's first request, at most burst + rate x elapsed, as
 // one bucket. A token may be spent up to a TTL after its grant, while the
 // bucket refills: over an interval that starts with tokens held, the fleet
-// admits at most burst + rate x length + H, H the tokens the leases held at
-// its start (in leases and in the pools of a divided bucket: about a
-// burst and a period's refill, none older than the TTL). The cumulative count never goes above the one bucket's.
-// The one exception is a Redis failover that loses acknowledged writes
-// (replication is asynchronous): the grants of the last replication lag
-// before the failover can be granted again, at most burst + rate x lag
-// tokens per key per failover (what the bucket could grant in that time).
+// admits at most burst + rate x length + H, H the tokens held at its
+// start, in leases and in the pools of a divided bucket (debited before
+// the interval, spent in it). The cumulative count never goes above the
+// one bucket's.
+// The exceptions are failures. A Redis failover that loses acknowledged
+// writes (replication is asynchronous): the grants of the last
+// replication lag before the failover can be granted again, at most
+// burst + rate x lag tokens per key per failover (what the bucket could
+// grant in that time). An outage decided by the divided fallback: the
+// local buckets know nothing of the global one, so a node cut off from a
+// Redis that the others still reach admits up to its 1/N share on top of
+// them (the fleet: up to (1 + 1/N) x rate), and when Redis answers again
+// its bucket has refilled during the outage and grants as if nothing had
+// been admitted meanwhile.
 //
 // Under-admission, against one ideal global bucket fed the same requests,
 // is bounded by the tokens the leases and pools keep from it. At any time
@@ -79,14 +88,19 @@
 //
 // # Cold keys
 //
-// A key below Config.HotRate (20/s by default) is decided by a direct call
-// to the global store (store.Limiter on it: one round trip, no tokens held).
-// The first tick of the sweeper (P/2) in which a key is seen HotRate x P/2
-// times makes it leased; a leased key whose rate falls below HotRate/2 goes
-// back to direct calls once its lease is spent or dropped. Tracked keys are
-// bounded (Config.MaxKeys; beyond it keys go direct), about 210 bytes each
-// plus the key (measured at 100,000 keys), and a key with no demand for a
-// TTL is forgotten.
+// A key below Config.HotRate (20/s by default, in units of cost) is
+// decided by a direct call to the global store (store.Limiter on it: one
+// round trip, no tokens held). The first window (the longer of P/2 and
+// 250ms) in which a key is seen HotRate x that window times makes it
+// leased, and so does a direct decision refused by the global bucket, or
+// leaving it under a tenth full, for a key seen a quarter of that (the
+// bucket is likely divided: the key joins the division rather than take
+// the refill that drips in between the others' claims). A leased key whose
+// rate falls below HotRate/2 goes back to direct calls once its lease is
+// spent or dropped, unless it has a share of a divided bucket. Tracked
+// keys are bounded (Config.MaxKeys; beyond it keys go direct), about 210
+// bytes each plus the key (measured at 100,000 keys), and a key with no
+// demand for a TTL (2 TTL for a key with a share) is forgotten.
 //
 // # Faults
 //
@@ -99,7 +113,7 @@
 // limit stays drained, a full one starts full), so that no burst is handed
 // out at the switch: four nodes offered 3x the limit admitted 0.99x and
 // 1.00x the global rate in the two seconds of a killed Redis
-// (TestOutageDivided). A cold key whose direct decision fails with
+// (TestOutagePolicies). A cold key whose direct decision fails with
 // floodgate.ErrStoreUnavailable is decided the same way: keep the store's
 // own failure policy at FailError (redisstore's default) so that its
 // errors reach the lease. With Config.StoreFailurePolicy, decisions are the

@@ -69,10 +69,14 @@ type Config struct {
 	// least Refresh): tokens not spent by then are dropped (they were
 	// debited: dropping under-admits, it never over-admits).
 	TTL time.Duration
-	// HotRate is the rate per second from which a key is leased (default
-	// 20/s); below it every decision is one direct call to the global
-	// store. A leased key whose rate falls below HotRate/2 goes back to
-	// direct calls once its lease is spent or expired.
+	// HotRate is the demand per second, in units of cost, from which a
+	// key is leased (default 20/s); below it every decision is one direct
+	// call to the global store, unless the global bucket refuses the key
+	// or is found under a tenth full while the key has a quarter of it
+	// (the bucket is likely divided: the key takes part). A leased key
+	// whose demand falls below HotRate/2 goes back to direct calls once
+	// its lease is spent or expired, unless it has a share of a divided
+	// bucket.
 	HotRate float64
 	// MaxKeys bounds the keys the limiter tracks, cold or leased (default
 	// 100,000). Keys beyond it are decided by direct calls.
