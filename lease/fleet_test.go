@@ -80,7 +80,8 @@ func runFleet(t *testing.T, addr, name string, burst int64, procs []fleetProc) (
 // four an eighth each. One bucket fed the same requests would admit each
 // in proportion to its demand: each process's share of the admissions (in
 // the steady state, from 1s on) is within 5 points of its share of the
-// demand, the fleet admits at most the bound and at least 97% of what
+// demand, the fleet admits at most the bound and at least 97% (90% under
+// the race detector: floorPercent) of what
 // the ideal bucket fed the same requests admits, and above the limit the
 // leases cost about one Grant per process per refresh period: at least
 // 100 decisions per Grant at 3x and 10x (the heartbeats, one a second per
@@ -130,8 +131,8 @@ func fleetShares(t *testing.T, load float64) {
 	if admitted > bound+1 {
 		t.Errorf("fleet admitted %d > bound %d + 1", admitted, bound)
 	}
-	if admitted*100 < ideal*97 {
-		t.Errorf("fleet admitted %d < 97%% of the ideal %d", admitted, ideal)
+	if floor := floorPercent(); admitted*100 < ideal*floor {
+		t.Errorf("fleet admitted %d < %d%% of the ideal %d", admitted, floor, ideal)
 	}
 	for i, p := range procs {
 		want := p.rate / total
@@ -283,4 +284,16 @@ func outage(t *testing.T, node func(t *testing.T, addr string, cfg bucket.Config
 		}
 	}
 	return per
+}
+
+// floorPercent is the least share of the ideal bucket a fleet test asks
+// of the fleet: 97%, the documented figure, and 90% under the race
+// detector, which slows every process of the fleet several times over
+// while the other packages' tests run beside it (scripts/test.sh runs the
+// fleet tests once more without it, at 97%).
+func floorPercent() int64 {
+	if raceOn {
+		return 90
+	}
+	return 97
 }

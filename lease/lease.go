@@ -357,7 +357,7 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 	if !e.leased.Load() {
 		if dem-e.window.Load() < l.hotN {
 			d, err := l.directTake(ctx, e, key, n)
-			if err == nil && !d.Fallback && (!d.Allowed || d.Remaining*10 < l.burst) && 4*(dem-e.window.Load()) >= l.hotN {
+			if err == nil && !d.Fallback && (!d.Allowed || l.burst >= 10 && d.Remaining*10 < l.burst) && 4*(dem-e.window.Load()) >= l.hotN {
 				// Refused by the global bucket, or finding it under a
 				// tenth full, with a quarter of the hot demand: the key
 				// leases from now on, so that this node takes part in the

@@ -50,6 +50,9 @@ go vet ./...
 log "go test -race"
 go test -race -count=1 -timeout 8m ./...
 
+log "lease: the fleet's accuracy figures without the race detector (it slows every process of a fleet test several times over)"
+go test -count=1 -timeout 5m -run 'TestFleetShares|TestMultiProcess|TestOutagePolicies|TestShare|TestSimulation50Nodes' ./lease
+
 log "rls module (the Envoy rate limit service): go test -race"
 (cd rls && go test -race -count=1 -timeout 5m ./...)
 
