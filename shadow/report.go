@@ -259,7 +259,7 @@ func (d *Demand) topKeys(rec Recommendation, w uint64) []Key {
 		ew, cnt := e.win.Load(), e.cnt.Load()
 		k := Key{
 			Key: string(e.label[:e.labelN]), Hash: fmt.Sprintf("%016x", id),
-			Peak: e.score(), Total: e.total.Load() + cnt, Windows: e.windows.Load(),
+			Peak: e.lower(), Total: e.total.Load() + cnt, Windows: e.windows.Load(),
 			Refused: e.denied.Load(), Overcount: e.over.Load(),
 		}
 		if ew == w {
