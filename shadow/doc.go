@@ -10,6 +10,7 @@
 //	defer rec.Close()
 //	recorded, err := rec.Store(mem)                  // any store.Store: memstore, redisstore
 //	live, err := policy.NewLive(cfg, recorded)       // every policy recorded by name, dry run included
+//	rec.Follow(live)                                 // reports show the running limits
 //	http.Handle("/debug/floodgate/demand", rec.Handler()) // JSON and an HTML page with a chart
 //	d, _ := rec.Demand("api")
 //	fmt.Println(d.Report().Recommendation)

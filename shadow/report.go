@@ -157,7 +157,7 @@ func (d *Demand) ReportAt(now int64) Report {
 	d.flush(now)
 	cfg := d.rec.cfg
 	rep := Report{
-		Policy: d.name, Window: time.Duration(d.window), Limit: d.limit.Load(),
+		Policy: d.name, Window: time.Duration(d.window), Limit: d.currentLimit(),
 		Since: time.Unix(0, d.start), At: time.Unix(0, now),
 		Observed:   time.Duration(max(now-d.start, 0)),
 		SampleRate: math.Ldexp(1, -int(d.level.Load())),
@@ -204,6 +204,15 @@ func (d *Demand) ReportAt(now int64) Report {
 	}
 	rep.Recommendation = rec
 	return rep
+}
+
+// currentLimit is the policy's running limit in a followed Live, else the
+// limit of its latest decision that told one.
+func (d *Demand) currentLimit() int64 {
+	if n, ok := d.rec.running(d.name, d.window); ok {
+		return n
+	}
+	return d.limit.Load()
 }
 
 func quantiles(f frozen) Quantiles {

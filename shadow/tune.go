@@ -153,6 +153,7 @@ func NewTuner(live *policy.Live, rec *Recorder, cfg TuneConfig) (*Tuner, error) 
 	if _, ok := live.Set().Policy(cfg.Policy); !ok {
 		return bad("the running config has no policy %q", cfg.Policy)
 	}
+	rec.Follow(live)
 	return &Tuner{live: live, rec: rec, cfg: cfg}, nil
 }
 
@@ -283,7 +284,6 @@ func (t *Tuner) change(before, after policy.Policy, kind TuneEventKind, reason s
 	} else {
 		ev.Version = ch.Version
 		t.last = now
-		t.rec.noteLimit(t.cfg.Policy, limitOf(after))
 	}
 	if t.cfg.OnEvent != nil {
 		t.cfg.OnEvent(ev)
