@@ -123,7 +123,11 @@
 // current limit, within a floor and a ceiling, never before the
 // recommendation exists. A health func supplied by the user is asked at
 // every step; unhealthy after a step, the step is rolled back (within one
-// interval) and the tuner does not go that far again. Every proposed,
+// interval), the tuner holds for a cool-down (TuneConfig.CoolDown, 10
+// intervals by default, doubled after each further rollback before a step
+// has gone past the limit rolled back, up to 16 times), then bisects
+// toward the limit rolled back and, healthy there, moves on toward the
+// recommendation. Every proposed,
 // applied and rolled-back change is a [TuneEvent] with the limits before and
 // after and the evidence; in dry run the tuner only proposes.
 //
