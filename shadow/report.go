@@ -38,6 +38,13 @@ type Report struct {
 	// KeyWindows is the estimated number of (key, window) pairs with
 	// demand among the windows that ended: the samples of the distributions.
 	KeyWindows float64 `json:"key_windows"`
+	// DroppedWindows counts the windows whose key-windows were not counted
+	// because the table of sampled keys overflowed in them: KeyWindows,
+	// the distributions, the histogram and the recommendation's figures
+	// leave those windows out (Notes says so).
+	DroppedWindows uint64 `json:"dropped_windows"`
+	// Notes explain what may make the figures partial.
+	Notes []string `json:"notes,omitempty"`
 	// SampleRate is the fraction of the keys whose windows are measured
 	// (1, 1/2, 1/4, ...: the table of sampled keys is bounded).
 	SampleRate float64 `json:"sample_rate"`
@@ -162,6 +169,10 @@ func (d *Demand) ReportAt(now int64) Report {
 		Observed:   time.Duration(max(now-d.start, 0)),
 		SampleRate: math.Ldexp(1, -int(d.level.Load())),
 		Keys:       math.Round(d.keys.estimate()),
+	}
+	if n := d.spoiledN.Load(); n > 0 {
+		rep.DroppedWindows = n
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d window(s) dropped: the table of sampled keys overflowed in them; key-windows, quantiles and the units above the recommendation leave them out", n))
 	}
 	if w := uint64(max(now, 0) / d.window); w > d.firstWin {
 		rep.Windows = w - d.firstWin
