@@ -19,8 +19,9 @@ const (
 	maxLevel   = 24 // the sample never falls below 2^-24 of the keys
 	stripes    = 8
 	spoilRing  = 64
-	// Once the top-K is full, one decision in 2^cmSampleBits of the keys
-	// outside it is counted in the count-min (see Demand.heavy).
+	// Once the top-K is full, a decision of n units of a key outside it is
+	// counted in the count-min with probability n/2^cmSampleBits (see
+	// Demand.heavy).
 	cmSampleBits = 3
 )
 
@@ -80,7 +81,8 @@ type stripe struct {
 type topEntry struct {
 	win     atomic.Uint64 // window number of cnt
 	cnt     atomic.Uint64 // units in window win
-	peak    atomic.Uint64 // largest units in one window before win
+	peak    atomic.Uint64 // largest units in one window before win (lower bound)
+	hi      atomic.Uint64 // the same, upper bound: over not subtracted
 	total   atomic.Uint64 // units since the entry was taken, before window win
 	denied  atomic.Uint64 // decisions the current limit refused
 	windows atomic.Uint64 // windows before win with demand
@@ -92,12 +94,19 @@ type topEntry struct {
 	label  [labelLen]byte
 }
 
-func (e *topEntry) score() uint64 { return max(e.peak.Load(), e.cnt.Load()) }
+// score is what an entry holds its place with: an upper bound of its
+// heaviest window (Space-Saving). Evicting by the lower bound would let a
+// newcomer's over-estimate push out a key whose demand sat in one window.
+func (e *topEntry) score() uint64 { return max(e.hi.Load(), e.cnt.Load()) }
+
+// lower is the lower bound of its heaviest window, for the report.
+func (e *topEntry) lower() uint64 { return max(e.peak.Load(), e.cnt.Load()) }
 
 func (e *topEntry) observe(w uint64, n uint64, denied bool) {
 	if ew := e.win.Load(); w > ew && e.win.CompareAndSwap(ew, w) {
 		c := e.cnt.Swap(0)
 		e.total.Add(c)
+		atomicMax(&e.hi, c)
 		if ew == e.entry.Load() {
 			// The window it entered in counts what the count-min said, an
 			// over-estimate: its peak keeps the lower bound.
@@ -240,7 +249,7 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 	// are here, without a call.
 	id := h | 1
 	inTop := d.idMask[id>>62].Load()&(1<<((id>>56)&63)) != 0 && d.topObserve(id, w, un, refused)
-	if thr := d.thr.Load(); !inTop && (thr == 0 || mix(c^m)>>(64-cmSampleBits) == 0) {
+	if thr := d.thr.Load(); !inTop && (thr == 0 || mix(c^m)>>(64-cmSampleBits) < un) {
 		d.heavy(id, m, w, un, thr, refused, key, now)
 	}
 	if lvl := d.level.Load(); lvl == 0 || mix(h^(w*0x9e3779b97f4a7c15))>>(64-lvl) == 0 {
@@ -328,15 +337,17 @@ func (d *Demand) topObserve(id, w, n uint64, refused bool) bool {
 // another is counted in the count-min rows and enters when its estimate
 // for the window beats the lightest entry, thr.
 //
-// Once the top-K is full (thr > 0), only one decision in 2^cmSampleBits of
-// the keys outside it (drawn from a hash of the key and of its stripe's
-// decision count, so that no pattern of keys escapes it) reaches the
-// count-min, counting 2^cmSampleBits times its units: the other decisions
-// of keys outside the top-K write nothing.
+// Once the top-K is full (thr > 0), a decision of n units of a key outside
+// it reaches the count-min with probability n / 2^cmSampleBits (drawn from
+// a hash of the key and of its stripe's decision count, so that no pattern
+// of keys escapes it), counting 2^cmSampleBits units; a decision of at
+// least 2^cmSampleBits units always does, counting its own: the estimate
+// stays unbiased, the other decisions write nothing, and a key that asks
+// much in few decisions is not missed.
 func (d *Demand) heavy(id, m, w, n, thr uint64, refused bool, key string, now int64) {
 	inc := n
-	if thr != 0 {
-		inc = n << cmSampleBits
+	if thr != 0 && n < 1<<cmSampleBits {
+		inc = 1 << cmSampleBits
 	}
 	// Conservative update: the estimate is the smaller counter plus the
 	// increment, and no counter is raised above it.
@@ -380,6 +391,7 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 	e.win.Store(w)
 	e.cnt.Store(est)
 	e.peak.Store(0)
+	e.hi.Store(0)
 	e.total.Store(0)
 	e.windows.Store(0)
 	e.denied.Store(0)

@@ -10,6 +10,7 @@
 //	defer rec.Close()
 //	recorded, err := rec.Store(mem)                  // any store.Store: memstore, redisstore
 //	live, err := policy.NewLive(cfg, recorded)       // every policy recorded by name, dry run included
+//	rec.Follow(live)                                 // reports show the running limits
 //	http.Handle("/debug/floodgate/demand", rec.Handler()) // JSON and an HTML page with a chart
 //	d, _ := rec.Demand("api")
 //	fmt.Println(d.Report().Recommendation)
@@ -61,15 +62,21 @@
 // counted exactly there; another is counted in a count-min sketch of the
 // current window (2 x 1,024 counters, conservative update, cleared at each
 // window) and replaces the lightest entry when its estimate beats that
-// entry's heaviest window. Its counts may over-state by the estimate it
-// entered with (Key.Overcount). While the top-K has a free entry every
-// decision reaches the count-min; once it is full, one decision in 8 of
-// the keys outside it does (drawn from a hash of the key and of a counter
-// of decisions), counting 8 times its units, and the others write nothing
+// entry's heaviest window, counted by its upper bound (an entry keeps its
+// place by the most its heaviest window may have been, so that a key whose
+// demand sat in one window is not pushed out by newcomers'
+// over-estimates). Its counts may over-state by the estimate it entered
+// with (Key.Overcount); Key.Peak counts by the lower bound. So a key whose
+// estimate in a window exceeds the K-th heaviest key's peak by more than
+// the largest Overcount of the list enters it, and stays. While the top-K
+// has a free entry every decision reaches the count-min; once it is full,
+// a decision of n units of a key outside it does with probability n/8
+// (drawn from a hash of the key and of a counter of decisions), counting 8
+// units, and always when n >= 8, counting n; the others write nothing
 // there. A key's estimate then gains a standard error of about
 // sqrt(7 x units) (8% of an abuser's 1,000 a window, a key of 20 a window
 // is drowned in its counters' collisions either way), and a heavy key
-// enters about 8 decisions later than it would: its counts from then on
+// enters about 8 units later than it would: its counts from then on
 // are exact, Key.Refused counts the refusals since. A key is certain to be
 // found when its share of a window's units is above about 1/1,000; a key
 // far heavier than the others (an abuser at 50 times the median) is found
@@ -116,7 +123,11 @@
 // current limit, within a floor and a ceiling, never before the
 // recommendation exists. A health func supplied by the user is asked at
 // every step; unhealthy after a step, the step is rolled back (within one
-// interval) and the tuner does not go that far again. Every proposed,
+// interval), the tuner holds for a cool-down (TuneConfig.CoolDown, 10
+// intervals by default, doubled after each further rollback before a step
+// has gone past the limit rolled back, up to 16 times), then bisects
+// toward the limit rolled back and, healthy there, moves on toward the
+// recommendation. Every proposed,
 // applied and rolled-back change is a [TuneEvent] with the limits before and
 // after and the evidence; in dry run the tuner only proposes.
 //

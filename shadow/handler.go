@@ -188,7 +188,8 @@ section{margin-bottom:3em}
 <table class="numbers">
 <tr><th>current limit</th><td class="current">{{.Limit}}</td><th>window</th><td>{{.Window}}</td></tr>
 <tr><th>observed</th><td class="observed">{{dur .Observed}}</td><th>windows</th><td class="windows">{{.Windows}}</td></tr>
-<tr><th>keys (estimated)</th><td class="keys">{{num .Keys}}</td><th>key-windows</th><td class="key-windows">{{num .KeyWindows}}</td></tr>
+<tr><th>keys (estimated)</th><td class="keys">{{num .Keys}}</td><th>key-windows</th><td class="key-windows{{if .DroppedWindows}} partial{{end}}">{{num .KeyWindows}}{{if .DroppedWindows}}*{{end}}</td></tr>
+<tr><th>windows dropped (table overflow)</th><td class="dropped">{{.DroppedWindows}}</td><th></th><td></td></tr>
 <tr><th>decisions</th><td class="decisions">{{.Decisions}}</td><th>refused by the current limit</th><td class="refused">{{.Refused}}</td></tr>
 <tr><th>sample rate</th><td>{{.SampleRate}}</td><th>units</th><td>{{.Units}}</td></tr>
 </table>
@@ -197,6 +198,7 @@ section{margin-bottom:3em}
 <tr><th>demand per window</th><td class="p50">{{num .Demand.P50}}</td><td class="p90">{{num .Demand.P90}}</td><td class="p95">{{num .Demand.P95}}</td><td class="p99">{{num .Demand.P99}}</td><td class="max">{{num .Demand.Max}}</td></tr>
 <tr><th>burst (1/8 window)</th><td>{{num .Burst.P50}}</td><td>{{num .Burst.P90}}</td><td>{{num .Burst.P95}}</td><td>{{num .Burst.P99}}</td><td>{{num .Burst.Max}}</td></tr>
 </table>
+{{range .Notes}}<p class="note">* {{.}}</p>{{end}}
 {{with .Recommendation}}{{if .OK}}<table class="recommendation">
 <tr><th>recommended limit</th><td class="rec-limit">{{.Limit}}</td><th>recommended burst</th><td class="rec-burst">{{.Burst}}</td></tr>
 <tr><th>from</th><td>p{{num (mul100 .Quantile)}} {{num .Basis}} + {{num (mul100 .Headroom)}}%</td><th>burst from</th><td>p{{num (mul100 .BurstQuantile)}} {{num .BurstBasis}}</td></tr>

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -122,6 +123,9 @@ type Recorder struct {
 	// Demand (nil for unnamed limits): copied on write, read on every
 	// decision without a lock.
 	cache atomic.Pointer[[]nsEntry]
+
+	// lives are the Lives whose running limits the reports show (Follow).
+	lives atomic.Pointer[[]*policy.Live]
 
 	coarse    atomic.Int64
 	stop      chan struct{}
@@ -329,12 +333,45 @@ func (s *recordingStore) ApplyAll(ctx context.Context, ops []store.Op, out []flo
 // Unwrap returns the store the recording store wraps.
 func (s *recordingStore) Unwrap() store.Store { return s.inner }
 
-// noteLimit records a policy's new limit at once (its next decision would
-// tell it too).
-func (r *Recorder) noteLimit(name string, limit int64) {
+// Follow makes the reports of live's policies show their running limits:
+// a report reads the policy's limit per window from live's running Set
+// when it is taken, so that it follows every change (the tuner's or not)
+// without waiting for a decision. A policy whose window length changed
+// shows the limit of its latest decision until its recording starts
+// afresh. Without Follow a report shows the limit of the policy's latest
+// decision that started a recording or changed its store namespace. A
+// [Tuner] follows its Live. Following the same Live twice is harmless.
+func (r *Recorder) Follow(live *policy.Live) {
+	if live == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if d, ok := r.byName[name]; ok {
-		d.limit.Store(limit)
+	var next []*policy.Live
+	if p := r.lives.Load(); p != nil {
+		next = append(next, *p...)
 	}
+	for _, l := range next {
+		if l == live {
+			return
+		}
+	}
+	next = append(next, live)
+	r.lives.Store(&next)
+}
+
+// running returns the running limit per window of the named policy in a
+// followed Live, when one has it with that window length.
+func (r *Recorder) running(name string, window int64) (int64, bool) {
+	p := r.lives.Load()
+	if p == nil {
+		return 0, false
+	}
+	for i := len(*p) - 1; i >= 0; i-- {
+		if l, ok := (*p)[i].Set().Limiter(name); ok {
+			sp := l.Algorithm().Spec()
+			return sp.Quota, int64(sp.Window) == window
+		}
+	}
+	return 0, false
 }

@@ -315,3 +315,22 @@ func TestConcurrentSampledCounts(t *testing.T) {
 	}
 	assert.Equal(t, units, rep.Units)
 }
+
+// A window dropped because the table of sampled keys overflowed is
+// counted in the report and noted, in JSON and on the page.
+func TestDroppedWindowReported(t *testing.T) {
+	rec, err := shadow.New(shadow.Config{Clock: newFakeClock(), MinObservation: time.Second, Slots: 256})
+	require.NoError(t, err)
+	defer rec.Close()
+	d, err := rec.Track("api", time.Second, 10)
+	require.NoError(t, err)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for i := range 5000 { // far more keys than 256 slots, at level 0
+		d.ObserveAt(t0, fmt.Sprint("k", i), 1, false)
+	}
+	d.ObserveAt(t0+int64(time.Second), "k", 1, false)
+	rep := d.ReportAt(t0 + 2*int64(time.Second))
+	assert.EqualValues(t, 1, rep.DroppedWindows)
+	require.Len(t, rep.Notes, 1)
+	assert.Contains(t, rep.Notes[0], "dropped")
+}

@@ -38,6 +38,13 @@ type Report struct {
 	// KeyWindows is the estimated number of (key, window) pairs with
 	// demand among the windows that ended: the samples of the distributions.
 	KeyWindows float64 `json:"key_windows"`
+	// DroppedWindows counts the windows whose key-windows were not counted
+	// because the table of sampled keys overflowed in them: KeyWindows,
+	// the distributions, the histogram and the recommendation's figures
+	// leave those windows out (Notes says so).
+	DroppedWindows uint64 `json:"dropped_windows"`
+	// Notes explain what may make the figures partial.
+	Notes []string `json:"notes,omitempty"`
 	// SampleRate is the fraction of the keys whose windows are measured
 	// (1, 1/2, 1/4, ...: the table of sampled keys is bounded).
 	SampleRate float64 `json:"sample_rate"`
@@ -157,11 +164,15 @@ func (d *Demand) ReportAt(now int64) Report {
 	d.flush(now)
 	cfg := d.rec.cfg
 	rep := Report{
-		Policy: d.name, Window: time.Duration(d.window), Limit: d.limit.Load(),
+		Policy: d.name, Window: time.Duration(d.window), Limit: d.currentLimit(),
 		Since: time.Unix(0, d.start), At: time.Unix(0, now),
 		Observed:   time.Duration(max(now-d.start, 0)),
 		SampleRate: math.Ldexp(1, -int(d.level.Load())),
 		Keys:       math.Round(d.keys.estimate()),
+	}
+	if n := d.spoiledN.Load(); n > 0 {
+		rep.DroppedWindows = n
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d window(s) dropped: the table of sampled keys overflowed in them; key-windows, quantiles and the units above the recommendation leave them out", n))
 	}
 	if w := uint64(max(now, 0) / d.window); w > d.firstWin {
 		rep.Windows = w - d.firstWin
@@ -204,6 +215,15 @@ func (d *Demand) ReportAt(now int64) Report {
 	}
 	rep.Recommendation = rec
 	return rep
+}
+
+// currentLimit is the policy's running limit in a followed Live, else the
+// limit of its latest decision that told one.
+func (d *Demand) currentLimit() int64 {
+	if n, ok := d.rec.running(d.name, d.window); ok {
+		return n
+	}
+	return d.limit.Load()
 }
 
 func quantiles(f frozen) Quantiles {
@@ -259,7 +279,7 @@ func (d *Demand) topKeys(rec Recommendation, w uint64) []Key {
 		ew, cnt := e.win.Load(), e.cnt.Load()
 		k := Key{
 			Key: string(e.label[:e.labelN]), Hash: fmt.Sprintf("%016x", id),
-			Peak: e.score(), Total: e.total.Load() + cnt, Windows: e.windows.Load(),
+			Peak: e.lower(), Total: e.total.Load() + cnt, Windows: e.windows.Load(),
 			Refused: e.denied.Load(), Overcount: e.over.Load(),
 		}
 		if ew == w {

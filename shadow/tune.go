@@ -30,6 +30,11 @@ type TuneConfig struct {
 	// after a step, the step is rolled back; unhealthy otherwise, the
 	// tuner holds. nil means always healthy.
 	Health func(context.Context) bool
+	// CoolDown is how long the tuner holds after a rollback: then it moves
+	// toward the recommendation again. Doubled after each further rollback
+	// before a step has gone past the limit last rolled back, up to 16
+	// times. Default 10 x Interval; at most 7 days.
+	CoolDown time.Duration
 	// DryRun only proposes: every step is reported as a proposed event,
 	// none is applied.
 	DryRun bool
@@ -94,8 +99,12 @@ func (e TuneEvent) String() string {
 // MaxStep of the current limit, within [Floor, Ceiling], never before the
 // recommendation exists (the Recorder's MinObservation); a step after
 // which Health says unhealthy is rolled back at the next step (within one
-// Interval), and the limit it reached is not tried again: the tuner
-// bisects between the last healthy limit and it. Only the limit per
+// Interval). After a rollback the tuner holds for CoolDown (doubled after
+// each further rollback before a step has gone past the limit rolled
+// back, up to 16 times), then moves toward the recommendation again: its
+// next steps go at most halfway from the last healthy limit to the one
+// rolled back (bisecting), and once a step reaches that bound and the
+// service stays healthy, on in steps of MaxStep. Only the limit per
 // window moves (a bucket's Rate.N, a window's Limit); a bucket's burst is
 // scaled with it. A step reads the running config, changes the policy in
 // it and applies it with Live.Update: a reload that lands between the read
@@ -109,9 +118,16 @@ type Tuner struct {
 	mu      sync.Mutex
 	last    time.Time // of the last applied step or rollback
 	pending *step     // the last applied step, until a healthy check
-	// above and below bound the limits still tried after rollbacks
-	// (exclusive): 0 when none.
+	// above and below bound the limits tried after a rollback
+	// (exclusive): 0 when none. A healthy step that reaches one lifts it.
 	above, below int64
+	// coolUntil ends the hold after a rollback; streak counts the
+	// rollbacks since a step last went past bad, the limit last rolled
+	// back (in the direction of that step: up when raise).
+	coolUntil time.Time
+	streak    int
+	bad       int64
+	raise     bool
 }
 
 type step struct {
@@ -134,6 +150,9 @@ func NewTuner(live *policy.Live, rec *Recorder, cfg TuneConfig) (*Tuner, error) 
 	if cfg.Clock == nil {
 		cfg.Clock = floodgate.SystemClock
 	}
+	if cfg.CoolDown == 0 {
+		cfg.CoolDown = 10 * cfg.Interval
+	}
 	switch {
 	case live == nil:
 		return bad("nil policy.Live")
@@ -143,6 +162,8 @@ func NewTuner(live *policy.Live, rec *Recorder, cfg TuneConfig) (*Tuner, error) 
 		return bad("no policy named")
 	case cfg.Interval < time.Millisecond || cfg.Interval > 24*time.Hour:
 		return bad("interval %v outside 1ms..24h", cfg.Interval)
+	case cfg.CoolDown < 0 || cfg.CoolDown > 7*24*time.Hour:
+		return bad("cool-down %v outside 0..7 days", cfg.CoolDown)
 	case !(cfg.MaxStep > 0 && cfg.MaxStep <= 1):
 		return bad("max step %v outside (0, 1]", cfg.MaxStep)
 	case cfg.Floor < 1 || cfg.Ceiling < cfg.Floor:
@@ -153,6 +174,7 @@ func NewTuner(live *policy.Live, rec *Recorder, cfg TuneConfig) (*Tuner, error) 
 	if _, ok := live.Set().Policy(cfg.Policy); !ok {
 		return bad("the running config has no policy %q", cfg.Policy)
 	}
+	rec.Follow(live)
 	return &Tuner{live: live, rec: rec, cfg: cfg}, nil
 }
 
@@ -197,6 +219,7 @@ func (t *Tuner) Step(ctx context.Context) (events []TuneEvent, why string) {
 		case !healthy:
 			ev := t.change(cur, p.before, RolledBack, "unhealthy after the step", rec, now)
 			bad, good := limitOf(p.after), limitOf(p.before)
+			t.coolDown(now, bad, bad > good)
 			if bad > good {
 				t.above = good + (bad-good)/2 + 1
 				if t.below != 0 && t.above <= t.below {
@@ -206,10 +229,15 @@ func (t *Tuner) Step(ctx context.Context) (events []TuneEvent, why string) {
 				t.below = bad + (good-bad+1)/2 - 1
 			}
 			return []TuneEvent{ev}, ev.Reason
+		default:
+			t.healthyAt(limitOf(p.after))
 		}
 	}
 	if !healthy {
 		return nil, "holding: the service is unhealthy"
+	}
+	if now.Before(t.coolUntil) {
+		return nil, fmt.Sprintf("holding: cool-down after a rollback until %s", t.coolUntil.Format(time.RFC3339))
 	}
 	if !t.last.IsZero() && now.Sub(t.last) < t.cfg.Interval {
 		return nil, "holding: the last step was less than an interval ago"
@@ -253,6 +281,30 @@ func (t *Tuner) Step(ctx context.Context) (events []TuneEvent, why string) {
 	return events, reason
 }
 
+// coolDown starts the hold after the rollback of a step to bad: CoolDown,
+// doubled for each rollback since a step last went past the limit last
+// rolled back, up to 16 times.
+func (t *Tuner) coolDown(now time.Time, bad int64, raise bool) {
+	t.streak++
+	t.bad, t.raise = bad, raise
+	t.coolUntil = now.Add(t.cfg.CoolDown << min(t.streak-1, 4))
+}
+
+// healthyAt notes that the service stayed healthy after a step to limit n:
+// a bisection bound it reached is lifted, and a step past the limit last
+// rolled back ends the streak of rollbacks.
+func (t *Tuner) healthyAt(n int64) {
+	if t.above > 0 && n >= t.above-1 {
+		t.above = 0
+	}
+	if t.below > 0 && n <= t.below+1 {
+		t.below = 0
+	}
+	if t.streak > 0 && (t.raise && n >= t.bad || !t.raise && n <= t.bad) {
+		t.streak = 0
+	}
+}
+
 func (t *Tuner) event(kind TuneEventKind, before, after policy.Policy, reason string, rec Recommendation, now time.Time) TuneEvent {
 	ev := TuneEvent{
 		Kind: kind, Policy: t.cfg.Policy, At: now,
@@ -283,7 +335,6 @@ func (t *Tuner) change(before, after policy.Policy, kind TuneEventKind, reason s
 	} else {
 		ev.Version = ch.Version
 		t.last = now
-		t.rec.noteLimit(t.cfg.Policy, limitOf(after))
 	}
 	if t.cfg.OnEvent != nil {
 		t.cfg.OnEvent(ev)

@@ -94,8 +94,8 @@ func (s *service) limit() int64 {
 // Tuning on a simulated service whose error rate rises above a capacity:
 // from a low limit the tuner climbs toward the recommendation in steps of
 // at most 30%, rolls back within one interval the step that overloads the
-// origin, bisects, and settles on a healthy limit; every change is an
-// event, and every event a config change.
+// origin, cools down, bisects, and settles on a healthy limit between
+// probes; every change is an event, and every event a config change.
 func TestTunerConvergesUnderCapacity(t *testing.T) {
 	s := newService(t, 8, 1750)
 	var events []shadow.TuneEvent
@@ -147,10 +147,15 @@ func TestTunerConvergesUnderCapacity(t *testing.T) {
 	assert.GreaterOrEqual(t, applied, 4)
 	// Converged: the last ten intervals changed nothing, the origin is
 	// healthy, and the limit climbed well above where it started.
-	final := limits[len(limits)-1]
+	// Between probes (one a cool-down, doubled after each rollback) it
+	// sits on a healthy limit.
+	final, still := limits[len(limits)-1], 0
 	for _, l := range limits[len(limits)-10:] {
-		assert.Equal(t, final, l)
+		if l == final {
+			still++
+		}
 	}
+	assert.GreaterOrEqual(t, still, 9)
 	assert.True(t, s.healthy(context.Background()))
 	assert.Greater(t, final, int64(15))
 	// Every applied change and rollback is one config change of the Live.
@@ -372,4 +377,51 @@ func TestTunerGuardsUnderRandomHealth(t *testing.T) {
 			t.Logf("%d events, final %d", len(events), s.limit())
 		})
 	}
+}
+
+// After a rollback the tuner does not hold for good: it holds through the
+// cool-down (on the tuner's clock), then moves toward the recommendation
+// again in bounded steps, past the limit that was rolled back once the
+// service stays healthy.
+func TestTunerResumesAfterCoolDown(t *testing.T) {
+	s := newService(t, 40, 100000)
+	sick := false
+	tuner, err := shadow.NewTuner(s.live, s.rec, shadow.TuneConfig{
+		Policy: "api", Interval: 2 * simWindow, CoolDown: 10 * simWindow, Floor: 5, Ceiling: 500, Clock: s.clk,
+		Health: func(context.Context) bool { return !sick },
+	})
+	require.NoError(t, err)
+	for range 6 {
+		s.window()
+	}
+	evs, why := tuner.Step(context.Background())
+	require.Len(t, evs, 2, why)
+	require.EqualValues(t, 52, s.limit())
+	sick = true
+	s.window()
+	s.window()
+	evs, _ = tuner.Step(context.Background())
+	require.Len(t, evs, 1)
+	require.Equal(t, shadow.RolledBack, evs[0].Kind)
+	rolled := s.clk.Now()
+	sick = false
+	var limits []int64
+	for range 20 {
+		s.window()
+		s.window()
+		evs, why := tuner.Step(context.Background())
+		if s.clk.Now().Sub(rolled) < 10*simWindow {
+			assert.Empty(t, evs, "cooling down")
+			assert.Contains(t, why, "cool-down")
+		}
+		for _, e := range evs {
+			if e.Kind == shadow.Applied {
+				r := float64(e.After) / float64(e.Before)
+				assert.True(t, r <= 1.3+1e-9 && r >= 0.7-1e-9, "bounded step %d -> %d", e.Before, e.After)
+			}
+		}
+		limits = append(limits, s.limit())
+	}
+	t.Log(limits)
+	assert.Greater(t, s.limit(), int64(52), "past the rolled-back limit, toward the recommendation")
 }
