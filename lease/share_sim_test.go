@@ -272,3 +272,14 @@ func sum(v []int64) int64 {
 	}
 	return s
 }
+
+// TestShareSmallBurst: a burst that holds less than a refresh period's
+// refill (2,000/s, burst 50: full in 25ms). The nodes claim every 0.9 x
+// burst / rate, and the refill the bucket's capacity lost between two
+// spreads is credited at the next: the fleet stays at 97% of the ideal.
+func TestShareSmallBurst(t *testing.T) {
+	w := []float64{4, 1, 1, 1, 1}
+	r := runShare(t, shareScenario{nodes: 5, rate: 2000, burst: 50, load: 3, weight: func(i int) float64 { return w[i] }, total: 6 * time.Second, warm: time.Second})
+	t.Log(r)
+	r.check(t)
+}

@@ -14,9 +14,9 @@ package share
 const Lua = `
 local everything = 1125899906842624
 local function spread(ms, me, units, total)
-  if units <= 0 then return end
+  if units <= 0 or total <= 0 then return end
   local given = 0
-  if total > 0 then
+  do
     for i = 1, #ms do
       local add = math.floor(units * ms[i][2] / total)
       if add > units - given then add = units - given end
@@ -32,10 +32,13 @@ return function(grant, p, w, now, board, want, least, member, demand, ttl, refil
     local w2, g, wait, rem, reset = grant(w, now, want, least, p)
     return w2, board, g, wait, rem, reset, 0
   end
-  local ms, orphan, me = {}, 0, nil
+  local ms, orphan, me, clk = {}, 0, nil, nil
   for id, d, e, pl in string.gmatch(board, '(%S+) (%d+) (%d+) (%d+)\n') do
     d, e, pl = tonumber(d), tonumber(e), tonumber(pl)
-    if id ~= member and e <= now then
+    if id == '~' then
+      ms[#ms + 1] = {id, d, e, pl}
+      clk = ms[#ms]
+    elseif id ~= member and e <= now then
       orphan = orphan + pl
     else
       ms[#ms + 1] = {id, d, e, pl}
@@ -71,9 +74,22 @@ return function(grant, p, w, now, board, want, least, member, demand, ttl, refil
   spread(ms, me, orphan, total)
   local granted, wait, rem, reset, shared
   if total > 0 and total > 0.9 * refill then
+    if not clk then
+      clk = {'~', 0, 0, 0}
+      ms[#ms + 1] = clk
+    end
+    local extra = 0
+    if clk[3] > 0 and w < now then
+      local from = w
+      if clk[3] > from then from = clk[3] end
+      local back = now - math.floor(ttl / 3)
+      if back > from then from = back end
+      if from < now then extra = math.floor((now - from) * refill / 1000) end
+    end
     local all
     w, all, wait, rem, reset = grant(w, now, everything, 1, p)
-    spread(ms, me, all * 1000, total)
+    spread(ms, me, all * 1000 + extra, total)
+    clk[3] = now + reset
     granted = math.floor(me[4] / 1000)
     if granted > want then granted = want end
     me[4] = me[4] - granted * 1000

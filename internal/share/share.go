@@ -39,6 +39,15 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
+// clockID names the board's clock line, "~ 0 full 0": full is when the
+// bucket, emptied by the last spread, is full again (µs). A bucket full
+// before now (its word, the time it is full at; or full's, when the store
+// dropped a full bucket's word) lost to its capacity the refill that came
+// after; the next spread credits it, for at most a third of the claim's
+// period, so that claims later than the bucket takes to fill (a small
+// burst, a loaded node) do not lose the refill. '~' is no member's name.
+const clockID = "~"
+
 // milli is the pool's unit: a thousandth of a unit.
 const milli = 1000
 
@@ -83,7 +92,7 @@ func Divide(g algo.Granter, w, now int64, board string, c algo.Claim) (int64, st
 	spread(ms, me, orphan, total)
 	var out algo.Grant
 	if total > 0 && float64(total) > saturation*refill {
-		w, out = saturated(g, w, now, ms, me, total, c, refill)
+		w, ms, out = saturated(g, w, now, ms, me, total, c, refill)
 	} else {
 		w, out = calm(g, w, now, &ms[me], c)
 	}
@@ -96,7 +105,7 @@ func join(ms []member, c algo.Claim, now, ttl int64) ([]member, int, int64) {
 	var orphan int64
 	kept := ms[:0]
 	for _, m := range ms {
-		if m.id != c.Member && m.exp <= now {
+		if m.id != c.Member && m.id != clockID && m.exp <= now {
 			orphan += m.pool
 			continue
 		}
@@ -135,15 +144,15 @@ func withdraw(ms []member, me int, orphan, take int64) string {
 
 // spread adds units (thousandths) to the pools in proportion to the
 // demands (total their sum); the rounding remainder goes to the member of
-// the largest demand (the first of them), or to me when every demand is
-// 0. (Given to the claimant, it would favour the members that claim most
+// the largest demand (the first of them). With no demand on the board
+// (the last member withdrew) the units are dropped. (Given to the claimant, it would favour the members that claim most
 // often: a hundred light nodes over one heavy one.)
 func spread(ms []member, me int, units, total int64) {
-	if units <= 0 {
-		return
+	if units <= 0 || total <= 0 {
+		return // no member to give to: dropped
 	}
 	var given int64
-	if total > 0 {
+	{
 		for i := range ms {
 			add := min(int64(math.Floor(float64(units)*float64(ms[i].demand)/float64(total))), units-given)
 			ms[i].pool += add
@@ -169,9 +178,27 @@ func calm(g algo.Granter, w, now int64, m *member, c algo.Claim) (int64, algo.Gr
 
 // saturated spreads what the bucket holds over the pools and hands the
 // claimant its pool, up to c.Want.
-func saturated(g algo.Granter, w, now int64, ms []member, me int, total int64, c algo.Claim, refill float64) (int64, algo.Grant) {
+func saturated(g algo.Granter, w, now int64, ms []member, me int, total int64, c algo.Claim, refill float64) (int64, []member, algo.Grant) {
+	clk := -1
+	for i := range ms {
+		if ms[i].id == clockID {
+			clk = i
+		}
+	}
+	if clk < 0 {
+		ms = append(ms, member{id: clockID})
+		clk = len(ms) - 1
+	}
+	var extra int64
+	if full := ms[clk].exp; full > 0 && w < now {
+		from := max(w, full, now-int64(c.Period/time.Microsecond)/3)
+		if from < now {
+			extra = int64(math.Floor(float64(now-from) * refill / 1000))
+		}
+	}
 	w, all := g.Grant(w, now, everything, 1)
-	spread(ms, me, all.Granted*milli, total)
+	spread(ms, me, all.Granted*milli+extra, total)
+	ms[clk].exp = now + all.Reset
 	m := &ms[me]
 	take := min(c.Want, m.pool/milli)
 	m.pool -= take * milli
@@ -179,7 +206,7 @@ func saturated(g algo.Granter, w, now int64, ms []member, me int, total int64, c
 	if take == 0 {
 		out.Wait = waitFor(m, total, refill, now)
 	}
-	return w, out
+	return w, ms, out
 }
 
 // waitFor is the time (µs) until m's pool holds a whole unit at its share

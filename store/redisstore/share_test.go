@@ -72,7 +72,10 @@ func TestShareSameAsGo(t *testing.T) {
 				require.Equal(t, board, getOr(t, c, boardKey), "board after claim %d", i)
 				v := getOr(t, c, bucketKey)
 				if w <= now {
+					// The store drops a full bucket's word; so does the
+					// Go side, as the next load would.
 					require.Empty(t, v, "claim %d: the bucket is full in Go", i)
+					w = 0
 				} else {
 					tat, err := strconv.ParseInt(strings.SplitN(v, "|", 2)[0], 10, 64)
 					require.NoError(t, err, "bucket value %q", v)
