@@ -30,9 +30,10 @@
 // admitted and refused) on a board kept beside the key in the store. When
 // the demands of the nodes add up to more than 0.9 of the bucket's
 // refill, the bucket is divided: each Grant takes every whole token the
-// bucket holds, spreads it over the nodes' pools on the board in
-// proportion to their demands, and hands its node what its own pool
-// holds. Each node thus gets rate x its demand / the fleet's demand, what
+// bucket holds (and the refill its capacity lost since it filled, when the
+// claims came later than the bucket takes to fill: at most 2 P of it),
+// spreads it over the nodes' pools on the board in proportion to their
+// demands, and hands its node what its own pool holds. Each node thus gets rate x its demand / the fleet's demand, what
 // one bucket fed every node's requests gives it, and claims it once per
 // refresh period P (sooner when the burst holds less than a period's
 // refill: every 0.9 x burst / rate), denying in memory between claims
@@ -56,7 +57,8 @@
 // bucket refills: over an interval that starts with tokens held, the fleet
 // admits at most burst + rate x length + H, H the tokens held at its
 // start, in leases and in the pools of a divided bucket (debited before
-// the interval, spent in it). The cumulative count never goes above the
+// the interval, spent in it), plus, for a divided bucket, the refill its
+// capacity lost just before the interval (at most rate x 2 P). The cumulative count never goes above the
 // one bucket's.
 // The exceptions are failures. A Redis failover that loses acknowledged
 // writes (replication is asynchronous): the grants of the last
