@@ -111,8 +111,9 @@ var (
 	// ErrInvalidCost is returned when a request's cost n is below 1 (Take,
 	// Refund, a check of TakeAll, an op of a store's ApplyAll). A cost
 	// larger than the policy's capacity returns [ErrCostExceedsCapacity],
-	// which wraps this one; only bucket.Limiter, whose API is x/time/rate's,
-	// returns ErrInvalidCost itself from WaitN for n above its burst.
+	// which wraps this one, except in bucket.Limiter's WaitN (x/time/rate's
+	// API: n above the burst) and redisstore's Grant (a claim outside
+	// 1..capacity), which return ErrInvalidCost itself.
 	ErrInvalidCost = errors.New("floodgate: invalid cost")
 
 	// ErrCostExceedsCapacity is returned when a request's cost is larger
