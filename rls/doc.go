@@ -138,10 +138,10 @@
 // known); an unlimited descriptor answers OK with limit_remaining 2^32-1 and
 // no current_limit; a descriptor without a limit (unknown domain or
 // descriptor, or replaced) OK with nothing; an empty domain or descriptor
-// list is an InvalidArgument error. A shadow-mode descriptor answers OK whatever its counter says; quota-mode
-// descriptors are grouped (by backend_name and model_name_override, else by
-// all their entries) and make the request OVER_LIMIT only when every group
-// is over one of its limits. is_negative_hits gives the hits back as a
+// list is an InvalidArgument error. A shadow-mode descriptor answers OK
+// whatever its counter says; quota-mode descriptors are grouped (by
+// backend_name and model_name_override, else by all their entries) and make
+// the request OVER_LIMIT only when every group is over one of its limits. is_negative_hits gives the hits back as a
 // floodgate refund: never beyond the limit (10 per hour, 3 used, 5 given
 // back: 10 left, a key is never more than full), and hits larger than the
 // limit fail the call as a store error does (Unavailable under the default
