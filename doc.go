@@ -60,7 +60,7 @@
 //	adaptive, priority            concurrency limits and shedding
 //	middleware/httplimit, grpclimit  transports: map requests to checks, translate verdicts
 //	policy                        named policies, plans, descriptor rules, config files, live changes
-//	internal/admit                the one admission core every transport calls
+//	internal/admit                the admission core of httplimit and grpclimit (rls decides in its own code)
 //	observer/...                  adapters of the Observer hook (Prometheus, slog)
 //
 // A new algorithm is a package with a Config whose Algorithm method returns

@@ -108,8 +108,12 @@ var (
 	// a rate that is zero, negative or NaN, a negative burst, an unknown option.
 	ErrInvalidConfig = errors.New("floodgate: invalid configuration")
 
-	// ErrInvalidCost is returned when a request's cost n is not positive or is
-	// larger than the policy could ever admit at once (n > burst).
+	// ErrInvalidCost is returned when a request's cost n is below 1 (Take,
+	// Refund, a check of TakeAll, an op of a store's ApplyAll). A cost
+	// larger than the policy's capacity returns [ErrCostExceedsCapacity],
+	// which wraps this one, except in bucket.Limiter's WaitN (x/time/rate's
+	// API: n above the burst) and redisstore's Grant (a claim outside
+	// 1..capacity), which return ErrInvalidCost itself.
 	ErrInvalidCost = errors.New("floodgate: invalid cost")
 
 	// ErrCostExceedsCapacity is returned when a request's cost is larger

@@ -193,8 +193,11 @@ func (p Policy) window() window.Config {
 	return window.Config{Name: p.Name, Limit: p.Limit, Window: p.Window}
 }
 
-// String describes the policy as a config line would: "pro: token-bucket
-// 100/1s burst 100".
+// String describes the policy on one line: its name, its algorithm and its
+// parameters, a bucket's rate as config files write it ([FormatRate]), as
+// in "pro: token-bucket 100/s burst 100", a window's limit per duration, as
+// in "daily: fixed-window 1000 per 1h0m0s"; then "leased" and "(dry run)"
+// when set.
 func (p Policy) String() string {
 	var b strings.Builder
 	b.WriteString(p.Name)

@@ -124,21 +124,30 @@
 //
 // # Answers
 //
-// For a fixed window the answers are the reference's: per descriptor code,
-// current_limit, limit_remaining (0 when over the limit), duration_until_reset
-// (whole seconds to the end of the window, windows aligned to the epoch);
-// overall_code OVER_LIMIT when any enforcing descriptor is over; hits_addend
-// of the request (0 means 1) or of the descriptor (which wins; 0 there
-// checks without counting: OVER_LIMIT when nothing is left, and the request
-// is then refused as a whole); the descriptor's own limit (a fixed window in
-// place of the config's; the domain must be known); an unlimited descriptor
+// For a fixed window the answers are the reference's except where this
+// paragraph and "Deliberate differences" below say otherwise (a refused
+// request, a check without counting at exactly the limit, a request's own
+// limit, negative hits, reloads, store errors): per descriptor code,
+// current_limit, limit_remaining (0 when over the limit),
+// duration_until_reset (whole seconds to the end of the window, windows
+// aligned to the epoch); overall_code OVER_LIMIT when any enforcing
+// descriptor is over; hits_addend of the request (0 means 1) or of the
+// descriptor (which wins; 0 there checks without counting: OVER_LIMIT when
+// nothing is left, and the request is then refused as a whole); the
+// descriptor's own limit (a fixed window in place of the config's, on a
+// counter of its own; the domain must be known); an unlimited descriptor
 // answers OK with limit_remaining 2^32-1 and no current_limit; a descriptor
 // without a limit (unknown domain or descriptor, or replaced) OK with
 // nothing; an empty domain or descriptor list is an InvalidArgument error. A
 // shadow-mode descriptor answers OK whatever its counter says; quota-mode
 // descriptors are grouped (by backend_name and model_name_override, else by
 // all their entries) and make the request OVER_LIMIT only when every group
-// is over one of its limits. is_negative_hits gives the hits back.
+// is over one of its limits. is_negative_hits gives the hits back as a
+// floodgate refund: never beyond the limit (10 per hour, 3 used, 5 given
+// back: 10 left, a key is never more than full), and hits larger than the
+// limit fail the call as a store error does (Unavailable under the default
+// FailError). TestConformanceWithReference covers neither negative hits nor
+// a request's own limit on a key already counted.
 //
 // # Deliberate differences from envoyproxy/ratelimit
 //

@@ -1,9 +1,11 @@
-// Package admit is floodgate's one admission core: it turns the decisions of
-// a request's limits into one verdict (admit, deny, never fits, unavailable),
-// applying dry run, the fail mode, shaping delays, panics and refunds, and
-// reports the request's one observer event. Every transport (httplimit,
-// grpclimit, the Envoy rate limit service) calls it and only translates the
-// verdict into its own status codes and headers.
+// Package admit is the admission core of floodgate's middleware: it turns
+// the decisions of a request's limits into one verdict (admit, deny, never
+// fits, unavailable), applying dry run, the fail mode, shaping delays,
+// panics and refunds, and reports the request's one observer event.
+// httplimit and grpclimit call it and only translate the verdict into their
+// own status codes and headers. The Envoy rate limit service (module rls)
+// does not: it decides a request's descriptors in its own code
+// (Service.decide).
 package admit
 
 import (

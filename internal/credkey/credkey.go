@@ -1,6 +1,10 @@
 // Package credkey turns credentials (service tokens, API keys) into
 // rate-limit keys with a keyed hash, so that no store and no observer ever
-// sees a credential in clear. Every transport uses it.
+// sees a credential in clear. httplimit and grpclimit (keys read from a
+// header or metadata with WithHeaderKey, under WithKeySecret) and package
+// policy (descriptor entries marked Credential) use it. The Envoy rate
+// limit service (module rls) does not: it hashes a credential descriptor's
+// value with its own HMAC-SHA256 (128 bits in hex, Service.appendHash).
 package credkey
 
 import (

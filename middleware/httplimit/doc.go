@@ -2,7 +2,7 @@
 // and behind net/http clients.
 //
 // The middleware is thin: it maps a request to a key and a cost, asks
-// floodgate's admission core (the one every transport shares: the gRPC
+// floodgate's admission core (the one grpclimit shares: the gRPC
 // interceptors decide exactly as this middleware does), and writes a
 // response contract that tells the truth. It owns no algorithm: any keyed
 // limiter of floodgate (token bucket, leaky bucket, windows, on the memory

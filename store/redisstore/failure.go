@@ -66,15 +66,18 @@ type FailurePolicy struct {
 func FailError() FailurePolicy { return FailurePolicy{mode: modeError} }
 
 // FailOpen admits every request Redis could not decide: Apply returns an
-// allowed Decision (Limit is the policy's capacity, Remaining 0, no
-// RetryAfter) and a nil error, and reports [floodgate.OutcomeErrorOpen] with
-// the cause to the observer.
+// allowed Decision with Fallback set and Limit, Remaining and RetryAfter 0
+// (a blanket answer has no quota to advertise; see
+// [floodgate.Decision.Fallback]), ApplyAll one such Decision per op, and a
+// nil error; it reports [floodgate.OutcomeErrorOpen] with the cause to the
+// observer.
 func FailOpen() FailurePolicy { return FailurePolicy{mode: modeOpen} }
 
-// FailClosed denies every request Redis could not decide: Apply returns a
-// denied Decision with RetryAfter = retryAfter (1s when retryAfter <= 0) and
-// a nil error, and reports [floodgate.OutcomeErrorClosed] with the cause to
-// the observer. Refunds (negative costs) are reported as allowed: there is
+// FailClosed denies every request Redis could not decide: Apply (and
+// ApplyAll, for each op) returns a denied Decision with Fallback set, Limit
+// 0 and RetryAfter = retryAfter (1s when retryAfter <= 0) and a nil error,
+// and reports [floodgate.OutcomeErrorClosed] with the cause to the
+// observer. Refunds (negative costs) are reported as allowed: there is
 // nothing to deny.
 func FailClosed(retryAfter time.Duration) FailurePolicy {
 	if retryAfter <= 0 {
