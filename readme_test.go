@@ -160,6 +160,8 @@ func readmeShadow(mem *memstore.Store, cfg policy.Config, mux *http.ServeMux) er
 	if err != nil {
 		return err
 	}
+	// Reports show the running limits and which policies run in dry run.
+	rec.Follow(live)
 	mux.Handle("/debug/floodgate/demand", rec.Handler()) // a page with the chart; ?format=json
 	for _, r := range rec.Reports() {                    // or one policy: rec.Demand("pro")
 		log.Printf("%s: %s", r.Policy, r.Recommendation) // "api: no recommendation: observed 2h0m0s of the 24h0m0s required"

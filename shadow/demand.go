@@ -28,15 +28,16 @@ const (
 // slot is one sampled key's window: the window number (absolute, modulo
 // 2^32, compared with wrap-around), meta the current sub-window (bits 0-7)
 // and the sampling level the window was recorded at (bits 8-15), cnt the
-// units of the window (up to cntMax). A decision in the slot's window and
+// units of the window (up to cntMax), ref those of them the limit refused
+// (kept apart so that an admitted decision writes nothing more). A decision in the slot's window and
 // sub-window adds to cnt without the bucket's lock; the rest (a new
 // window, a new sub-window, a new key, a large count) is done under the
 // lock, the only writer of win and meta. base is cnt when the sub-window
 // began and peak the units of the largest sub-window before it, both
 // under the lock.
 type slot struct {
-	win, meta, cnt atomic.Uint32
-	base, peak     uint32
+	win, meta, cnt, ref atomic.Uint32
+	base, peak          uint32
 }
 
 // cntMax is the most units a slot counts in a window: the lock-free adds
@@ -72,7 +73,8 @@ type stripe struct {
 	decisions atomic.Uint64
 	extra     atomic.Uint64 // units beyond one per decision
 	denied    atomic.Uint64
-	_         [40]byte
+	refused   atomic.Uint64 // units of the denied decisions
+	_         [32]byte
 }
 
 // topEntry is one of the heaviest keys (Space-Saving: a newcomer replaces
@@ -171,7 +173,10 @@ type Demand struct {
 	cm      [2][cmWidth]atomic.Uint32
 	demand  *sketch // units per key-window
 	burst   *sketch // largest units of a key in one sub-window, per key-window
-	keys    distinct
+	// admitted: units per key-window that the limit did not refuse, over
+	// the key-windows with any.
+	admitted *sketch
+	keys     distinct
 
 	mu  sync.Mutex      // top-K replacement
 	ids []atomic.Uint64 // the keys of top: hash | 1, 0 when empty
@@ -188,7 +193,7 @@ func newDemand(r *Recorder, name string, window time.Duration, limit int64, now 
 		name: name, rec: r, window: int64(window), subLen: max(int64(window)/subWindows, 1),
 		start: now, seed: r.seed,
 		table: make([]tbucket, buckets), mask: uint64(buckets - 1),
-		demand: newSketch(), burst: newSketch(),
+		demand: newSketch(), burst: newSketch(), admitted: newSketch(),
 		top: make([]topEntry, r.cfg.TopK), ids: make([]atomic.Uint64, r.cfg.TopK),
 	}
 	d.firstWin = uint64(max(now, 0) / d.window)
@@ -240,6 +245,7 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 	}
 	if refused {
 		st.denied.Add(1)
+		st.refused.Add(un)
 	}
 	m := mix(h)
 	if d.keys.below(m) {
@@ -253,7 +259,7 @@ func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
 		d.heavy(id, m, w, un, thr, refused, key, now)
 	}
 	if lvl := d.level.Load(); lvl == 0 || mix(h^(w*0x9e3779b97f4a7c15))>>(64-lvl) == 0 {
-		d.sample(h, now, w, un, lvl)
+		d.sample(h, now, w, un, lvl, refused)
 	}
 }
 
@@ -431,7 +437,7 @@ func (d *Demand) admit(id, w, est, n uint64, refused bool, key string, now int64
 // number), so that over many windows every key is measured. A key whose
 // slot is at its window and sub-window adds to it with one atomic add; the
 // lock is taken for the rest.
-func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
+func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, refused bool) {
 	fp := uint32(h >> 32)
 	if fp == 0 {
 		fp = 1
@@ -449,8 +455,11 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 			if n < 1<<16 && s.win.Load() == w32 && s.meta.Load()&0xff == sub {
 				if s.cnt.Add(uint32(n)) >= cntMax {
 					b.acquire()
-					s.add(0) // back to the bound
+					s.add(0, false) // back to the bound
 					b.release()
+				}
+				if refused {
+					s.ref.Add(uint32(n))
 				}
 				return
 			}
@@ -468,18 +477,18 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 		switch {
 		case older(sw, w32):
 			d.end(s)
-			d.begin(s, w32, sub, lvl, n)
+			d.begin(s, w32, sub, lvl, n, refused)
 			b.starts++
 		case sub > meta&0xff && sw == w32:
 			c := s.cnt.Load()
 			s.peak = max(s.peak, c-min(c, s.base))
 			s.base = c
 			s.meta.Store(sub | meta&^0xff)
-			s.add(n)
+			s.add(n, refused)
 		default:
 			// An earlier sub-window, or a decision timed before the
 			// key's latest window: it counts in the latest.
-			s.add(n)
+			s.add(n, refused)
 		}
 		b.release()
 		return
@@ -516,7 +525,7 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32) {
 	}
 	b.fp[free].Store(fp)
 	b.starts++
-	d.begin(s, w32, sub, lvl, n)
+	d.begin(s, w32, sub, lvl, n, refused)
 	b.release()
 }
 
@@ -541,17 +550,24 @@ func (d *Demand) subWindow(x int64) uint32 {
 }
 
 // begin starts window w32 of a slot, at sub-window sub and sampling level
-// lvl, with n units. Under the bucket's lock.
-func (d *Demand) begin(s *slot, w32, sub, lvl uint32, n uint64) {
+// lvl, with n units (refused or not). Under the bucket's lock.
+func (d *Demand) begin(s *slot, w32, sub, lvl uint32, n uint64, refused bool) {
 	s.win.Store(w32)
 	s.meta.Store(sub | lvl<<8)
 	s.base, s.peak = 0, 0
 	s.cnt.Store(uint32(min(n, cntMax)))
+	s.ref.Store(0)
+	if refused {
+		s.ref.Store(uint32(min(n, cntMax)))
+	}
 }
 
-// add counts n units in the slot's window, up to cntMax, under the
-// bucket's lock (lock-free adds may run at the same time).
-func (s *slot) add(n uint64) {
+// add counts n units (refused or not) in the slot's window, up to cntMax,
+// under the bucket's lock (lock-free adds may run at the same time).
+func (s *slot) add(n uint64, refused bool) {
+	if refused {
+		s.ref.Add(uint32(min(n, cntMax)))
+	}
 	for {
 		c := s.cnt.Load()
 		v := uint32(min(uint64(c)+n, cntMax))
@@ -568,8 +584,9 @@ func (s *slot) add(n uint64) {
 // it to the sketches. Under the bucket's lock.
 func (d *Demand) end(s *slot) {
 	c := min(s.cnt.Swap(0), cntMax)
+	r := min(s.ref.Swap(0), c)
 	peak := max(s.peak, c-min(c, s.base))
-	d.emit(s.win.Load(), s.meta.Load()>>8, uint64(c), uint64(peak))
+	d.emit(s.win.Load(), s.meta.Load()>>8, uint64(c), uint64(peak), uint64(c-r))
 }
 
 // older reports whether window number a is before b (modulo 2^32).
@@ -583,15 +600,17 @@ func satAdd(a, b uint32) uint32 {
 }
 
 // emit adds a key's finished window (number w32, sampled at level lvl,
-// cnt units, peak in its largest sub-window) to the sketches, weighted by
-// the inverse of the probability that its key was sampled.
-func (d *Demand) emit(w32, lvl uint32, cnt, peak uint64) {
+// cnt units, peak in its largest sub-window, adm of them not refused) to
+// the sketches, weighted by the inverse of the probability that its key
+// was sampled.
+func (d *Demand) emit(w32, lvl uint32, cnt, peak, adm uint64) {
 	if cnt == 0 || d.spoiled[w32%spoilRing].Load() == w32+1 {
 		return
 	}
 	wt := uint64(1) << lvl
 	d.demand.add(cnt, wt)
 	d.burst.add(peak, wt)
+	d.admitted.add(adm, wt)
 }
 
 // flush emits every finished window still in the table and frees its slot,
@@ -614,17 +633,17 @@ func (d *Demand) flush(now int64) {
 }
 
 // MaxPolicyBytes bounds the memory of one policy's recording with the
-// default Config (4,096 slots, top 16): 160 KiB, whatever the number of
-// keys (128 KiB by construction, about 134 KiB once the allocator has
+// default Config (4,096 slots, top 16): 192 KiB, whatever the number of
+// keys (153 KiB by construction, about 161 KiB once the allocator has
 // rounded the blocks up). [Demand.Bytes] gives the figure for any Config.
-const MaxPolicyBytes = 160 << 10
+const MaxPolicyBytes = 192 << 10
 
 // Bytes returns the memory the policy's recording holds, by construction:
 // it is allocated when the Demand is made and never grows.
 func (d *Demand) Bytes() int {
 	return int(unsafe.Sizeof(*d)) +
 		len(d.table)*int(unsafe.Sizeof(tbucket{})) +
-		2*(int(unsafe.Sizeof(sketch{}))+sketchBins*8) +
+		3*(int(unsafe.Sizeof(sketch{}))+sketchBins*8) +
 		len(d.top)*int(unsafe.Sizeof(topEntry{})+8) +
 		len(d.name)
 }

@@ -10,7 +10,7 @@
 //	defer rec.Close()
 //	recorded, err := rec.Store(mem)                  // any store.Store: memstore, redisstore
 //	live, err := policy.NewLive(cfg, recorded)       // every policy recorded by name, dry run included
-//	rec.Follow(live)                                 // reports show the running limits
+//	rec.Follow(live)                                 // reports show the running limits and dry-run states
 //	http.Handle("/debug/floodgate/demand", rec.Handler()) // JSON and an HTML page with a chart
 //	d, _ := rec.Demand("api")
 //	fmt.Println(d.Report().Recommendation)
@@ -87,11 +87,12 @@
 //
 // Each policy's recording is allocated when the policy is first seen and
 // never grows: the table of sampled keys (Config.Slots, default 4,096 slots
-// of 24 bytes with their buckets' locks and counters: 98 KiB), two sketches
-// of 1,110 counters (17 KiB), the count-min rows (8 KiB), the HyperLogLog
-// (1 KiB) and the top-K (3 KiB): 128 KiB by construction ([Demand.Bytes]),
-// 134 KiB as allocated (the allocator rounds large blocks up to pages),
-// under [MaxPolicyBytes] (160 KiB), whatever the number of keys
+// of 28.5 bytes with their buckets' locks and counters: 114 KiB), three
+// sketches of 1,110 counters (26 KiB: offered demand, bursts, admitted
+// demand), the count-min rows (8 KiB), the HyperLogLog (1 KiB) and the
+// top-K (3 KiB): 153 KiB by construction ([Demand.Bytes]), 161 KiB as
+// allocated (the allocator rounds large blocks up to pages), under
+// [MaxPolicyBytes] (192 KiB), whatever the number of keys
 // (TestMemoryBounded measures it from 1,000 to 1,000,000 keys).
 // Config.MaxPolicies bounds the number of policies.
 //
@@ -116,6 +117,25 @@
 // enforcing it would have refused, and which of the heaviest keys sit above
 // it. There is none before Config.MinObservation.
 //
+// A report shows the offered demand (every unit asked, Report.Units and
+// Report.Demand) beside the admitted demand (the units the limit did not
+// refuse, Report.RefusedUnits and Report.Admitted). Under an enforcing
+// limit a refused request that is retried is asked again: a client that
+// retries at once inflates the offered demand many times (one key asking
+// 50 a second, enforced at 50 with a burst of 10 and retrying every
+// refusal a millisecond later, offers about 850 units a second). So when
+// more than half of the units asked were refused and the policy enforces,
+// the recommendation is taken from the admitted demand
+// (Recommendation.From), a lower bound of the demand, at most what the
+// current limit lets through in a window. A dry-run policy refuses nobody
+// and keeps the offered demand; whether a policy runs in dry run is read
+// from the Live given to [Recorder.Follow] (a [Tuner] follows its own),
+// and a policy not followed is taken as enforcing. A note says so in both
+// cases. A policy with fewer keys (estimated) than 1/(1-Quantile), 20 for
+// p95, is flagged (Recommendation.FewKeys, and a note): its quantile is
+// over its keys' own windows, one key's for a per-service budget, not a
+// distribution across keys.
+//
 // # Tuning
 //
 // A [Tuner] (opt in, per policy) applies recommendations through
@@ -139,7 +159,8 @@
 // add on a counter spread by key; a sampled key adds one more, to its
 // slot, and takes a spin lock on one bucket of the table only to begin a
 // window or a sub-window. A decision adds one more when it asks for more
-// than one unit, when it is refused, when its key is in the top-K; the
+// than one unit, when it is refused (two, and one more for a sampled
+// key), when its key is in the top-K; the
 // distinct-key register is written only when it grows; one decision in 8
 // of the keys outside a full top-K updates the count-min.
 // BenchmarkObserve and BenchmarkDecision measure it: see the README,

@@ -42,6 +42,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	rec.Follow(live) // the report knows the policy runs in dry run
 	ctx := context.Background()
 	start := now
 	for w := range 4 {

@@ -168,6 +168,7 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"pct":    func(f float64) string { return strconv.FormatFloat(100*f, 'f', 2, 64) + "%" },
 	"dur":    func(d time.Duration) string { return d.Round(time.Second).String() },
 	"mul100": func(f float64) float64 { return math.Round(f*1e4) / 100 },
+	"sub":    func(a, b uint64) uint64 { return a - min(b, a) },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>floodgate: measured demand</title>
 <style>
@@ -191,17 +192,19 @@ section{margin-bottom:3em}
 <tr><th>keys (estimated)</th><td class="keys">{{num .Keys}}</td><th>key-windows</th><td class="key-windows{{if .DroppedWindows}} partial{{end}}">{{num .KeyWindows}}{{if .DroppedWindows}}*{{end}}</td></tr>
 <tr><th>windows dropped (table overflow)</th><td class="dropped">{{.DroppedWindows}}</td><th></th><td></td></tr>
 <tr><th>decisions</th><td class="decisions">{{.Decisions}}</td><th>refused by the current limit</th><td class="refused">{{.Refused}}</td></tr>
-<tr><th>sample rate</th><td>{{.SampleRate}}</td><th>units</th><td>{{.Units}}</td></tr>
+<tr><th>units offered</th><td class="units-offered">{{.Units}}</td><th>units admitted</th><td class="units-admitted">{{sub .Units .RefusedUnits}}</td></tr>
+<tr><th>sample rate</th><td>{{.SampleRate}}</td><th>units refused</th><td class="refused">{{.RefusedUnits}}</td></tr>
 </table>
 <table class="quantiles">
 <tr><th></th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th></tr>
 <tr><th>demand per window</th><td class="p50">{{num .Demand.P50}}</td><td class="p90">{{num .Demand.P90}}</td><td class="p95">{{num .Demand.P95}}</td><td class="p99">{{num .Demand.P99}}</td><td class="max">{{num .Demand.Max}}</td></tr>
+<tr><th>admitted per window</th><td>{{num .Admitted.P50}}</td><td>{{num .Admitted.P90}}</td><td class="admitted-p95">{{num .Admitted.P95}}</td><td>{{num .Admitted.P99}}</td><td>{{num .Admitted.Max}}</td></tr>
 <tr><th>burst (1/8 window)</th><td>{{num .Burst.P50}}</td><td>{{num .Burst.P90}}</td><td>{{num .Burst.P95}}</td><td>{{num .Burst.P99}}</td><td>{{num .Burst.Max}}</td></tr>
 </table>
 {{range .Notes}}<p class="note">* {{.}}</p>{{end}}
 {{with .Recommendation}}{{if .OK}}<table class="recommendation">
 <tr><th>recommended limit</th><td class="rec-limit">{{.Limit}}</td><th>recommended burst</th><td class="rec-burst">{{.Burst}}</td></tr>
-<tr><th>from</th><td>p{{num (mul100 .Quantile)}} {{num .Basis}} + {{num (mul100 .Headroom)}}%</td><th>burst from</th><td>p{{num (mul100 .BurstQuantile)}} {{num .BurstBasis}}</td></tr>
+<tr><th>from</th><td class="rec-from">p{{num (mul100 .Quantile)}} {{num .Basis}} of {{.From}} demand + {{num (mul100 .Headroom)}}%{{if .FewKeys}} (too few keys for a distribution){{end}}</td><th>burst from</th><td>p{{num (mul100 .BurstQuantile)}} {{num .BurstBasis}}</td></tr>
 <tr><th>key-windows above it</th><td class="rec-above">{{num .KeyWindowsAbove}} ({{pct .FractionAbove}})</td><th>units it would refuse</th><td class="rec-units">{{num .UnitsAbove}}</td></tr>
 </table>{{else}}<p class="no-recommendation">No recommendation yet: {{.Reason}}.</p>{{end}}{{end}}
 {{if .Top}}<table class="top"><tr><th class="key">heaviest keys</th><th>peak / window</th><th>current</th><th>units</th><th>refused</th><th>over-count</th><th>above recommendation</th></tr>

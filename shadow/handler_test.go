@@ -130,6 +130,9 @@ func TestReportPageInChromium(t *testing.T) {
 	assert.Contains(t, dom, `<td class="rec-burst">`+strconv.FormatInt(rec.Burst, 10)+`</td>`)
 	assert.Contains(t, dom, `<td class="p95">`+fmt.Sprint(shadowNum(rep.Demand.P95))+`</td>`)
 	assert.Contains(t, dom, `<td class="current">60</td>`)
+	assert.Contains(t, dom, `<td class="units-offered">`+fmt.Sprint(rep.Units)+`</td>`)
+	assert.Contains(t, dom, `<td class="units-admitted">`+fmt.Sprint(rep.Units-rep.RefusedUnits)+`</td>`)
+	assert.Contains(t, dom, `<td class="admitted-p95">`+fmt.Sprint(shadowNum(rep.Admitted.P95))+`</td>`)
 	assert.Contains(t, dom, "abuser-0")
 	assert.NotContains(t, dom, "<script")
 

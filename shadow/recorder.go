@@ -338,9 +338,13 @@ func (s *recordingStore) Unwrap() store.Store { return s.inner }
 // when it is taken, so that it follows every change (the tuner's or not)
 // without waiting for a decision. A policy whose window length changed
 // shows the limit of its latest decision until its recording starts
-// afresh. Without Follow a report shows the limit of the policy's latest
-// decision that started a recording or changed its store namespace. A
-// [Tuner] follows its Live. Following the same Live twice is harmless.
+// afresh. A report also reads there whether the policy runs in dry run:
+// an enforcing policy whose refusals dominate its demand gets its
+// recommendation from its admitted demand (see [Recommendation].From).
+// Without Follow a report shows the limit of the policy's latest
+// decision that started a recording or changed its store namespace, and
+// takes the policy as enforcing. A [Tuner] follows its Live. Following
+// the same Live twice is harmless.
 func (r *Recorder) Follow(live *policy.Live) {
 	if live == nil {
 		return
@@ -360,18 +364,27 @@ func (r *Recorder) Follow(live *policy.Live) {
 	r.lives.Store(&next)
 }
 
-// running returns the running limit per window of the named policy in a
-// followed Live, when one has it with that window length.
-func (r *Recorder) running(name string, window int64) (int64, bool) {
+// runningPolicy is what a followed Live says of a recorded policy.
+type runningPolicy struct {
+	quota      int64 // its limit per window
+	sameWindow bool  // its window is the recording's
+	dryRun     bool
+}
+
+// running returns the named policy as the latest followed Live that has
+// it runs it; false when none has it.
+func (r *Recorder) running(name string, window int64) (runningPolicy, bool) {
 	p := r.lives.Load()
 	if p == nil {
-		return 0, false
+		return runningPolicy{}, false
 	}
 	for i := len(*p) - 1; i >= 0; i-- {
-		if l, ok := (*p)[i].Set().Limiter(name); ok {
+		set := (*p)[i].Set()
+		if l, ok := set.Limiter(name); ok {
 			sp := l.Algorithm().Spec()
-			return sp.Quota, int64(sp.Window) == window
+			pol, _ := set.Policy(name)
+			return runningPolicy{quota: sp.Quota, sameWindow: int64(sp.Window) == window, dryRun: pol.DryRun}, true
 		}
 	}
-	return 0, false
+	return runningPolicy{}, false
 }

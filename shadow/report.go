@@ -28,11 +28,14 @@ type Report struct {
 	// Windows is how many windows have ended since the first observation.
 	Windows uint64 `json:"windows"`
 	// Decisions, Units and Refused count every decision recorded, the
-	// units they asked for, and those the current limit refused (denied,
-	// or would have in dry run).
-	Decisions uint64 `json:"decisions"`
-	Units     uint64 `json:"units"`
-	Refused   uint64 `json:"refused"`
+	// units they asked for (the offered demand, retries of refused
+	// requests included), and the decisions the current limit refused
+	// (denied, or would have in dry run); RefusedUnits counts the units of
+	// those: Units - RefusedUnits were admitted.
+	Decisions    uint64 `json:"decisions"`
+	Units        uint64 `json:"units"`
+	Refused      uint64 `json:"refused"`
+	RefusedUnits uint64 `json:"refused_units"`
 	// Keys is the estimated number of distinct keys (3.3% standard error).
 	Keys float64 `json:"keys"`
 	// KeyWindows is the estimated number of (key, window) pairs with
@@ -43,7 +46,9 @@ type Report struct {
 	// the distributions, the histogram and the recommendation's figures
 	// leave those windows out (Notes says so).
 	DroppedWindows uint64 `json:"dropped_windows"`
-	// Notes explain what may make the figures partial.
+	// Notes explain what may make the figures partial or the
+	// recommendation weak: dropped windows, too few keys for a
+	// distribution, refusals that dominate the demand.
 	Notes []string `json:"notes,omitempty"`
 	// SampleRate is the fraction of the keys whose windows are measured
 	// (1, 1/2, 1/4, ...: the table of sampled keys is bounded).
@@ -53,6 +58,10 @@ type Report struct {
 	// key asks for within an eighth of a window.
 	Demand Quantiles `json:"demand"`
 	Burst  Quantiles `json:"burst"`
+	// Admitted is the distribution of the units of a key's window that the
+	// limit did not refuse, over the key-windows with any: the demand that
+	// was served (or would have been, in dry run).
+	Admitted Quantiles `json:"admitted"`
 	// Top is the heaviest keys, heaviest first.
 	Top []Key `json:"top"`
 	// Histogram is the demand distribution in bins of equal width on a
@@ -120,8 +129,23 @@ type Recommendation struct {
 	Burst int64 `json:"burst"`
 	// Current is the policy's limit per window now.
 	Current int64 `json:"current"`
-	// Quantile and Basis: the quantile of the demand per key-window and
-	// its value; BurstQuantile and BurstBasis the same for bursts.
+	// From is the demand Basis is a quantile of: "offered", every unit
+	// asked (Report.Demand), or "admitted", the units the limit did not
+	// refuse (Report.Admitted). It is "admitted" when the policy enforces
+	// (see [Recorder.Follow]) and more than half of the units asked were
+	// refused: refused requests that are retried count again as offered
+	// demand, which then says more about the retries than about the
+	// demand. The admitted demand is a lower bound of the demand, at most
+	// what the current limit lets through in a window; BurstBasis, measured
+	// on offered bursts, is then capped at Basis.
+	From string `json:"from"`
+	// FewKeys tells that the policy has fewer keys than 1/(1-Quantile) (20
+	// for p95), by their estimated number (Keys): the quantile is then over those keys' own windows (their
+	// variation in time, one key's for a per-service budget), not a
+	// distribution across keys.
+	FewKeys bool `json:"few_keys"`
+	// Quantile and Basis: the quantile of the demand (From) per
+	// key-window and its value; BurstQuantile and BurstBasis the same for bursts.
 	Quantile      float64 `json:"quantile"`
 	Basis         float64 `json:"basis"`
 	BurstQuantile float64 `json:"burst_quantile"`
@@ -133,8 +157,9 @@ type Recommendation struct {
 	Keys       float64       `json:"keys"`
 	KeyWindows float64       `json:"key_windows"`
 	// What enforcing Limit would have refused: the key-windows whose
-	// demand exceeds it (and their fraction of all), and the units above
-	// it in those windows, estimated from the distribution.
+	// demand (From) exceeds it (and their fraction of those with demand),
+	// and the units above it in those windows, estimated from the
+	// distribution.
 	KeyWindowsAbove float64 `json:"key_windows_above"`
 	FractionAbove   float64 `json:"fraction_above"`
 	UnitsAbove      float64 `json:"units_above"`
@@ -150,9 +175,16 @@ func (r Recommendation) String() string {
 	if !r.OK {
 		return "no recommendation: " + r.Reason
 	}
-	return fmt.Sprintf("limit %d (p%s %.1f +%.0f%%), burst %d, current %d; %.0f key-windows of %.0f above (%.2f%%), %d heavy keys above; observed %v over %d windows",
+	s := fmt.Sprintf("limit %d (p%s %.1f +%.0f%%), burst %d, current %d; %.0f key-windows of %.0f above (%.2f%%), %d heavy keys above; observed %v over %d windows",
 		r.Limit, strconv.FormatFloat(r.Quantile*100, 'f', -1, 64), r.Basis, r.Headroom*100, r.Burst, r.Current,
 		r.KeyWindowsAbove, r.KeyWindows, r.FractionAbove*100, len(r.KeysAbove), r.Observed.Round(time.Second), r.Windows)
+	if r.From == fromAdmitted {
+		s += "; from admitted demand (refusals dominate)"
+	}
+	if r.FewKeys {
+		s += fmt.Sprintf("; %.0f key(s): too few for a distribution", r.Keys)
+	}
+	return s
 }
 
 // Report returns the policy's report now, by the Recorder's clock.
@@ -162,9 +194,9 @@ func (d *Demand) Report() Report { return d.ReportAt(d.rec.nanos()) }
 // counts the windows that ended before now.
 func (d *Demand) ReportAt(now int64) Report {
 	d.flush(now)
-	cfg := d.rec.cfg
+	run, followed := d.rec.running(d.name, d.window)
 	rep := Report{
-		Policy: d.name, Window: time.Duration(d.window), Limit: d.currentLimit(),
+		Policy: d.name, Window: time.Duration(d.window), Limit: d.currentLimit(run, followed),
 		Since: time.Unix(0, d.start), At: time.Unix(0, now),
 		Observed:   time.Duration(max(now-d.start, 0)),
 		SampleRate: math.Ldexp(1, -int(d.level.Load())),
@@ -182,31 +214,17 @@ func (d *Demand) ReportAt(now int64) Report {
 		rep.Decisions += dec
 		rep.Units += dec + d.stripes[i].extra.Load()
 		rep.Refused += d.stripes[i].denied.Load()
+		rep.RefusedUnits += d.stripes[i].refused.Load()
 	}
-	dem, bur := d.demand.freeze(), d.burst.freeze()
+	dem, bur, adm := d.demand.freeze(), d.burst.freeze(), d.admitted.freeze()
 	rep.KeyWindows = float64(dem.total)
 	rep.Demand = quantiles(dem)
 	rep.Burst = quantiles(bur)
+	rep.Admitted = quantiles(adm)
 	rep.Histogram = histogram(dem, 40)
 
-	rec := Recommendation{
-		Current: rep.Limit, Quantile: cfg.Quantile, BurstQuantile: cfg.BurstQuantile, Headroom: cfg.Headroom,
-		Observed: rep.Observed, Windows: rep.Windows, Keys: rep.Keys, KeyWindows: rep.KeyWindows, RefusedNow: rep.Refused,
-	}
-	switch {
-	case rep.Observed < cfg.MinObservation:
-		rec.Reason = fmt.Sprintf("observed %v of the %v required", rep.Observed.Round(time.Millisecond), cfg.MinObservation)
-	case dem.total == 0:
-		rec.Reason = "no window with demand has ended yet"
-	default:
-		rec.OK = true
-		rec.Basis = dem.quantile(cfg.Quantile)
-		rec.BurstBasis = bur.quantile(cfg.BurstQuantile)
-		rec.Limit = max(int64(math.Ceil(rec.Basis*(1+cfg.Headroom)-1e-9)), 1)
-		rec.Burst = max(int64(math.Ceil(rec.BurstBasis*(1+cfg.Headroom)-1e-9)), 1)
-		rec.KeyWindowsAbove, rec.UnitsAbove = dem.above(float64(rec.Limit))
-		rec.FractionAbove = rec.KeyWindowsAbove / float64(dem.total)
-	}
+	rec := d.recommend(&rep, dem, bur, adm, followed && run.dryRun)
+	rep.Notes = append(rep.Notes, demandNotes(rep, rec, followed)...)
 	rep.Top = d.topKeys(rec, uint64(max(now, 0)/d.window))
 	for _, k := range rep.Top {
 		if k.AboveRecommendation {
@@ -217,11 +235,84 @@ func (d *Demand) ReportAt(now int64) Report {
 	return rep
 }
 
-// currentLimit is the policy's running limit in a followed Live, else the
-// limit of its latest decision that told one.
-func (d *Demand) currentLimit() int64 {
-	if n, ok := d.rec.running(d.name, d.window); ok {
-		return n
+// Demand kinds a recommendation is taken from (Recommendation.From).
+const (
+	fromOffered  = "offered"
+	fromAdmitted = "admitted"
+)
+
+// recommend returns the recommendation for a report (its evidence filled
+// in) from the offered demand, bursts and admitted demand; dry tells that
+// the policy runs in dry run.
+func (d *Demand) recommend(rep *Report, dem, bur, adm frozen, dry bool) Recommendation {
+	cfg := d.rec.cfg
+	rec := Recommendation{
+		Current: rep.Limit, From: fromOffered, Quantile: cfg.Quantile, BurstQuantile: cfg.BurstQuantile, Headroom: cfg.Headroom,
+		Observed: rep.Observed, Windows: rep.Windows, Keys: rep.Keys, KeyWindows: rep.KeyWindows, RefusedNow: rep.Refused,
+		FewKeys: rep.Keys < minKeys(cfg.Quantile),
+	}
+	basis := dem
+	if refusalsDominate(*rep) && !dry {
+		basis, rec.From = adm, fromAdmitted
+	}
+	switch {
+	case rep.Observed < cfg.MinObservation:
+		rec.Reason = fmt.Sprintf("observed %v of the %v required", rep.Observed.Round(time.Millisecond), cfg.MinObservation)
+	case dem.total == 0:
+		rec.Reason = "no window with demand has ended yet"
+	case basis.total == 0:
+		rec.Reason = "refusals dominate and no window with admitted demand has ended yet"
+	default:
+		rec.OK = true
+		rec.Basis = basis.quantile(cfg.Quantile)
+		rec.BurstBasis = bur.quantile(cfg.BurstQuantile)
+		if rec.From == fromAdmitted {
+			rec.BurstBasis = min(rec.BurstBasis, rec.Basis)
+		}
+		rec.Limit = max(int64(math.Ceil(rec.Basis*(1+cfg.Headroom)-1e-9)), 1)
+		rec.Burst = max(int64(math.Ceil(rec.BurstBasis*(1+cfg.Headroom)-1e-9)), 1)
+		rec.KeyWindowsAbove, rec.UnitsAbove = basis.above(float64(rec.Limit))
+		rec.FractionAbove = rec.KeyWindowsAbove / float64(basis.total)
+	}
+	return rec
+}
+
+// minKeys is the fewest keys for which a q-quantile across keys means
+// something: 1/(1-q), 20 for p95.
+func minKeys(q float64) float64 { return math.Ceil(1/(1-q) - 1e-9) }
+
+// refusalsDominate tells whether more than half of the units asked were
+// refused.
+func refusalsDominate(rep Report) bool { return rep.RefusedUnits > rep.Units-rep.RefusedUnits }
+
+// demandNotes are the notes on what the recommendation's demand may not
+// show: too few keys, refusals that dominate.
+func demandNotes(rep Report, rec Recommendation, followed bool) []string {
+	var notes []string
+	if rec.FewKeys {
+		notes = append(notes, fmt.Sprintf("%.0f key(s), fewer than the %.0f that a p%s across keys needs: the quantiles are over these keys' own windows, not a distribution of keys",
+			rep.Keys, minKeys(rec.Quantile), strconv.FormatFloat(rec.Quantile*100, 'f', -1, 64)))
+	}
+	if !refusalsDominate(rep) {
+		return notes
+	}
+	share := fmt.Sprintf("refusals dominate: %d of the %d units asked (%.0f%%) were refused", rep.RefusedUnits, rep.Units, 100*float64(rep.RefusedUnits)/float64(rep.Units))
+	switch {
+	case rec.From == fromOffered:
+		notes = append(notes, share+"; the policy runs in dry run, so no caller was refused and the recommendation is taken from the offered demand")
+	case followed:
+		notes = append(notes, share+"; retried refusals count again as offered demand, so the recommendation is taken from the admitted demand, a lower bound of the demand")
+	default:
+		notes = append(notes, share+"; the recommendation is taken from the admitted demand, a lower bound of the demand (the policy is taken as enforcing: Recorder.Follow its Live to tell a dry run)")
+	}
+	return notes
+}
+
+// currentLimit is the policy's running limit in a followed Live (run,
+// when followed), else the limit of its latest decision that told one.
+func (d *Demand) currentLimit(run runningPolicy, followed bool) int64 {
+	if followed && run.sameWindow {
+		return run.quota
 	}
 	return d.limit.Load()
 }

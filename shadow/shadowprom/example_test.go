@@ -11,8 +11,9 @@ import (
 	"github.com/floodgate-go/floodgate/shadow/shadowprom"
 )
 
-// Ten keys ask 10, 20, ... 100 units in each of three windows of "api";
-// the gauges show the distribution and the recommendation.
+// Ten keys ask 10, 20, ... 100 units in each of three windows of "api"
+// (the three heaviest refused); the gauges show the distribution and the
+// recommendation.
 func Example() {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
@@ -27,7 +28,7 @@ func Example() {
 	}
 	for w := range 3 {
 		for k := range 10 {
-			d.ObserveAt(t0.Add(time.Duration(w)*time.Second).UnixNano(), fmt.Sprint("key", k), int64(10*(k+1)), k >= 5)
+			d.ObserveAt(t0.Add(time.Duration(w)*time.Second).UnixNano(), fmt.Sprint("key", k), int64(10*(k+1)), k >= 7)
 		}
 	}
 	now = t0.Add(3 * time.Second)
