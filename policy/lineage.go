@@ -15,11 +15,13 @@ import (
 // "Live changes"). On a store whose states carry their parameters (Redis)
 // the store converts a key on its first request after the change, in the
 // script. A memory store keeps each version of a policy's parameters under
-// a namespace of its own and, on a key's first request after a change,
-// reads it through the earlier versions (algo.Lineage): the Live keeps
-// those, per policy name, for as long as a key may hold a state that is not
-// full (the algorithm's FullWithin after the version was replaced), at most
-// algo.MaxPredecessors of them besides the running one.
+// a namespace of its own and, when a version finds no state for a key,
+// reads it through the policy's other versions (algo.Lineage, whose
+// algo.Versions every version of the policy shares, so that one replaced
+// while a request holds it finds what the running one moved): the Live
+// keeps those, per policy name, for as long as a key may hold a state that
+// is not full (the algorithm's FullWithin after the version was replaced),
+// at most algo.MaxPredecessors of them besides the running one.
 
 // version is one set of parameters a policy name has run with.
 type version struct {
