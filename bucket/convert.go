@@ -80,19 +80,19 @@ func floorDiv(x, y int64) int64 {
 // horizon.
 func (g *gcra) FullWithin() int64 { return g.span }
 
-// WithPredecessors implements [algo.Converter]; use [algo.Succeed].
-func (g *gcra) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
+// WithVersions implements [algo.Converter]; use [algo.Succeed].
+func (g *gcra) WithVersions(v *algo.Versions) algo.Lineage {
 	c := *g
-	c.preds = preds
+	c.vs = v
 	c.memNS = algo.VersionNamespace(g.spec)
 	return &c
 }
 
-// Predecessors implements [algo.Lineage].
-func (g *gcra) Predecessors() []algo.Algorithm { return g.preds }
+// Versions implements [algo.Lineage].
+func (g *gcra) Versions() *algo.Versions { return g.vs }
 
 // The reserving twins carry the bucket's lineage, so that a reservation
-// reads a key's state through the bucket's predecessors like a take.
+// reads a key's state through the bucket's versions like a take.
 
 // Converts implements [algo.Converter] as the bucket's.
 func (r *gcraTwin) Converts(from algo.Algorithm) bool { return r.g.Converts(from) }
@@ -105,13 +105,13 @@ func (r *gcraTwin) Convert(s algo.State, now int64, from algo.Algorithm) algo.St
 // FullWithin implements [algo.Converter] as the bucket's.
 func (r *gcraTwin) FullWithin() int64 { return r.g.span }
 
-// WithPredecessors implements [algo.Converter]: the bucket's (not a twin).
-func (r *gcraTwin) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
-	return r.g.WithPredecessors(preds)
+// WithVersions implements [algo.Converter]: the bucket's (not a twin).
+func (r *gcraTwin) WithVersions(v *algo.Versions) algo.Lineage {
+	return r.g.WithVersions(v)
 }
 
-// Predecessors implements [algo.Lineage] as the bucket's.
-func (r *gcraTwin) Predecessors() []algo.Algorithm { return r.g.preds }
+// Versions implements [algo.Lineage] as the bucket's.
+func (r *gcraTwin) Versions() *algo.Versions { return r.g.vs }
 
 // convertLua is the Lua twin of gcra.Convert; op = {interval, burst} of
 // the old version (its span is computed as reserveHorizon does: 64 x tau

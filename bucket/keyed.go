@@ -121,10 +121,10 @@ type gcra struct {
 	spec          algo.Spec
 	reserveSpec   algo.Spec // the reserving twin's, but for its Params
 	// memNS is the namespace in memory (see algo.Lineage): spec.Namespace,
-	// or the version's own once the algorithm succeeded others, whose
-	// states memory stores read through (preds, newest first).
+	// or the version's own once the algorithm is a Lineage, which memory
+	// stores read the limit's versions (vs) through.
 	memNS uint64
-	preds []algo.Algorithm
+	vs    *algo.Versions
 }
 
 // reserveHorizon is the reservation horizon of a bucket whose TAT is at most

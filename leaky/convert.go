@@ -55,19 +55,19 @@ func (a *Algorithm) Convert(s algo.State, now int64, from algo.Algorithm) algo.S
 // a key may hold, plus the minute of a clock gone back that a state keeps.
 func (a *Algorithm) FullWithin() int64 { return (a.msCap + backJumpMs) * 1000 }
 
-// WithPredecessors implements [algo.Converter]; use [algo.Succeed].
-func (a *Algorithm) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
+// WithVersions implements [algo.Converter]; use [algo.Succeed].
+func (a *Algorithm) WithVersions(v *algo.Versions) algo.Lineage {
 	c := *a
-	c.preds = preds
+	c.vs = v
 	c.memNS = algo.VersionNamespace(a.spec)
 	return &c
 }
 
-// Predecessors implements [algo.Lineage].
-func (a *Algorithm) Predecessors() []algo.Algorithm { return a.preds }
+// Versions implements [algo.Lineage].
+func (a *Algorithm) Versions() *algo.Versions { return a.vs }
 
 // The reserving twins carry the bucket's lineage, so that a reservation
-// reads a key's state through the bucket's predecessors like a take.
+// reads a key's state through the bucket's versions like a take.
 
 // Converts implements [algo.Converter] as the bucket's.
 func (t *twin) Converts(from algo.Algorithm) bool { return t.a.Converts(from) }
@@ -80,13 +80,13 @@ func (t *twin) Convert(s algo.State, now int64, from algo.Algorithm) algo.State 
 // FullWithin implements [algo.Converter] as the bucket's.
 func (t *twin) FullWithin() int64 { return t.a.FullWithin() }
 
-// WithPredecessors implements [algo.Converter]: the bucket's (not a twin).
-func (t *twin) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
-	return t.a.WithPredecessors(preds)
+// WithVersions implements [algo.Converter]: the bucket's (not a twin).
+func (t *twin) WithVersions(v *algo.Versions) algo.Lineage {
+	return t.a.WithVersions(v)
 }
 
-// Predecessors implements [algo.Lineage] as the bucket's.
-func (t *twin) Predecessors() []algo.Algorithm { return t.a.preds }
+// Versions implements [algo.Lineage] as the bucket's.
+func (t *twin) Versions() *algo.Versions { return t.a.vs }
 
 // convertLua is the Lua twin of Algorithm.Convert: op = {rate, burst} of
 // the old version, whose bounds it computes as maxExcess and Algorithm do

@@ -84,16 +84,20 @@
 // different times each convert what the other wrote: together they never
 // admit more than the larger of the two configs would. A memory store
 // cannot keep parameters beside each key: the Live gives each version of a
-// policy's parameters a namespace of its own and the running version reads
-// a key it has not seen yet through the earlier ones (at most 8 of them),
-// converting and moving it; an earlier version is forgotten once all its
-// keys are full again (its algorithm's FullWithin after it was replaced:
-// from 15 minutes for a token bucket, its reservation horizon; one or two
-// windows for the windows). A policy unchanged by a reload keeps its
-// limiter, and one never changed costs nothing. A change of algorithm
-// under one name starts the keys afresh: the states of two algorithms do
-// not convert. A decision in flight across a change may be decided on the
-// old parameters.
+// policy's parameters a namespace of its own and a version reads a key it
+// has not seen yet through the policy's other versions (the running one
+// and at most 8 earlier ones), converting and moving it; an earlier version
+// is forgotten once all its keys are full again (its algorithm's
+// FullWithin after it was replaced: from 15 minutes for a token bucket, its
+// reservation horizon; one or two windows for the windows). A policy
+// unchanged by a reload keeps its limiter; one never changed costs a look
+// at its versions on a key's first request, nothing on the others. A
+// change of algorithm under one name starts the keys afresh: the states of
+// two algorithms do not convert. A decision in flight across a change is
+// decided on the old parameters or the new, on the key's state, on every
+// store: a version replaced while a request holds it reads the key through
+// the versions that came after it, as the running one reads the earlier
+// ones.
 //
 // # Leased policies
 //

@@ -19,3 +19,10 @@ func SetLeaseGrace(d time.Duration) func() {
 	leaseGrace = d
 	return func() { leaseGrace = old }
 }
+
+// SetTakeHook makes Live.Take call f between its load of the running Set
+// and its store call, and returns the function that removes it.
+func SetTakeHook(f func()) func() {
+	takeHook = f
+	return func() { takeHook = nil }
+}

@@ -15,11 +15,13 @@ import (
 // "Live changes"). On a store whose states carry their parameters (Redis)
 // the store converts a key on its first request after the change, in the
 // script. A memory store keeps each version of a policy's parameters under
-// a namespace of its own and, on a key's first request after a change,
-// reads it through the earlier versions (algo.Lineage): the Live keeps
-// those, per policy name, for as long as a key may hold a state that is not
-// full (the algorithm's FullWithin after the version was replaced), at most
-// algo.MaxPredecessors of them besides the running one.
+// a namespace of its own and, when a version finds no state for a key,
+// reads it through the policy's other versions (algo.Lineage, whose
+// algo.Versions every version of the policy shares, so that one replaced
+// while a request holds it finds what the running one moved): the Live
+// keeps those, per policy name, for as long as a key may hold a state that
+// is not full (the algorithm's FullWithin after the version was replaced),
+// at most algo.MaxPredecessors of them besides the running one.
 
 // version is one set of parameters a policy name has run with.
 type version struct {
@@ -48,9 +50,11 @@ type plan struct {
 }
 
 // limiter returns the limiter of p in the config being compiled: the
-// running one when p's parameters have not changed and nothing it reads
-// through has expired, else a new one whose algorithm reads the states of
-// the earlier versions through (algo.Succeed).
+// running one when p's parameters have not changed, else a new one. Either
+// way, the algorithm is a version of the policy's limit (algo.Succeed)
+// whose versions are the running one and the earlier ones whose keys may
+// hold states: a memory store reads each key's state through them, on
+// every version of the limit, those in flight included.
 func (ls lineages) limiter(p Policy, s store.Store, pl *plan) (*store.Limiter, error) {
 	base, err := p.build()
 	if err != nil {
@@ -58,53 +62,44 @@ func (ls lineages) limiter(p Policy, s store.Store, pl *plan) (*store.Limiter, e
 	}
 	vs := ls[p.Name]
 	same := len(vs) > 0 && vs[0].until.IsZero() && vs[0].policy.sameLimit(p)
-	older := vs
+	older, next := vs, base
 	if same {
-		older = vs[1:]
-		if cur := vs[0]; algo.MemoryNamespace(cur.alg) == cur.alg.Spec().Namespace {
-			// Never changed: it has no earlier versions to read through.
-			pl.next[p.Name] = cur
-			return cur.lim, nil
-		}
+		older, next = vs[1:], vs[0].alg
 	}
-	conv, _ := base.(algo.Converter)
+	conv, ok := base.(algo.Converter)
+	if !ok {
+		// It cannot carry state over a change: a limit of its own.
+		if same {
+			pl.next[p.Name] = vs[0]
+			return vs[0].lim, nil
+		}
+		return newVersion(p, s, pl, base)
+	}
 	var preds []algo.Algorithm
 	for _, v := range older {
-		if (v.until.IsZero() || v.until.After(pl.now)) && conv != nil && conv.Converts(v.alg) {
+		if (v.until.IsZero() || v.until.After(pl.now)) && conv.Converts(v.alg) {
 			preds = append(preds, v.alg)
 		}
 	}
-	alg := base
-	if same || len(preds) > 0 {
-		// Once changed, a policy keeps its version's namespace in memory,
-		// whatever is left to read through.
-		lg, err := algo.Succeed(base, preds)
-		if err != nil {
-			return nil, err
-		}
-		if cur := vs[0]; same && samePreds(cur.alg, lg) {
-			pl.next[p.Name] = cur
-			return cur.lim, nil
-		}
-		alg = lg
+	lg, err := algo.Succeed(next, preds)
+	if err != nil {
+		return nil, err
 	}
+	if same {
+		pl.next[p.Name] = vs[0]
+		return vs[0].lim, nil
+	}
+	return newVersion(p, s, pl, lg)
+}
+
+// newVersion makes the limiter of p's version alg for pl.
+func newVersion(p Policy, s store.Store, pl *plan, alg algo.Algorithm) (*store.Limiter, error) {
 	lim, err := store.NewLimiter(s, alg)
 	if err != nil {
 		return nil, err
 	}
 	pl.next[p.Name] = version{policy: p, alg: alg, lim: lim}
 	return lim, nil
-}
-
-// samePreds reports whether a and b read through the same namespaces.
-func samePreds(a algo.Algorithm, b algo.Lineage) bool {
-	la, ok := a.(algo.Lineage)
-	if !ok {
-		return false
-	}
-	return slices.EqualFunc(la.Predecessors(), b.Predecessors(), func(x, y algo.Algorithm) bool {
-		return algo.MemoryNamespace(x) == algo.MemoryNamespace(y)
-	})
 }
 
 // commit makes pl the lineages' running versions: a version that is

@@ -292,6 +292,10 @@ func diff(old, cur *Set) (added, removed, changed, details []string) {
 	return
 }
 
+// takeHook, when set (by tests only), runs in Take between its load of the
+// running Set and its store call: where a live change may land.
+var takeHook func()
+
 // Take charges n for the plan of key ([Set.Plan]) on the running Set: the
 // keyed [floodgate.Limiter] of a per-plan limit. A key without a plan (no
 // override, no resolver answer, no default plan) is admitted, with a zero
@@ -316,6 +320,9 @@ func (l *Live) Take(ctx context.Context, key string, n int) (floodgate.Decision,
 	}
 	if n < 1 || int64(n) > lim.Capacity() {
 		return lim.Take(ctx, key, n) // its cost error
+	}
+	if takeHook != nil {
+		takeHook()
 	}
 	// Straight to the store: one call frame (and one copy of the Decision)
 	// less than through lim.Take, which is what it does.

@@ -51,14 +51,17 @@ func TestLiveChangesBoundedOnMemstore(t *testing.T) {
 }
 
 // predecessors is how many earlier versions the running limiter of name
-// reads through on a miss.
+// reads through on a miss: its limit's versions but its own.
 func predecessors(t *testing.T, live *policy.Live, name string) int {
 	t.Helper()
 	lim, ok := live.Set().Limiter(name)
 	require.True(t, ok)
 	lg, ok := lim.Algorithm().(algo.Lineage)
 	require.True(t, ok)
-	return len(lg.Predecessors())
+	vs := lg.Versions().Load()
+	require.NotEmpty(t, vs)
+	require.Equal(t, algo.MemoryNamespace(lg), algo.MemoryNamespace(vs[0]), "the running version is the newest")
+	return len(vs) - 1
 }
 
 // A limiter whose parameters did not change is the same limiter; one that

@@ -169,10 +169,10 @@ type params struct {
 	limit, w int64
 	spec     algo.Spec
 	// memNS is the namespace in memory (see algo.Lineage): spec.Namespace,
-	// or the version's own once the algorithm succeeded others, whose
-	// states memory stores read through (preds, newest first).
+	// or the version's own once the algorithm is a Lineage, which memory
+	// stores read the limit's versions (vs) through.
 	memNS uint64
-	preds []algo.Algorithm
+	vs    *algo.Versions
 }
 
 // Spec implements [algo.Algorithm].

@@ -16,8 +16,8 @@ var (
 // sliding log's entries, and the sliding counter's previous window when the
 // length is the same).
 
-// Predecessors implements [algo.Lineage].
-func (p *params) Predecessors() []algo.Algorithm { return p.preds }
+// Versions implements [algo.Lineage].
+func (p *params) Versions() *algo.Versions { return p.vs }
 
 // limitNS is the namespace of the limit (not of the version in memory).
 func (p *params) limitNS() uint64 { return p.spec.Namespace }
@@ -32,9 +32,9 @@ func version[A interface {
 	return o, ok && o.limitNS() == p.spec.Namespace
 }
 
-// succeed is WithPredecessors on the params of a copy.
-func (p *params) succeed(preds []algo.Algorithm) {
-	p.preds = preds
+// succeed is WithVersions on the params of a copy.
+func (p *params) succeed(v *algo.Versions) {
+	p.vs = v
 	p.memNS = algo.VersionNamespace(p.spec)
 }
 
@@ -68,10 +68,10 @@ func (f *fixed) Convert(s algo.State, now int64, from algo.Algorithm) algo.State
 // FullWithin implements [algo.Converter]: one window.
 func (f *fixed) FullWithin() int64 { return f.w }
 
-// WithPredecessors implements [algo.Converter]; use [algo.Succeed].
-func (f *fixed) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
+// WithVersions implements [algo.Converter]; use [algo.Succeed].
+func (f *fixed) WithVersions(v *algo.Versions) algo.Lineage {
 	c := *f
-	c.succeed(preds)
+	c.succeed(v)
 	return &c
 }
 
@@ -120,10 +120,10 @@ func (k *counter) Convert(s algo.State, now int64, from algo.Algorithm) algo.Sta
 // FullWithin implements [algo.Converter]: two windows.
 func (k *counter) FullWithin() int64 { return 2 * k.w }
 
-// WithPredecessors implements [algo.Converter]; use [algo.Succeed].
-func (k *counter) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
+// WithVersions implements [algo.Converter]; use [algo.Succeed].
+func (k *counter) WithVersions(v *algo.Versions) algo.Lineage {
 	c := *k
-	c.succeed(preds)
+	c.succeed(v)
 	return &c
 }
 
@@ -169,10 +169,10 @@ func (l *slidingLog) Convert(s algo.State, now int64, from algo.Algorithm) algo.
 // FullWithin implements [algo.Converter]: one window.
 func (l *slidingLog) FullWithin() int64 { return l.w }
 
-// WithPredecessors implements [algo.Converter]; use [algo.Succeed].
-func (l *slidingLog) WithPredecessors(preds []algo.Algorithm) algo.Lineage {
+// WithVersions implements [algo.Converter]; use [algo.Succeed].
+func (l *slidingLog) WithVersions(v *algo.Versions) algo.Lineage {
 	c := *l
-	c.succeed(preds)
+	c.succeed(v)
 	return &c
 }
 

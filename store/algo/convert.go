@@ -4,18 +4,19 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate"
 )
 
-// MaxPredecessors is the most earlier versions a [Lineage] reads a key's
-// state through.
+// MaxPredecessors is the most earlier versions of a limit that the
+// versions of its [Lineage] read a key's state through, besides the newest.
 const MaxPredecessors = 8
 
 // Converter is an optional interface of an [Algorithm] whose states carry
 // over a live change of its limit: another algorithm of the same family
 // (Spec.Name, reserving twins included) and the same limit (Spec.Namespace)
-// with other parameters, its earlier version.
+// with other parameters, an earlier or a later version.
 //
 // The rule, the same for every floodgate algorithm (each package documents
 // its arithmetic): a key keeps the units it has left, capped by the new
@@ -49,72 +50,106 @@ type Converter interface {
 	// version left is full, and that version need not be read through.
 	FullWithin() int64
 
-	// WithPredecessors returns this algorithm as a [Lineage] whose
-	// predecessors are preds. Call it through [Succeed], which checks
-	// preds.
-	WithPredecessors(preds []Algorithm) Lineage
+	// WithVersions returns this algorithm as a [Lineage] of the versions
+	// v. Call it through [Succeed], which fills v.
+	WithVersions(v *Versions) Lineage
+}
+
+// Versions is the versions of one limit that a store keeping state in
+// memory reads a key's state through: shared by every [Lineage] that
+// [Succeed] made of the limit, each one holding it, so that a version
+// replaced while a decision on it is in flight reads through the versions
+// that came after it as well as those before.
+type Versions struct {
+	list atomic.Pointer[[]Algorithm]
+}
+
+// Load returns the versions, newest first: the last [Succeed]'s next and
+// the predecessors it kept. It is safe for concurrent use; a nil *Versions
+// holds none.
+func (v *Versions) Load() []Algorithm {
+	if v == nil {
+		return nil
+	}
+	if p := v.list.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Lineage is an optional interface of an [Algorithm]: a version of a limit
-// whose earlier versions (its predecessors) may still hold states, in a
-// store that keeps each version's states apart. Build one with [Succeed].
+// whose other versions may still hold states, in a store that keeps each
+// version's states apart. Build one with [Succeed].
 //
 // A store that keeps state in memory, and so cannot keep the parameters
 // beside each state, keeps each version's states under a namespace of its
 // own: a Lineage implements [Layout], whose namespace is
-// [VersionNamespace] of its Spec once it has been through Succeed (the same
-// for every algorithm of the same limit and parameters), Spec.Namespace
-// before. When the store finds no state for a key there, it looks the key
-// up under each predecessor's namespace ([MemoryNamespace]), newest first;
-// the first state found is converted ([Converter.Convert]) and moved:
-// removed from the predecessor's namespace and kept under the Lineage's,
-// so that a key is converted once. A key found nowhere is fresh.
+// [VersionNamespace] of its Spec (the same for every algorithm of the same
+// limit and parameters). When the store finds no state for a key there,
+// it looks the key up under the namespace ([MemoryNamespace]) of each of
+// Versions, newest first, skipping its own; the first state found is
+// converted ([Converter.Convert]) and moved: removed from that namespace
+// and kept under the Lineage's. A key found nowhere is fresh. Since every
+// version of the limit reads through the same Versions, the one being
+// replaced included, a key's state sits under one namespace of them at a
+// time, and a decision made on any version, before or after a change,
+// finds it there.
 //
 // A store whose states carry the parameters that wrote them (Redis) keeps
 // one state per key under Spec.Namespace, and converts it whenever its
-// parameters are not the algorithm's; it ignores predecessors.
+// parameters are not the algorithm's; it ignores Versions.
 type Lineage interface {
 	Converter
-	// Predecessors returns the earlier versions of the limit whose states
-	// are read through, newest first (at most [MaxPredecessors]). They are
-	// plain algorithms or Lineages without predecessors of their own.
-	Predecessors() []Algorithm
+	// Versions returns the versions of the limit whose states are read
+	// through (shared by the limit's Lineages).
+	Versions() *Versions
 }
 
-// Succeed returns next as the current version of its limit, reading the
-// states of preds through (newest first). next must be a [Converter] that
-// Converts each of preds; preds whose namespace in memory is next's own
-// ([VersionNamespace]: the same parameters) or an earlier pred's are left
-// out, and those beyond [MaxPredecessors] too. Predecessors of the preds
-// themselves are dropped: a Lineage reads through one level only. It
-// returns an error wrapping [floodgate.ErrInvalidConfig] when next cannot
-// convert one of preds.
+// Succeed returns next as the newest version of its limit, and makes the
+// limit's [Versions] next and preds (newest first): the Versions of next,
+// when it is a Lineage already, else of the first of preds that is one,
+// else new ones. Every Lineage sharing them reads through them from then
+// on. next must be a [Converter] that Converts each of preds; preds whose
+// namespace in memory is next's own ([VersionNamespace]: the same
+// parameters) or an earlier pred's are left out, and those beyond
+// [MaxPredecessors] too. It returns an error wrapping
+// [floodgate.ErrInvalidConfig] when next cannot convert one of preds.
 func Succeed(next Algorithm, preds []Algorithm) (Lineage, error) {
 	c, ok := next.(Converter)
 	if !ok || next == nil {
 		return nil, fmt.Errorf("%w: algorithm cannot carry state over a change", floodgate.ErrInvalidConfig)
 	}
-	own := VersionNamespace(next.Spec())
-	seen := []uint64{own}
-	var kept []Algorithm
+	var vs *Versions
+	if l, ok := next.(Lineage); ok {
+		vs = l.Versions()
+	}
 	for _, p := range preds {
 		if p == nil || !c.Converts(p) {
 			return nil, fmt.Errorf("%w: %s cannot convert the states of %v", floodgate.ErrInvalidConfig, next.Spec().Name, describe(p))
 		}
+		if l, ok := p.(Lineage); ok && vs == nil {
+			vs = l.Versions()
+		}
+	}
+	if vs == nil {
+		vs = new(Versions)
+	}
+	lg := c.WithVersions(vs)
+	list := []Algorithm{lg}
+	seen := []uint64{VersionNamespace(next.Spec())}
+	for _, p := range preds {
 		ns := MemoryNamespace(p)
 		if contains(seen, ns) {
 			continue
 		}
-		if len(kept) == MaxPredecessors {
+		if len(list) > MaxPredecessors {
 			break
 		}
 		seen = append(seen, ns)
-		if l, ok := p.(Lineage); ok && len(l.Predecessors()) > 0 {
-			p = l.WithPredecessors(nil)
-		}
-		kept = append(kept, p)
+		list = append(list, p)
 	}
-	return c.WithPredecessors(kept), nil
+	vs.list.Store(&list)
+	return lg, nil
 }
 
 func describe(a Algorithm) string {

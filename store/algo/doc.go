@@ -30,7 +30,9 @@
 // units it has left, capped by the new capacity). [Succeed] makes the new
 // version a [Lineage] of the earlier ones, whose states a memory store keeps
 // apart (one namespace per version, [VersionNamespace]) and reads through on
-// a miss; a store that keeps the parameters beside each state (Redis, with
+// a miss, on every version of the limit (its [Versions] are shared, so a
+// version replaced while a decision on it is in flight reads through the
+// newer ones); a store that keeps the parameters beside each state (Redis, with
 // [StateParams]) converts in its script instead. storetest.RunConverter
 // checks the rule and storetest.RunConversion a store's carrying over.
 //

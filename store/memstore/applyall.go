@@ -18,7 +18,7 @@ type entry struct {
 	id, chk uint64
 	op      int // the first op on it
 	slot    int // where the load found it (-1: absent)
-	// pred is where the load found the state under a predecessor's
+	// pred is where the load found the state under another version's
 	// namespace, when slot < 0 (see algo.Lineage).
 	pred struct {
 		ok      bool
@@ -29,7 +29,7 @@ type entry struct {
 }
 
 // loadEntry loads e's state into e.st: from its slot, else read through the
-// predecessors of its first op's algorithm (converted, not moved), else
+// other versions of its first op's algorithm (converted, not moved), else
 // fresh.
 func (s *Store) loadEntry(e *entry, ops []store.Op, now int64) {
 	t := &e.sh.tables[e.ti]
@@ -193,14 +193,14 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 }
 
 // commitEntries writes the entries' states back (only those read through a
-// predecessor when movedOnly), under the group's locks.
+// another version when movedOnly), under the group's locks.
 func (s *Store) commitEntries(ents []entry, now int64, keep []uint64, movedOnly bool) {
 	// Slots found by the load stay valid until the first removal or
 	// insertion in the shard (an eviction, a resize or a backward shift
 	// moves entries): from then on, each key is found again.
 	moved := false
 	for j := range ents {
-		// States read through a predecessor move: out of its namespace
+		// States read through another version move: out of its namespace
 		// first, into the entry's below.
 		if e := &ents[j]; e.pred.ok {
 			if i := e.sh.tables[e.pred.ti].find(e.pred.id, e.pred.chk); i >= 0 {

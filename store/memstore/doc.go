@@ -61,13 +61,17 @@
 //
 // The shard of a key depends on the key alone, so every namespace of one
 // key is under one lock. An algorithm that is a [algo.Lineage] (a version
-// of a limit after a live change, see package policy) keeps its states
-// under a namespace of its own; when a key has no state there, the store
-// looks it up under the predecessors' namespaces, newest first, converts
-// the first state it finds ([algo.Converter]) unless the parameters are the
-// same, and moves it (Apply; ApplyAll moves it only when it commits). That
-// is one probe per predecessor on a miss, and nothing at all on a hit or
-// for an algorithm without predecessors. The bytes per key do not change.
+// of a limit, see package policy) keeps its states under a namespace of
+// its own; when a key has no state there, the store looks it up under the
+// namespaces of the limit's other versions ([algo.Versions], newest first:
+// the earlier ones, and the later ones for a version replaced while a
+// decision on it was in flight), converts the first state it finds
+// ([algo.Converter]) unless the parameters are the same, and moves it
+// (Apply; ApplyAll moves it only when it commits). So a key's state sits
+// under one version's namespace at a time, and every version finds it.
+// That is one probe per other version on a miss, and nothing at all on a
+// hit or for an algorithm that is no Lineage. The bytes per key do not
+// change.
 //
 // # Bounds and expiry
 //

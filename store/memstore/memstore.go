@@ -144,7 +144,7 @@ func (ts timeSource) micros() int64 {
 // second, combined with the namespace without a further mix (a finaliser
 // cost a few ns a call and spread nothing that is not already uniform), is
 // the check hash. So every namespace of a key lives in one shard and one
-// cluster of slots (a read-through to a predecessor's namespace, see
+// cluster of slots (a read-through to another version's namespace, see
 // algo.Lineage, takes no other lock and stays in cache), and for one key,
 // two namespaces always get different check hashes (x ^ ns*k is a
 // bijection for odd k), which the table tells apart.
@@ -263,7 +263,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 }
 
 // step runs alg on the state of slot i of table t (tables[ti]; i < 0 for a
-// key (id, chk) not there: then read through alg's predecessors, else
+// key (id, chk) not there: then read through alg's other versions, else
 // fresh) and keeps the new state; the decision is left in sh.dec. The state
 // is loaded into, stepped in and stored from the shard's scratch: through
 // StepState, nothing is copied by value through the call (see

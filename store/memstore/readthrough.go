@@ -17,26 +17,28 @@ type predSlot struct {
 }
 
 // predecessor looks key up, in its shard sh (locked), under the namespaces
-// of alg's predecessors (see algo.Lineage), newest first. The first state
-// found is loaded into *st, converted to alg at now unless it was written
-// with the same parameters, and its place is returned; the entry is left
-// where it is. It reports false, leaving *st alone, when alg has no
-// predecessors or none holds the key. (Called only when the key has no
-// state under alg's own namespace: this is what a live change costs, and
-// only on a miss.)
+// of the other versions of alg's limit (see algo.Lineage), newest first:
+// its predecessors, and the versions that replaced it when a decision on
+// it was still in flight. The first state found is loaded into *st,
+// converted to alg at now unless it was written with the same parameters,
+// and its place is returned; the entry is left where it is. It reports
+// false, leaving *st alone, when alg is no Lineage or no other version
+// holds the key. (Called only when the key has no state under alg's own
+// namespace: this is what a live change costs, and only on a miss.)
 func (s *Store) predecessor(sh *shard, key string, alg algo.Algorithm, now int64, st *algo.State) (predSlot, bool) {
 	lg, ok := alg.(algo.Lineage)
 	if !ok {
 		return predSlot{}, false
 	}
-	preds := lg.Predecessors()
-	if len(preds) == 0 {
+	vs := lg.Versions().Load()
+	if len(vs) == 0 {
 		return predSlot{}, false
 	}
+	own := algo.MemoryNamespace(alg)
 	a, b := maphash.String(s.seedA, key), maphash.String(s.seedB, key)
-	for _, p := range preds {
+	for _, p := range vs {
 		ns, ti, err := layout(p)
-		if err != nil {
+		if err != nil || ns == own {
 			continue
 		}
 		id, chk, _ := idsOf(a, b, ns, s.mask)
@@ -61,7 +63,8 @@ func (sh *shard) removeAt(p predSlot) {
 }
 
 // readThroughWord is the one-word path's read-through: the first word of
-// key's state moved from a predecessor of alg (converted), or 0 (fresh).
+// key's state moved from another version of alg's limit (converted), or 0
+// (fresh).
 //
 //go:noinline
 func (s *Store) readThroughWord(sh *shard, key string, alg algo.Algorithm, now int64) int64 {
