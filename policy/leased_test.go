@@ -355,7 +355,7 @@ func TestLeasedOverHTTP(t *testing.T) {
 		policyHeader = resp.Header.Get("RateLimit-Policy")
 	}
 	assert.Equal(t, map[int]int{http.StatusOK: 30, http.StatusTooManyRequests: 30}, codes)
-	assert.Equal(t, `"origin";q=1;w=60`, policyHeader, "the policy as its store limiter describes it")
+	assert.Equal(t, `"origin";q=30;w=1800`, policyHeader, "the policy as its store limiter describes it: its rate, scaled to its burst")
 }
 
 // The recompile that drops expired versions (Live's retire timer) keeps

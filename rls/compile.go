@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/ratehdr"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
@@ -166,6 +167,9 @@ type lim struct {
 	window  time.Duration
 	pb      *rlspb.RateLimitResponse_RateLimit
 	limit   int64 // requests_per_unit, for the near-limit threshold
+	// q and w are what RateLimit-Policy advertises (ratehdr.Quota), set
+	// by bind.
+	q, w int64
 }
 
 // limit is what a descriptor ending at a node gets.
@@ -307,12 +311,14 @@ func bindNode(n *node, set *policy.Set) error {
 		for i := range n.limit.lims {
 			l := &n.limit.lims[i]
 			if l.blocked {
+				l.q, l.w = l.limit, ratehdr.Seconds(l.window)
 				continue
 			}
 			var ok bool
 			if l.l, ok = set.Limiter(l.policy); !ok {
 				return fmt.Errorf("%w: rls: policy %q is not running", floodgate.ErrInvalidConfig, l.policy)
 			}
+			l.q, l.w = ratehdr.Quota(l.l.Policy())
 			if ll, ok := set.Lease(l.policy); ok {
 				l.leased = &leased{Limiter: ll, direct: l.l}
 			}

@@ -196,7 +196,8 @@
 //   - Headers (WithHeaders) name a limit by its rate_limit name, else by a
 //     short hash of its config path ([WithHeaderPolicyNames]), never the
 //     path; X-RateLimit-Limit is the limit's capacity (a token bucket's
-//     burst).
+//     burst), and RateLimit-Policy's q per w the rate scaled so that q is
+//     at least that capacity (see [HeadersIETF]).
 //   - Month is 30 days and year 365, as the reference without its
 //     calendar-month setting; the metric labels are domain and key (the
 //     descriptor path), not the mapping's key1/key2 split at dots.

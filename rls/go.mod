@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/floodgate-go/floodgate => ../
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/floodgate-go/floodgate v0.0.0
 	github.com/fsnotify/fsnotify v1.10.1

@@ -14,12 +14,20 @@ type HeaderSet uint8
 
 const (
 	// HeadersIETF: RateLimit-Policy, one member per limited descriptor
-	// ("name";q=requests;w=window seconds), and RateLimit, the same members
-	// with r (units left) and t (seconds until reset), as
+	// ("name";q=requests;w=window seconds, where q per w is
+	// requests_per_unit per unit scaled by the smallest whole factor that
+	// makes q at least the limit's capacity: a token bucket of 100 a
+	// second with a burst of 200 is q=200;w=2), and RateLimit, with r
+	// (units left, never above q) and t, as
 	// draft-ietf-httpapi-ratelimit-headers writes them and floodgate's
-	// middleware sends them. A member's name is the rate_limit's name, else
-	// a short hash of its config path, never the path itself (see
-	// WithHeaderPolicyNames).
+	// middleware sends them. An OK response has a RateLimit member per
+	// descriptor, t the seconds until its limit is full again (a fixed
+	// window's end); an OVER_LIMIT one only the members of the descriptors
+	// over their limit (shadow ones aside), r 0 and t the seconds until the
+	// limit would admit, so that no t exceeds the longest
+	// duration_until_reset of the refusing descriptors (X-RateLimit-Reset).
+	// A member's name is the rate_limit's name, else a short hash of its
+	// config path, never the path itself (see WithHeaderPolicyNames).
 	HeadersIETF HeaderSet = 1 << iota
 	// HeadersLegacy: X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds) of the descriptor closest to its limit
@@ -32,8 +40,9 @@ const (
 )
 
 // headers writes the header groups of a response; lead is the status of
-// the descriptor closest to (or over) its limit.
-func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_DescriptorStatus, capacity int64) []*corepb.HeaderValue {
+// the descriptor closest to (or over) its limit, refused whether the
+// response is OVER_LIMIT.
+func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_DescriptorStatus, capacity int64, refused bool) []*corepb.HeaderValue {
 	var out []*corepb.HeaderValue
 	if s.opts.headers&HeadersIETF != 0 {
 		var pol, rl strings.Builder
@@ -58,22 +67,20 @@ func (s *Service) headers(ds []dstatus, lead *rlspb.RateLimitResponse_Descriptor
 			}
 			if pol.Len() > 0 {
 				pol.WriteString(", ")
-				rl.WriteString(", ")
 			}
-			dec := d.checks[j].Decision
-			over := !dec.Allowed
-			w := int64((l.window + 999_999_999) / 1_000_000_000)
-			pol.WriteString(`"` + name + `";q=` + strconv.FormatInt(l.limit, 10) + ";w=" + strconv.FormatInt(w, 10))
-			r := max(dec.Remaining, 0)
-			if over {
-				r = 0
+			pol.WriteString(`"` + name + `";q=` + strconv.FormatInt(l.q, 10) + ";w=" + strconv.FormatInt(l.w, 10))
+			if r, t, send := s.member(d, l, j, refused, lead); send {
+				if rl.Len() > 0 {
+					rl.WriteString(", ")
+				}
+				rl.WriteString(`"` + name + `";r=` + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10))
 			}
-			t := int64(resetOf(l, dec, over, s.opts.now()).Seconds())
-			rl.WriteString(`"` + name + `";r=` + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10))
 		}
 		if pol.Len() > 0 {
-			out = append(out, &corepb.HeaderValue{Key: "RateLimit-Policy", Value: pol.String()},
-				&corepb.HeaderValue{Key: "RateLimit", Value: rl.String()})
+			out = append(out, &corepb.HeaderValue{Key: "RateLimit-Policy", Value: pol.String()})
+		}
+		if rl.Len() > 0 {
+			out = append(out, &corepb.HeaderValue{Key: "RateLimit", Value: rl.String()})
 		}
 	}
 	if s.opts.headers&HeadersLegacy != 0 && lead.CurrentLimit != nil {
@@ -94,4 +101,27 @@ func limitHeader(lead *rlspb.RateLimitResponse_DescriptorStatus, capacity int64)
 		return capacity
 	}
 	return int64(lead.CurrentLimit.RequestsPerUnit)
+}
+
+// member is the RateLimit member of descriptor d, whose check j (limit l)
+// it advertises: r (never above q) and t, and whether it is sent. An OK
+// response sends every member, t the seconds until full (a fixed window's
+// end); an OVER_LIMIT one only the members of the descriptors over their
+// limit that refuse (not shadow ones), r 0 and t the seconds until the
+// limit would admit, at most the lead's duration_until_reset.
+func (s *Service) member(d *dstatus, l *lim, j int, refused bool, lead *rlspb.RateLimitResponse_DescriptorStatus) (r, t int64, send bool) {
+	dec := d.checks[j].Decision
+	over := !dec.Allowed
+	if refused && (!over || d.lm.shadow) {
+		return 0, 0, false
+	}
+	r = min(max(dec.Remaining, 0), l.q)
+	if over {
+		r = 0
+	}
+	t = int64(resetOf(l, dec, over, s.opts.now()).Seconds())
+	if refused {
+		t = min(t, lead.GetDurationUntilReset().GetSeconds())
+	}
+	return r, t, true
 }

@@ -8,7 +8,7 @@ import (
 
 // A token bucket's headers follow floodgate's middleware: X-RateLimit-Limit
 // is the capacity (the burst), so that Remaining never exceeds it, and
-// RateLimit-Policy's q the rate per window.
+// RateLimit-Policy's q per w the rate, scaled so that q is the burst.
 func TestTokenBucketHeaders(t *testing.T) {
 	srv := serve(t, stores[0].make(t, nil), map[string]string{"tb.yaml": `
 domain: tb
@@ -24,7 +24,7 @@ descriptors:
 	if h["X-RateLimit-Limit"] != "200" || h["X-RateLimit-Remaining"] != "199" {
 		t.Errorf("X-RateLimit-Limit %q Remaining %q, want 200 and 199 (the burst)", h["X-RateLimit-Limit"], h["X-RateLimit-Remaining"])
 	}
-	if p := h["RateLimit-Policy"]; len(p) == 0 || p[len(p)-len(";q=100;w=1"):] != ";q=100;w=1" {
-		t.Errorf("RateLimit-Policy %q, want q=100;w=1 (the rate per window, as the middleware)", p)
+	if p := h["RateLimit-Policy"]; len(p) == 0 || p[len(p)-len(";q=200;w=2"):] != ";q=200;w=2" {
+		t.Errorf("RateLimit-Policy %q, want q=200;w=2 (the rate, scaled to the burst, as the middleware)", p)
 	}
 }

@@ -973,7 +973,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 		if lead != nil {
 			capacity = direct(lead.Limiter).Capacity()
 		}
-		resp.ResponseHeadersToAdd = s.headers(ds, leadSt, capacity)
+		resp.ResponseHeadersToAdd = s.headers(ds, leadSt, capacity, overall == rlspb.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp, lead, nil
 }

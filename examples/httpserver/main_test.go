@@ -35,13 +35,17 @@ func TestDemo(t *testing.T) {
 	}
 	retry := regexp.MustCompile(`Retry-After: (\d+)`)
 	perIP := regexp.MustCompile(`"per-ip";r=(\d+)`)
-	for i := 1; i < len(lines); i++ {
-		// A request one limit refuses is charged to none: the per-IP
-		// budget is what it was before it.
+	for i := 1; i+1 < len(lines); i++ {
+		// A request one limit refuses is charged to none: the next
+		// request finds the per-IP budget charged once since the one
+		// before the refusal.
 		if want[i].status == "429" {
-			before, after := perIP.FindStringSubmatch(lines[i-1]), perIP.FindStringSubmatch(lines[i])
-			if before == nil || after == nil || before[1] != after[1] {
-				t.Errorf("line %d: a refusal charged the per-IP budget: %s / %s", i, lines[i-1], lines[i])
+			before, after := perIP.FindStringSubmatch(lines[i-1]), perIP.FindStringSubmatch(lines[i+1])
+			if before == nil || after == nil {
+				t.Fatalf("line %d: no per-ip member around the refusal: %s / %s", i, lines[i-1], lines[i+1])
+			}
+			if b, a := atoi(t, before[1]), atoi(t, after[1]); a < b-1 {
+				t.Errorf("line %d: a refusal charged the per-IP budget: %s / %s", i, lines[i-1], lines[i+1])
 			}
 		}
 	}
@@ -50,8 +54,9 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(l, "-> "+w.status+" ") {
 			t.Errorf("line %d: want status %s: %s", i, w.status, l)
 		}
-		if !strings.Contains(l, `"per-ip";r=`) || (w.member != "" && !strings.Contains(l, w.member)) {
-			t.Errorf("line %d: want per-ip and %s: %s", i, w.member, l)
+		// A refusal's RateLimit holds only the refusing limit's member.
+		if strings.Contains(l, `"per-ip";r=`) == (w.status == "429") || (w.member != "" && !strings.Contains(l, w.member)) {
+			t.Errorf("line %d: want per-ip (unless refused) and %s: %s", i, w.member, l)
 		}
 		m := retry.FindStringSubmatch(l)
 		if (m != nil) != (w.status == "429") {
@@ -73,4 +78,13 @@ func TestBadFlag(t *testing.T) {
 	if err := run([]string{"-nope"}, &out); err == nil {
 		t.Fatal("unknown flag accepted")
 	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

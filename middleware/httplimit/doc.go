@@ -56,27 +56,36 @@
 //	X-RateLimit-Reset: 1                        seconds until the budget is full again (not a timestamp)
 //
 // The policy comes from the limiter ([floodgate.Describer]): its name is the
-// limiter's Name ("default" when it has none), q its quota and w its window
-// in seconds (a token bucket's or a leaky bucket's Rate N per Per, a
-// window's Limit per Window). [WithPolicy] may restate them; a restatement
-// that contradicts the limiter is refused at construction. With several
-// limits ([WithLimit]), each has its member in RateLimit-Policy and
-// RateLimit, and the X-RateLimit fields describe the one with the fewest
-// units remaining (or, on a refusal, the refusing one with the longest
-// wait). The name is a structured-field String; all numbers are whole
-// seconds rounded up, and integers of at most 15 digits, as RFC 9651
-// requires.
+// limiter's Name ("default" when it has none), and q units per w seconds
+// its rate (a token bucket's or a leaky bucket's Rate N per Per, a
+// window's Limit per Window), scaled by the smallest whole factor that
+// makes q at least the limit's capacity and w a whole number of seconds:
+// 10 a second with a burst of 20 is q=20;w=2, with a burst of 5 q=10;w=1,
+// 5 per 500ms q=10;w=1. So q/w is always the rate, and r never exceeds q.
+// (A rate that needs more than 15 digits that way is stated as the
+// capacity per its refill time, rounded up: q/w then understates it.)
+// [WithPolicy] may restate the name, quota and window; a restatement that
+// contradicts the limiter is refused at construction. With several
+// limits ([WithLimit]), each has its member in RateLimit-Policy, and the
+// X-RateLimit fields describe the one with the fewest units remaining
+// (or, on a refusal, the refusing one with the longest wait). The name is
+// a structured-field String; all numbers are whole seconds rounded up, and
+// integers of at most 15 digits, as RFC 9651 requires.
 //
-// On admissions, t is the number of seconds until the budget is full again
-// (Decision.ResetAfter). The draft defines t as the time until additional
-// quota is available; for a bucket that refills continuously that moment
-// depends on the algorithm, while "full again" holds for every algorithm and
-// is never early: a client that waits t seconds may send the whole
-// capacity again (X-RateLimit-Limit: a token bucket's burst, which may be
-// less than q, the quota per window).
+// On admissions, RateLimit has a member per limit, t being the number of
+// seconds until its budget is full again (Decision.ResetAfter). The draft
+// defines t as the time until additional quota is available; for a bucket
+// that refills continuously that moment depends on the algorithm, while
+// "full again" holds for every algorithm and is never early: a client that
+// waits t seconds may send the whole capacity again (X-RateLimit-Limit).
 //
-// On refusals, t is the number of seconds until enough quota for the request
-// is back (Decision.RetryAfter, rounded up), so that Retry-After >= t.
+// On refusals, RateLimit has a member only for the limits that refused the
+// request (those whose shaping delay was refused, under [DelayRefuse]),
+// t being the number of seconds until that limit would admit it
+// (Decision.RetryAfter, rounded up): so Retry-After >= every t, and,
+// without jitter, Retry-After is the largest t. The limits that would have
+// admitted keep their RateLimit-Policy member. A refusal by an inner
+// stacked middleware replaces the RateLimit members an outer one wrote.
 //
 // A request the limiter refuses gets 429 Too Many Requests, without reaching
 // the handler, with the fields above (r is what is left: 0, unless the

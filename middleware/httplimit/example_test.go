@@ -42,9 +42,9 @@ func ExampleMiddleware() {
 			resp.Header.Get("RateLimit"), resp.Header.Get("Retry-After"))
 	}
 	// Output:
-	// 200 "per-ip";q=1;w=60 "per-ip";r=1;t=60 retry=""
-	// 200 "per-ip";q=1;w=60 "per-ip";r=0;t=120 retry=""
-	// 429 "per-ip";q=1;w=60 "per-ip";r=0;t=60 retry="60"
+	// 200 "per-ip";q=2;w=120 "per-ip";r=1;t=60 retry=""
+	// 200 "per-ip";q=2;w=120 "per-ip";r=0;t=120 retry=""
+	// 429 "per-ip";q=2;w=120 "per-ip";r=0;t=60 retry="60"
 }
 
 func ExampleWithTrustedProxies() {

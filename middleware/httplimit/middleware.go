@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/internal/ratehdr"
 )
 
 // Canonical header names, written straight into the header map.
@@ -53,6 +54,7 @@ type limitHdr struct {
 	qPrefix string // `"name";q=`, followed by Decision.Limit, when it is not
 	w       string // `;w=N` or ""
 	rl      string // `"name";r=`
+	q       int64  // the advertised q when static, else 0 (Decision.Limit)
 }
 
 type limiterMW struct {
@@ -165,11 +167,13 @@ func (m *limiterMW) buildHeaders() error {
 		seen[name] = true
 		sf := sfString(name)
 		h := limitHdr{qPrefix: sf + ";q=", rl: sf + ";r="}
-		if p.Window > 0 {
-			h.w = ";w=" + strconv.FormatInt(min(ceilSeconds(p.Window), maxSF), 10)
+		q, w := ratehdr.Quota(p)
+		if w > 0 {
+			h.w = ";w=" + strconv.FormatInt(w, 10)
 		}
-		if p.Quota > 0 {
-			h.static = h.qPrefix + strconv.FormatInt(min(p.Quota, maxSF), 10) + h.w
+		if q > 0 {
+			h.q = q
+			h.static = h.qPrefix + strconv.FormatInt(q, 10) + h.w
 			members = append(members, h.static)
 		} else {
 			all = false
@@ -336,28 +340,10 @@ func (m *limiterMW) setHeaders(h http.Header, checks []floodgate.Check, v admit.
 		}
 		field(hRateLimitPolicy, a, len(buf))
 		a = len(buf)
-		for i := range checks {
-			if i > 0 {
-				buf = append(buf, ", "...)
-			}
-			cd := checks[i].Decision
-			if len(checks) == 1 {
-				cd = d
-			}
-			r := min(clampSF(cd.Remaining), clampSF(cd.Limit))
-			t := min(ceilSeconds(cd.ResetAfter), maxSF)
-			switch {
-			case !cd.Allowed && cd.RetryAfter > 0:
-				t = min(ceilSeconds(cd.RetryAfter), maxSF)
-			case v.Reason == admit.ReasonDelay && cd.Delay > 0:
-				r, t = 0, min(ceilSeconds(cd.Delay), maxSF)
-			}
-			buf = append(buf, m.hdrs[i].rl...)
-			buf = strconv.AppendInt(buf, r, 10)
-			buf = append(buf, ";t="...)
-			buf = strconv.AppendInt(buf, t, 10)
+		buf = m.appendCurrent(buf, checks, v)
+		if len(buf) > a {
+			field(hRateLimit, a, len(buf))
 		}
-		field(hRateLimit, a, len(buf))
 	}
 	if c.headers&HeadersLegacy != 0 {
 		a := len(buf)
@@ -376,6 +362,11 @@ func (m *limiterMW) setHeaders(h http.Header, checks []floodgate.Check, v admit.
 	// remaining.
 	oldRem, stackedLegacy := h[hRemaining]
 	_, stackedIETF := h[hRateLimit]
+	if v.Kind == admit.Deny {
+		// A refusal's RateLimit holds only the refusing limits' members,
+		// not those an outer middleware wrote when it admitted.
+		delete(h, hRateLimit)
+	}
 	keepLegacy := false
 	if stackedLegacy && len(oldRem) > 0 {
 		if v, err := strconv.ParseInt(oldRem[0], 10, 64); err == nil && v <= remaining {
@@ -412,6 +403,36 @@ func (m *limiterMW) setHeaders(h http.Header, checks []floodgate.Check, v admit.
 		blk.vals[n+1] = scope
 		h[hScope] = blk.vals[n+1 : n+2 : n+2]
 	}
+}
+
+// appendCurrent appends verdict v's RateLimit members to buf, as
+// [ratehdr.Member] chooses them: every limit's on an admission, only the
+// refusing limits' on a refusal.
+func (m *limiterMW) appendCurrent(buf []byte, checks []floodgate.Check, v admit.Verdict) []byte {
+	retry := time.Duration(0)
+	if v.Kind == admit.Deny {
+		retry = v.RetryAfter
+	}
+	sep := false
+	for i := range checks {
+		cd := checks[i].Decision
+		if len(checks) == 1 {
+			cd = v.Decision
+		}
+		r, t, send := ratehdr.Member(cd, m.hdrs[i].q, retry, v.Reason == admit.ReasonDelay)
+		if !send {
+			continue
+		}
+		if sep {
+			buf = append(buf, ", "...)
+		}
+		sep = true
+		buf = append(buf, m.hdrs[i].rl...)
+		buf = strconv.AppendInt(buf, r, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, t, 10)
+	}
+	return buf
 }
 
 // refuseBlock holds the header values of one refusal, in one allocation.

@@ -425,7 +425,8 @@ func TestPolicyStaticQuotaAndEscaping(t *testing.T) {
 }
 
 // TestStackedMiddlewares: a per-IP limit around a tighter per-route limit.
-// RateLimit lists both policies; the legacy fields describe the tighter.
+// RateLimit lists both policies, or on a refusal only the refusing inner
+// one's; the legacy fields describe the tighter.
 func TestStackedMiddlewares(t *testing.T) {
 	outer := mustMW(t, newMemBucket(t, frozen(), floodgate.PerSecond(10), 20), WithPolicy(Policy{Name: "per-ip"}))
 	inner := mustMW(t, newMemBucket(t, frozen(), floodgate.PerMinute(1), 2), WithPolicy(Policy{Name: "search"}), WithKeyPrefix("/search"))
@@ -438,7 +439,10 @@ func TestStackedMiddlewares(t *testing.T) {
 		}
 		cur := parseRL(t, res.header, "RateLimit")
 		pol := parseRL(t, res.header, "RateLimit-Policy")
-		if len(cur) != 2 || cur[0].name != "per-ip" || cur[1].name != "search" || len(pol) != 2 || pol[1].q != 1 || pol[1].w != 60 {
+		if want == 429 {
+			cur = append([]rl{{name: "per-ip"}}, cur...) // the outer member is dropped
+		}
+		if len(cur) != 2 || cur[0].name != "per-ip" || cur[1].name != "search" || len(pol) != 2 || pol[1].q != 2 || pol[1].w != 120 {
 			t.Fatalf("request %d: RateLimit %+v, policy %+v", i, cur, pol)
 		}
 		if got := atoi(t, res.header.Get("X-RateLimit-Remaining")); got != cur[1].r || res.header.Get("X-RateLimit-Limit") != "2" {

@@ -44,7 +44,10 @@ func option(name string, sc scope, f func(*config) error) Option {
 }
 
 // Policy describes the quota policy a limiter enforces, for the
-// RateLimit-Policy field: "name";q=Quota;w=Window.
+// RateLimit-Policy field: "name";q=...;w=..., where q per w seconds is
+// Quota per Window, scaled by the smallest whole factor that makes q at
+// least the limiter's capacity and w whole seconds (see the package
+// documentation).
 type Policy struct {
 	// Name is the policy identifier, sent as a structured-field String. It must
 	// be printable ASCII. Empty means "default".
@@ -52,8 +55,8 @@ type Policy struct {
 	// Quota is the number of quota units (cost units) the policy grants per
 	// Window. Zero means: use the limiter's Decision.Limit.
 	Quota int64
-	// Window is the policy's time window, sent in whole seconds (rounded
-	// up). Zero omits the w parameter.
+	// Window is the policy's time window, the period of Quota. Zero omits
+	// the w parameter.
 	Window time.Duration
 }
 

@@ -4,11 +4,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/internal/ratehdr"
 	"github.com/floodgate-go/floodgate/policy"
 )
 
@@ -182,37 +184,13 @@ func setPolicyHeaders(c *config, h http.Header, checks []floodgate.Check, v admi
 	}
 	d := v.Decision
 	if c.headers&HeadersIETF != 0 {
-		var pol, cur strings.Builder
-		for i := range checks {
-			p := floodgate.Policy{}
-			if ds, ok := checks[i].Limiter.(floodgate.Describer); ok {
-				p = ds.Policy()
-			}
-			name := p.Name
-			if name == "" {
-				name = "default"
-			}
-			if i > 0 {
-				pol.WriteString(", ")
-				cur.WriteString(", ")
-			}
-			cd := checks[i].Decision
-			q := p.Quota
-			if q == 0 {
-				q = cd.Limit
-			}
-			pol.WriteString(sfString(name) + ";q=" + strconv.FormatInt(clampSF(q), 10))
-			if p.Window > 0 {
-				pol.WriteString(";w=" + strconv.FormatInt(min(ceilSeconds(p.Window), maxSF), 10))
-			}
-			t := min(ceilSeconds(cd.ResetAfter), maxSF)
-			if !cd.Allowed && cd.RetryAfter > 0 {
-				t = min(ceilSeconds(cd.RetryAfter), maxSF)
-			}
-			cur.WriteString(sfString(name) + ";r=" + strconv.FormatInt(min(clampSF(cd.Remaining), clampSF(cd.Limit)), 10) + ";t=" + strconv.FormatInt(t, 10))
+		pol, cur := policyFields(checks, v)
+		h[hRateLimitPolicy] = []string{pol}
+		if cur != "" {
+			h[hRateLimit] = []string{cur}
+		} else {
+			delete(h, hRateLimit)
 		}
-		h[hRateLimitPolicy] = []string{pol.String()}
-		h[hRateLimit] = []string{cur.String()}
 	}
 	if c.headers&HeadersLegacy != 0 {
 		limit := clampSF(d.Limit)
@@ -226,4 +204,48 @@ func setPolicyHeaders(c *config, h http.Header, checks []floodgate.Check, v admi
 		}
 		h[hScope] = []string{scope}
 	}
+}
+
+// policyFields returns the RateLimit-Policy and RateLimit values of
+// dynamic checks: q and w from each check's limiter ([ratehdr.Quota]; its
+// Decision.Limit when it describes no quota), the members of RateLimit as
+// [ratehdr.Member] chooses them.
+func policyFields(checks []floodgate.Check, v admit.Verdict) (string, string) {
+	retry := time.Duration(0)
+	if v.Kind == admit.Deny {
+		retry = v.RetryAfter
+	}
+	var pol, cur strings.Builder
+	for i := range checks {
+		p := floodgate.Policy{}
+		if ds, ok := checks[i].Limiter.(floodgate.Describer); ok {
+			p = ds.Policy()
+		}
+		name := p.Name
+		if name == "" {
+			name = "default"
+		}
+		sf := sfString(name)
+		cd := checks[i].Decision
+		q, w := ratehdr.Quota(p)
+		if q == 0 {
+			q = clampSF(cd.Limit)
+		}
+		if i > 0 {
+			pol.WriteString(", ")
+		}
+		pol.WriteString(sf + ";q=" + strconv.FormatInt(q, 10))
+		if w > 0 {
+			pol.WriteString(";w=" + strconv.FormatInt(w, 10))
+		}
+		r, t, send := ratehdr.Member(cd, q, retry, v.Reason == admit.ReasonDelay)
+		if !send {
+			continue
+		}
+		if cur.Len() > 0 {
+			cur.WriteString(", ")
+		}
+		cur.WriteString(sf + ";r=" + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10))
+	}
+	return pol.String(), cur.String()
 }

@@ -96,10 +96,16 @@ func TestPoliciesPlansAndRules(t *testing.T) {
 	}
 	// The service's budget (descriptor [service]) and, nested, its
 	// per-route budget (descriptor [service, route]): all or nothing.
-	if got, last := count(5, map[string]string{"X-Service": "purge-orchestrator"}, "GET"); got != 3 {
+	purge := map[string]string{"X-Service": "purge-orchestrator"}
+	if got, last := count(3, purge, "GET"); got != 3 {
 		t.Fatalf("purge admitted %d, want 3", got)
 	} else if cur := parseRL(t, last.header, "RateLimit"); len(cur) != 2 || cur[0].name != "purge" || cur[1].name != "per-route" || cur[1].r != 97 {
-		t.Fatalf("RateLimit %+v: want purge refusing and per-route charged only the 3 admitted", cur)
+		t.Fatalf("RateLimit %+v: want purge and per-route charged the 3 admitted", cur)
+	}
+	if got, last := count(2, purge, "GET"); got != 0 {
+		t.Fatalf("purge admitted %d more, want 0", got)
+	} else if cur := parseRL(t, last.header, "RateLimit"); len(cur) != 1 || cur[0].name != "purge" || cur[0].r != 0 {
+		t.Fatalf("RateLimit %+v: want only purge, refusing", cur)
 	}
 	// No descriptor matches: not limited.
 	if got, _ := count(5, nil, "GET"); got != 5 {
