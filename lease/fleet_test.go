@@ -88,11 +88,22 @@ func runFleet(t *testing.T, addr, name string, burst int64, procs []fleetProc) (
 // process by default and ten here, come on top).
 func TestFleetShares(t *testing.T) {
 	for _, load := range []float64{1, 3, 10} {
-		t.Run(fmt.Sprintf("%gx", load), func(t *testing.T) { fleetShares(t, load) })
+		t.Run(fmt.Sprintf("%gx", load), func(t *testing.T) { fleetShares(t, redisAddr(t), load) })
 	}
 }
 
-func fleetShares(t *testing.T, load float64) {
+// TestFleetSharesCluster is TestFleetShares at 3x on the Redis Cluster of
+// $FLOODGATE_REDIS_CLUSTER (the processes find the cluster from its first
+// seed): the key, its board and the heartbeats each live in one slot.
+func TestFleetSharesCluster(t *testing.T) {
+	seeds := os.Getenv("FLOODGATE_REDIS_CLUSTER")
+	if seeds == "" {
+		t.Fatal("FLOODGATE_REDIS_CLUSTER is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
+	}
+	fleetShares(t, strings.Split(seeds, ",")[0], 3)
+}
+
+func fleetShares(t *testing.T, addr string, load float64) {
 	// Long enough that the last period's refill, still in the pools when
 	// the run ends (S in the bound), is under 2% of the whole.
 	const d = 6 * time.Second
@@ -104,7 +115,7 @@ func fleetShares(t *testing.T, load float64) {
 		procs = append(procs, fleetProc{t0, end, total / 8})
 	}
 	const burst = 500
-	results, adm, times := runFleet(t, redisAddr(t), uniqueName(t), burst, procs)
+	results, adm, times := runFleet(t, addr, uniqueName(t), burst, procs)
 	var admitted, offered, grants, steady int64
 	steadyAdm := make([]int64, len(procs))
 	for i, r := range results {

@@ -51,7 +51,7 @@ log "go test -race"
 go test -race -count=1 -timeout 8m ./...
 
 log "lease: the fleet's accuracy figures without the race detector (it slows every process of a fleet test several times over)"
-go test -count=1 -timeout 5m -run 'TestFleetShares|TestMultiProcess|TestOutagePolicies|TestShare|TestSimulation50Nodes' ./lease
+go test -count=1 -timeout 5m -run 'TestFleetShares|TestFleetSharesCluster|TestMultiProcess|TestOutagePolicies|TestShare|TestSimulation50Nodes' ./lease
 
 log "rls module (the Envoy rate limit service): go test -race"
 (cd rls && go test -race -count=1 -timeout 5m ./...)
