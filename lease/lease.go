@@ -374,7 +374,7 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 		l.st.localDenied.Add(1)
 		return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
 	}
-	for range 2 {
+	for attempt := 0; attempt < 2 || e.shared.Load() && attempt < maxShareAttempts; attempt++ {
 		if now < e.failedUntil.Load() {
 			return l.onFailure(ctx, e, key, n)
 		}
@@ -403,9 +403,21 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 			return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
 		}
 	}
+	if e.shared.Load() {
+		// Others took this node's share each time: the bucket is divided
+		// (a direct decision would find it empty); refuse until the next
+		// claim (a millisecond when it may claim at once).
+		l.st.localDenied.Add(1)
+		wait := max(e.deniedUntil.Load()-l.now(), int64(time.Millisecond))
+		return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(wait), ResetAfter: time.Duration(e.reset.Load())}, nil
+	}
 	// Others took the grant meanwhile: the global bucket decides this one.
 	return l.directTake(ctx, e, key, n)
 }
+
+// maxShareAttempts bounds the claims one request of a divided key makes
+// when the other requests of the node take each share before it can.
+const maxShareAttempts = 6
 
 // directTake decides a request on the global store; when the store cannot
 // answer, the divided fallback decides it (unless StoreFailurePolicy).
