@@ -365,7 +365,12 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 				// refill that drips in between the others' claims.
 				e.leased.Store(true)
 			}
-			return d, err
+			if err != nil || d.Allowed || !e.leased.Load() {
+				return d, err
+			}
+			// Refused while the key turned leased (here or by another
+			// request): its bucket may be divided into this node's pool
+			// by now; the refusal took nothing, so the lease decides.
 		}
 		e.leased.Store(true) // hot: lease from this request on
 	}
