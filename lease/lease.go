@@ -376,7 +376,7 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 	}
 	now := l.now()
 	if until := e.deniedUntil.Load(); now < until && n > e.crumbs.Load() {
-		l.st.localDenied.Add(1)
+		e.denied.Add(1)
 		return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
 	}
 	for attempt := 0; attempt < 2 || e.shared.Load() && attempt < maxShareAttempts; attempt++ {
@@ -404,7 +404,7 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 		}
 		now = l.now()
 		if until := e.deniedUntil.Load(); now < until && n > e.crumbs.Load() {
-			l.st.localDenied.Add(1)
+			e.denied.Add(1)
 			return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
 		}
 	}
@@ -412,7 +412,7 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 		// Others took this node's share each time: the bucket is divided
 		// (a direct decision would find it empty); refuse until the next
 		// claim (a millisecond when it may claim at once).
-		l.st.localDenied.Add(1)
+		e.denied.Add(1)
 		wait := max(e.deniedUntil.Load()-l.now(), int64(time.Millisecond))
 		return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(wait), ResetAfter: time.Duration(e.reset.Load())}, nil
 	}
@@ -863,7 +863,11 @@ func (l *Limiter) sweep(now int64) {
 		if e.claimed.Load() {
 			idle = 2 * l.ttl
 		}
-		return !(held == 0 && !e.flight.Load() && now-seen >= idle)
+		forget := held == 0 && !e.flight.Load() && now-seen >= idle
+		if forget {
+			l.st.localDenied.Add(e.denied.Load()) // its count outlives it
+		}
+		return !forget
 	})
 	l.giveBack(back)
 }
@@ -932,6 +936,7 @@ func (l *Limiter) Stats() Stats {
 			s.Leased++
 		}
 		s.Held += int64(e.word.Load() & tokenMask)
+		s.LocalDenied += e.denied.Load()
 		return true
 	})
 	return s

@@ -32,6 +32,7 @@ type entry struct {
 	failedUntil atomic.Int64  // the last renewal failed: no new attempt until then (ns)
 	expires     atomic.Int64  // the tokens held expire then (ns); 0: none held
 	size        atomic.Int64  // the lease size of the last renewal
+	denied      atomic.Int64  // requests denied in memory (Stats.LocalDenied; on the entry, not one counter for every key)
 
 	key string
 
