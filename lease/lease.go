@@ -370,7 +370,9 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 			}
 			// Refused while the key turned leased (here or by another
 			// request): its bucket may be divided into this node's pool
-			// by now; the refusal took nothing, so the lease decides.
+			// by now; the refusal took nothing, so the lease decides (and
+			// the decision is not a direct one).
+			l.st.direct.Add(-1)
 		}
 		e.leased.Store(true) // hot: lease from this request on
 	}
