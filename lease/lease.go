@@ -199,47 +199,8 @@ func New(global Global, c Config) (*Limiter, error) {
 	if _, ok := direct.Algorithm().(algo.Granter); !ok {
 		return nil, fmt.Errorf("%w: lease: the bucket cannot grant", floodgate.ErrInvalidConfig)
 	}
-	if c.Refresh == 0 {
-		c.Refresh = DefaultRefresh
-	}
-	if c.Refresh < time.Millisecond || c.Refresh > 10*time.Second {
-		return nil, fmt.Errorf("%w: lease: refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, c.Refresh)
-	}
-	if c.TTL == 0 {
-		c.TTL = 3 * c.Refresh
-	}
-	if c.TTL < c.Refresh || c.TTL > time.Hour {
-		return nil, fmt.Errorf("%w: lease: TTL %v outside refresh (%v)..1h", floodgate.ErrInvalidConfig, c.TTL, c.Refresh)
-	}
-	if c.HotRate == 0 {
-		c.HotRate = DefaultHotRate
-	}
-	if !(c.HotRate > 0) || math.IsInf(c.HotRate, 0) {
-		return nil, fmt.Errorf("%w: lease: hot rate %v, want a finite rate > 0", floodgate.ErrInvalidConfig, c.HotRate)
-	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = DefaultMaxKeys
-	}
-	if c.MaxKeys < 0 {
-		return nil, fmt.Errorf("%w: lease: max keys %d < 0", floodgate.ErrInvalidConfig, c.MaxKeys)
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = DefaultHeartbeat
-	}
-	if c.Heartbeat < 10*time.Millisecond || c.Heartbeat > time.Minute {
-		return nil, fmt.Errorf("%w: lease: heartbeat %v outside 10ms..1m", floodgate.ErrInvalidConfig, c.Heartbeat)
-	}
-	if c.Workers == 0 {
-		c.Workers = 4
-	}
-	if c.Workers < 1 || c.Workers > 256 {
-		return nil, fmt.Errorf("%w: lease: %d workers, want 1..256", floodgate.ErrInvalidConfig, c.Workers)
-	}
-	if c.Clock != nil && nilcheck.Is(c.Clock) {
-		return nil, fmt.Errorf("%w: lease: typed-nil clock", floodgate.ErrInvalidConfig)
-	}
-	if c.Observer != nil && nilcheck.Is(c.Observer) {
-		return nil, fmt.Errorf("%w: lease: typed-nil observer", floodgate.ErrInvalidConfig)
+	if err := c.withDefaults(); err != nil {
+		return nil, err
 	}
 	local, err := memstore.New()
 	if err != nil {
@@ -293,6 +254,54 @@ func New(global Global, c Config) (*Limiter, error) {
 		}
 	}
 	return l, nil
+}
+
+// withDefaults puts the documented default in every zero field of c (but
+// Bucket and Mode) and refuses the values outside their ranges.
+func (c *Config) withDefaults() error {
+	if c.Refresh == 0 {
+		c.Refresh = DefaultRefresh
+	}
+	if c.Refresh < time.Millisecond || c.Refresh > 10*time.Second {
+		return fmt.Errorf("%w: lease: refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, c.Refresh)
+	}
+	if c.TTL == 0 {
+		c.TTL = 3 * c.Refresh
+	}
+	if c.TTL < c.Refresh || c.TTL > time.Hour {
+		return fmt.Errorf("%w: lease: TTL %v outside refresh (%v)..1h", floodgate.ErrInvalidConfig, c.TTL, c.Refresh)
+	}
+	if c.HotRate == 0 {
+		c.HotRate = DefaultHotRate
+	}
+	if !(c.HotRate > 0) || math.IsInf(c.HotRate, 0) {
+		return fmt.Errorf("%w: lease: hot rate %v, want a finite rate > 0", floodgate.ErrInvalidConfig, c.HotRate)
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxKeys < 0 {
+		return fmt.Errorf("%w: lease: max keys %d < 0", floodgate.ErrInvalidConfig, c.MaxKeys)
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Heartbeat < 10*time.Millisecond || c.Heartbeat > time.Minute {
+		return fmt.Errorf("%w: lease: heartbeat %v outside 10ms..1m", floodgate.ErrInvalidConfig, c.Heartbeat)
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.Workers < 1 || c.Workers > 256 {
+		return fmt.Errorf("%w: lease: %d workers, want 1..256", floodgate.ErrInvalidConfig, c.Workers)
+	}
+	if c.Clock != nil && nilcheck.Is(c.Clock) {
+		return fmt.Errorf("%w: lease: typed-nil clock", floodgate.ErrInvalidConfig)
+	}
+	if c.Observer != nil && nilcheck.Is(c.Observer) {
+		return fmt.Errorf("%w: lease: typed-nil observer", floodgate.ErrInvalidConfig)
+	}
+	return nil
 }
 
 // now is the limiter's clock in nanoseconds.
