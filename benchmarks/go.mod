@@ -2,11 +2,9 @@ module github.com/floodgate-go/floodgate/benchmarks
 
 go 1.26.0
 
-replace github.com/floodgate-go/floodgate => ../
-
 require (
 	github.com/didip/tollbooth/v8 v8.0.0
-	github.com/floodgate-go/floodgate v0.0.0
+	github.com/floodgate-go/floodgate v0.1.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/redis/go-redis/v9 v9.0.5

@@ -2,12 +2,10 @@ module github.com/floodgate-go/floodgate/rls
 
 go 1.26.0
 
-replace github.com/floodgate-go/floodgate => ../
-
 require (
 	github.com/dunglas/httpsfv v1.1.2
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
-	github.com/floodgate-go/floodgate v0.0.0
+	github.com/floodgate-go/floodgate v0.1.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79

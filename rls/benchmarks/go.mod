@@ -2,16 +2,11 @@ module github.com/floodgate-go/floodgate/rls/benchmarks
 
 go 1.26.0
 
-replace (
-	github.com/floodgate-go/floodgate => ../../
-	github.com/floodgate-go/floodgate/rls => ../
-)
-
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/envoyproxy/ratelimit v1.4.1-0.20260122083618-3fb702589d36
-	github.com/floodgate-go/floodgate v0.0.0
-	github.com/floodgate-go/floodgate/rls v0.0.0-00010101000000-000000000000
+	github.com/floodgate-go/floodgate v0.1.0
+	github.com/floodgate-go/floodgate/rls v0.1.0
 	github.com/redis/rueidis v1.0.79
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
