@@ -1,0 +1,5 @@
+module github.com/floodgate-go/floodgate/cmd/floodgate
+
+go 1.26.0
+
+require github.com/floodgate-go/floodgate v0.1.0
