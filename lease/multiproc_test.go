@@ -182,6 +182,31 @@ func idealAdmitted(t *testing.T, times []int64, c bucket.Config) int64 {
 	return n
 }
 
+// idealWithin is the most one bucket configured as c admits of requests
+// each decided at some time between sent[i] and answered[i] (in order, not
+// overlapping): each request is admitted at the earliest time of its
+// interval that the bucket allows, which leaves the most tokens to the
+// next ones.
+func idealWithin(t *testing.T, sent, answered []int64, c bucket.Config) int64 {
+	alg, err := c.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s algo.State
+	var n int64
+	for i, at := range sent {
+		next, d := alg.Step(s, at/1000, 1)
+		if !d.Allowed && d.RetryAfter > 0 && at+int64(d.RetryAfter) <= answered[i] {
+			next, d = alg.Step(s, (at+int64(d.RetryAfter))/1000+1, 1)
+		}
+		if d.Allowed {
+			s = next
+			n++
+		}
+	}
+	return n
+}
+
 type childResult struct {
 	admitted, offered, errors, grants, held, expired, nodes, returned, direct, shared int64
 	line                                                                              string
