@@ -1,0 +1,571 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/shadow"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
+)
+
+const replayDoc = `Replay decides every line of the access logs LOG... ("-": standard input)
+through the candidate policy file -config, offline, on the embedded memory
+store, each line at its own timestamp: a what-if of that config on real
+traffic. It reports per policy what the demand recorder (package shadow)
+would show after that traffic: decisions and would-be refusals, the heaviest
+keys and their refusals, the distribution of per-key demand per window, and
+the recommended limit. Logs are read in the order given: give a log and its
+rotations oldest first.
+
+Formats (-format):
+  nginx    nginx's combined log_format, or the one given by -log-format
+           (time from $time_local, $time_iso8601 or $msec)
+  envoy    one JSON object per line (Envoy's json_format access log as Envoy
+           Gateway and Istio write it), time from "start_time" (RFC 3339)
+  csv      time,key[,cost]: time in Unix seconds (1700000000.25) or RFC 3339
+
+Which policy decides a line (one of):
+  -policy NAME       every line's key (-key) on the named policy
+  -descriptor D      the config's rules match the descriptors built per line,
+                     as the HTTP middleware does: "remote_address=$remote_addr"
+                     (repeat for several descriptors; key=value,key=value for
+                     nested entries; values are text and $fields)
+  (neither)          every line's key on its plan: its override, else the
+                     default plan (the config needs one of them)
+-key builds a line's key from its fields: default $remote_addr (nginx),
+$downstream_remote_address (envoy; an address field loses its :port), $key
+(csv). -cost reads a line's cost (default 1; csv: its third column).
+Leased policies are decided directly on their one bucket.
+`
+
+type replayOpts struct {
+	config, format, logFormat, key, cost, policy, verdicts string
+	descriptors                                            multiFlag
+	minObs                                                 time.Duration
+	topK                                                   int
+	hideKeys, asJSON                                       bool
+	maxRefused                                             float64
+}
+
+// replayResult is what a replay found.
+type replayResult struct {
+	Config string   `json:"config"`
+	Logs   []string `json:"logs"`
+	Mode   string   `json:"mode"`
+	// Lines read; Decided went through a policy; Refused were refused by
+	// an enforcing policy; WouldRefuse admitted but refused by a dry-run
+	// policy; Unlimited matched no policy; Bad could not be read or decided.
+	Lines       uint64    `json:"lines"`
+	Decided     uint64    `json:"decided"`
+	Refused     uint64    `json:"refused"`
+	WouldRefuse uint64    `json:"would_refuse"`
+	Unlimited   uint64    `json:"unlimited"`
+	Bad         uint64    `json:"bad"`
+	BadSamples  []finding `json:"bad_samples,omitempty"`
+	From        time.Time `json:"from"`
+	To          time.Time `json:"to"`
+	// Elapsed is the replay's wall time.
+	Elapsed  time.Duration   `json:"elapsed_ns"`
+	Policies []policyReplay  `json:"policies"`
+	Reports  []shadow.Report `json:"reports"`
+}
+
+// policyReplay is a policy's line in the replay: its config and whether
+// any line reached it.
+type policyReplay struct {
+	Name   string `json:"name"`
+	Policy string `json:"policy"`
+	DryRun bool   `json:"dry_run"`
+	Seen   bool   `json:"seen"`
+}
+
+func runReplay(args []string, stdout, stderr io.Writer) int {
+	var o replayOpts
+	fs := newFlags("replay", "--config FILE [flags] LOG...", replayDoc, stderr)
+	fs.StringVar(&o.config, "config", "", "the candidate policy file (required)")
+	fs.StringVar(&o.format, "format", "nginx", "the logs' format: nginx, envoy or csv")
+	fs.StringVar(&o.logFormat, "log-format", nginxCombined, "the nginx log_format the logs were written with")
+	fs.StringVar(&o.key, "key", "", "a line's key, from its fields (default by format)")
+	fs.StringVar(&o.cost, "cost", "", "a line's cost, a field (default 1; csv: $cost)")
+	fs.StringVar(&o.policy, "policy", "", "decide every line's key on this policy")
+	fs.Var(&o.descriptors, "descriptor", "a request descriptor built from each line (repeatable)")
+	fs.StringVar(&o.verdicts, "verdicts", "", "write every line's verdict to this CSV file (file,line,time_ns,key,verdict,policy)")
+	fs.DurationVar(&o.minObs, "min-observation", time.Hour, "the observation a recommendation needs (the recorder's MinObservation)")
+	fs.IntVar(&o.topK, "top", 16, "how many of the heaviest keys each policy keeps (1..64)")
+	fs.BoolVar(&o.hideKeys, "hide-keys", false, "show no key, only its hash (keys that are credentials)")
+	fs.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	fs.Float64Var(&o.maxRefused, "max-refused", -1, "exit 1 when more than this fraction of the decided lines is refused (0.01: 1%)")
+	logs, err := parseFlags(fs, args, stdout)
+	if err != nil {
+		return flagExit(err)
+	}
+	if o.config == "" || len(logs) == 0 {
+		fmt.Fprintln(stderr, "floodgate replay: want -config FILE and at least one LOG")
+		fs.Usage()
+		return exitUsage
+	}
+	res, err := replay(context.Background(), o, logs, progressTo(stderr))
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate replay:", err)
+		return exitUsage
+	}
+	if o.asJSON {
+		writeJSON(stdout, res)
+	} else {
+		printReplay(stdout, res)
+	}
+	if res.Decided == 0 {
+		fmt.Fprintln(stderr, "floodgate replay: no line was decided")
+		return exitUsage
+	}
+	if o.maxRefused >= 0 && float64(res.Refused+res.WouldRefuse) > o.maxRefused*float64(res.Decided) {
+		return exitFindings
+	}
+	return exitOK
+}
+
+// logClock is the time of the line being replayed.
+type logClock struct{ ns atomic.Int64 }
+
+func (c *logClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+// replayer holds a replay's state.
+type replayer struct {
+	o       replayOpts
+	clk     *logClock
+	rec     *shadow.Recorder
+	live    *policy.Live
+	set     *policy.Set
+	dryRun  map[string]bool
+	p       parser
+	r       record
+	key     tmpl
+	cost    int // field index, -1 for 1
+	descs   []descTmpl
+	decide  func(ctx context.Context, key string, n int) (verdict, string, error)
+	res     replayResult
+	verdict *bufio.Writer
+	prog    *progress
+	// reused buffers
+	keyBuf []byte
+	dbuf   []byte
+	ds     []policy.Descriptor // per -descriptor, reused
+	dsOut  []policy.Descriptor // the line's descriptors
+	checks []floodgate.Check
+	core   *admit.Core
+}
+
+type verdict uint8
+
+const (
+	vAllowed verdict = iota
+	vRefused
+	vWould
+	vUnlimited
+)
+
+var verdictNames = [...]string{"allowed", "refused", "would_refuse", "unlimited"}
+
+// newReplayer compiles the candidate config and the line mapping.
+func newReplayer(o replayOpts) (*replayer, error) {
+	f, err := loadConfig(o.config, kindPolicy)
+	if err != nil {
+		return nil, err
+	}
+	cfg := f.Policy
+	rp := &replayer{o: o, clk: &logClock{}, dryRun: map[string]bool{}, cost: -1}
+	for i := range cfg.Policies {
+		// A lease decides on the one global bucket's tokens: replayed on
+		// that bucket directly.
+		cfg.Policies[i].Leased, cfg.Policies[i].LeaseRefresh = false, 0
+		rp.dryRun[cfg.Policies[i].Name] = cfg.Policies[i].DryRun
+	}
+	mem, err := memstore.New(memstore.WithClock(rp.clk), memstore.WithSweepInterval(0))
+	if err != nil {
+		return nil, err
+	}
+	rp.rec, err = shadow.New(shadow.Config{Clock: rp.clk, MinObservation: o.minObs, TopK: o.topK, HideKeys: o.hideKeys})
+	if err != nil {
+		return nil, err
+	}
+	recorded, err := rp.rec.Store(mem)
+	if err != nil {
+		return nil, err
+	}
+	if rp.live, err = policy.NewLive(cfg, recorded); err != nil {
+		return nil, err
+	}
+	rp.rec.Follow(rp.live)
+	rp.set = rp.live.Set()
+	if err := rp.mapping(cfg); err != nil {
+		return nil, err
+	}
+	for _, p := range cfg.Policies {
+		rp.res.Policies = append(rp.res.Policies, policyReplay{Name: p.Name, Policy: p.String(), DryRun: p.DryRun})
+	}
+	return rp, nil
+}
+
+// mapping sets how a line becomes a decision: its parser, key, cost, and
+// the policy (or rules) deciding it.
+func (rp *replayer) mapping(cfg policy.Config) error {
+	o := rp.o
+	var fs fields
+	key := o.key
+	if key == "" {
+		key = map[string]string{"nginx": "$remote_addr", "envoy": "$downstream_remote_address", "csv": "$key"}[o.format]
+	}
+	var err error
+	if rp.key, err = compileTmpl(key, &fs); err != nil {
+		return fmt.Errorf("-key: %w", err)
+	}
+	cost := o.cost
+	if cost == "" && o.format == "csv" {
+		cost = "$cost"
+	}
+	if cost != "" {
+		if len(cost) < 2 || cost[0] != '$' {
+			return fmt.Errorf("-cost %q: want a $field", cost)
+		}
+		rp.cost = fs.index(cost[1:])
+	}
+	for _, d := range o.descriptors {
+		dt, err := compileDescriptor(d, &fs)
+		if err != nil {
+			return fmt.Errorf("-descriptor: %w", err)
+		}
+		rp.descs = append(rp.descs, dt)
+	}
+	switch o.format {
+	case "nginx":
+		rp.p, err = newNginxParser(o.logFormat, &fs)
+	case "envoy":
+		rp.p = &jsonParser{fs: &fs, timeKey: "start_time"}
+	case "csv":
+		rp.p = &csvParser{key: fs.lookup("key"), cost: fs.lookup("cost")}
+	default:
+		err = fmt.Errorf("-format %q: want nginx, envoy or csv", o.format)
+	}
+	if err != nil {
+		return err
+	}
+	rp.r.vals = make([][]byte, len(fs.names))
+	return rp.decider(cfg)
+}
+
+func (rp *replayer) decider(cfg policy.Config) error {
+	switch {
+	case len(rp.descs) > 0 && rp.o.policy != "":
+		return errors.New("-policy and -descriptor exclude each other")
+	case len(rp.descs) > 0:
+		rp.res.Mode = "descriptors"
+		rp.core = admit.NewDynamic(admit.Config{})
+		rp.decide = rp.byDescriptors
+	case rp.o.policy != "":
+		lim, ok := rp.set.Limiter(rp.o.policy)
+		if !ok {
+			return fmt.Errorf("-policy %q: no such policy in %s", rp.o.policy, rp.o.config)
+		}
+		rp.res.Mode = "policy " + rp.o.policy
+		rp.decide = func(ctx context.Context, key string, n int) (verdict, string, error) {
+			return rp.take(ctx, lim, key, n)
+		}
+	default:
+		if cfg.DefaultPlan == "" && len(cfg.Overrides) == 0 {
+			return fmt.Errorf("%s has no default_plan nor overrides to place keys on: give -policy NAME or -descriptor", rp.o.config)
+		}
+		rp.res.Mode = "plans"
+		rp.decide = func(ctx context.Context, key string, n int) (verdict, string, error) {
+			lim, err := rp.set.Plan(ctx, key)
+			if err != nil || lim == nil {
+				return vUnlimited, "", err
+			}
+			return rp.take(ctx, lim, key, n)
+		}
+	}
+	return nil
+}
+
+func (rp *replayer) take(ctx context.Context, lim *store.Limiter, key string, n int) (verdict, string, error) {
+	d, err := lim.Take(ctx, key, n)
+	switch {
+	case err != nil:
+		return vAllowed, lim.Name(), err
+	case d.Allowed:
+		return vAllowed, lim.Name(), nil
+	case rp.dryRun[lim.Name()]:
+		return vWould, lim.Name(), nil
+	}
+	return vRefused, lim.Name(), nil
+}
+
+// byDescriptors decides a line as the HTTP middleware decides a request:
+// the rules match its descriptors to checks, the admission core decides the
+// enforcing ones and, when they admit, the dry-run ones.
+func (rp *replayer) byDescriptors(ctx context.Context, _ string, n int) (verdict, string, error) {
+	rp.dbuf = rp.dbuf[:0]
+	for len(rp.ds) < len(rp.descs) {
+		rp.ds = append(rp.ds, nil)
+	}
+	descs := rp.dsOut[:0]
+	for i, dt := range rp.descs {
+		d, buf, ok := dt.render(rp.ds[i], rp.dbuf, &rp.r)
+		rp.ds[i], rp.dbuf = d, buf
+		if ok {
+			descs = append(descs, d) // a descriptor without its field: none
+		}
+	}
+	rp.dsOut = descs
+	checks, enf, err := rp.set.Match(ctx, descs, n, rp.checks[:0])
+	if err != nil {
+		return vAllowed, "", err
+	}
+	rp.checks = checks
+	if len(checks) == 0 {
+		return vUnlimited, "", nil
+	}
+	v := rp.core.DecideChecks(ctx, checks[:enf], checks[enf:], floodgate.Event{}, 0)
+	switch v.Kind {
+	case admit.Admit:
+		for _, c := range checks[enf:] {
+			if !c.Decision.Allowed {
+				return vWould, limName(c.Limiter), nil
+			}
+		}
+		return vAllowed, limName(checks[0].Limiter), nil
+	case admit.Unavailable:
+		return vAllowed, "", v.Err
+	}
+	for _, c := range checks[:enf] {
+		if !c.Decision.Allowed {
+			return vRefused, limName(c.Limiter), v.Err
+		}
+	}
+	return vRefused, limName(checks[0].Limiter), v.Err
+}
+
+func limName(l floodgate.Limiter) string {
+	if n, ok := l.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return ""
+}
+
+// replay runs the whole replay.
+func replay(ctx context.Context, o replayOpts, logs []string, prog *progress) (replayResult, error) {
+	rp, err := newReplayer(o)
+	if err != nil {
+		return replayResult{}, err
+	}
+	defer rp.rec.Close()
+	rp.res.Config, rp.res.Logs = o.config, logs
+	if o.verdicts != "" {
+		f, err := os.Create(o.verdicts)
+		if err != nil {
+			return replayResult{}, err
+		}
+		defer f.Close()
+		rp.verdict = bufio.NewWriterSize(f, 1<<16)
+		rp.verdict.WriteString("file,line,time_ns,key,verdict,policy\n")
+	}
+	rp.prog = prog
+	if prog != nil {
+		prog.start(logs)
+	}
+	start := time.Now()
+	for _, path := range logs {
+		if err := rp.file(ctx, path); err != nil {
+			return replayResult{}, err
+		}
+	}
+	rp.res.Elapsed = time.Since(start)
+	if prog != nil {
+		prog.done()
+	}
+	if rp.verdict != nil {
+		if err := rp.verdict.Flush(); err != nil {
+			return replayResult{}, err
+		}
+	}
+	rp.reports()
+	return rp.res, nil
+}
+
+// reports takes every policy's report at the end of the logs.
+func (rp *replayer) reports() {
+	end := rp.res.To.UnixNano() + 1
+	rp.res.Reports = []shadow.Report{}
+	for i := range rp.res.Policies {
+		p := &rp.res.Policies[i]
+		d, ok := rp.rec.Demand(p.Name)
+		if !ok {
+			continue
+		}
+		p.Seen = true
+		rp.res.Reports = append(rp.res.Reports, d.ReportAt(end))
+	}
+}
+
+func (rp *replayer) file(ctx context.Context, path string) error {
+	var in io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	rd := bufio.NewReaderSize(in, 1<<20)
+	var long []byte
+	for n := 1; ; n++ {
+		line, err := rd.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long[:0], line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = rd.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if len(line) > 0 {
+			rp.line(ctx, path, n, line)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+}
+
+// line replays one line of a log.
+func (rp *replayer) line(ctx context.Context, path string, n int, line []byte) {
+	if rp.prog != nil {
+		rp.prog.add(len(line))
+	}
+	for len(line) > 0 && (line[len(line)-1] == '\n' || line[len(line)-1] == '\r') {
+		line = line[:len(line)-1]
+	}
+	if len(line) == 0 || (n == 1 && rp.o.format == "csv" && len(line) >= 4 && string(line[:4]) == "time") {
+		return
+	}
+	rp.res.Lines++
+	clear(rp.r.vals)
+	if err := rp.p.parse(line, &rp.r); err != nil {
+		rp.bad(path, n, err)
+		return
+	}
+	cost := 1
+	if rp.cost >= 0 && len(rp.r.vals[rp.cost]) > 0 {
+		c, err := strconv.Atoi(string(rp.r.vals[rp.cost]))
+		if err != nil || c < 1 {
+			rp.bad(path, n, fmt.Errorf("cost %q: want an integer >= 1", rp.r.vals[rp.cost]))
+			return
+		}
+		cost = c
+	}
+	kb, ok := rp.key.render(rp.keyBuf[:0], &rp.r)
+	rp.keyBuf = kb
+	if !ok && len(rp.descs) == 0 {
+		rp.bad(path, n, errors.New("no key: the fields of -key are absent"))
+		return
+	}
+	t := rp.r.t
+	if rp.res.From.IsZero() || t < rp.res.From.UnixNano() {
+		rp.res.From = time.Unix(0, t)
+	}
+	if t > rp.res.To.UnixNano() {
+		rp.res.To = time.Unix(0, t)
+	}
+	rp.clk.ns.Store(t)
+	key := string(kb)
+	v, pol, err := rp.decide(ctx, key, cost)
+	if err != nil {
+		rp.bad(path, n, err)
+		return
+	}
+	switch v {
+	case vUnlimited:
+		rp.res.Unlimited++
+	case vRefused:
+		rp.res.Refused++
+	case vWould:
+		rp.res.WouldRefuse++
+	}
+	if v != vUnlimited {
+		rp.res.Decided++
+	}
+	if rp.verdict != nil {
+		w := rp.verdict
+		w.WriteString(path)
+		w.WriteByte(',')
+		w.WriteString(strconv.Itoa(n))
+		w.WriteByte(',')
+		w.WriteString(strconv.FormatInt(t, 10))
+		w.WriteByte(',')
+		w.WriteString(csvField(key))
+		w.WriteByte(',')
+		w.WriteString(verdictNames[v])
+		w.WriteByte(',')
+		w.WriteString(pol)
+		w.WriteByte('\n')
+	}
+}
+
+// csvField quotes a field holding a comma or a quote.
+func csvField(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ',' || s[i] == '"' || s[i] == '\n' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+func (rp *replayer) bad(path string, n int, err error) {
+	rp.res.Bad++
+	if len(rp.res.BadSamples) < 5 {
+		rp.res.BadSamples = append(rp.res.BadSamples, finding{File: path, Line: n, Msg: err.Error()})
+	}
+}
+
+func printReplay(w io.Writer, res replayResult) {
+	span := res.To.Sub(res.From)
+	fmt.Fprintf(w, "replayed %s lines of %s (%v of traffic, %s to %s) through %s (%s) in %v (%s lines/s)\n",
+		count(res.Lines), strings.Join(res.Logs, ", "), span.Round(time.Millisecond),
+		res.From.UTC().Format(time.RFC3339), res.To.UTC().Format(time.RFC3339), res.Config, res.Mode,
+		res.Elapsed.Round(time.Millisecond), count(uint64(float64(res.Lines)/max(res.Elapsed.Seconds(), 1e-9))))
+	fmt.Fprintf(w, "decided %s: refused %s (%s), would refuse in dry run %s (%s); no policy: %s; unreadable: %s\n",
+		count(res.Decided), count(res.Refused), percent(res.Refused, res.Decided),
+		count(res.WouldRefuse), percent(res.WouldRefuse, res.Decided), count(res.Unlimited), count(res.Bad))
+	for _, b := range res.BadSamples {
+		fmt.Fprintln(w, " ", b)
+	}
+	dry := map[string]bool{}
+	for _, p := range res.Policies {
+		dry[p.Name] = p.DryRun
+	}
+	for _, r := range res.Reports {
+		fmt.Fprintln(w)
+		printReport(w, r, dry[r.Policy])
+	}
+	for _, p := range res.Policies {
+		if !p.Seen {
+			fmt.Fprintf(w, "\n%s: no line reached it\n", p.Policy)
+		}
+	}
+}
