@@ -250,13 +250,13 @@ func edgeOrigin(files []*configFile) []finding {
 			if l.DryRun || l.PerSec <= 0 || l.PerSec >= 5*tight.PerSec {
 				continue
 			}
-			how := "below 5x"
+			how := "below 5x the tightest origin limit %s (%s/s, %s): the edge should only stop floods, the origin answers with its own limits"
 			if l.PerSec < tight.PerSec {
-				how = "tighter than"
+				how = "tighter than the tightest origin limit %s (%s/s, %s): the edge refuses what the origin admits"
 			}
 			out = append(out, finding{File: l.File, Line: l.Line, Code: "edge-origin",
-				Msg: fmt.Sprintf("edge limit %s (%s/s) is %s the tightest origin limit %s (%s/s, %s): the edge would refuse what the origin admits; set it at 5-10x, %s/s to %s/s",
-					l.Name, fmtRate(l.PerSec), how, tight.Name, fmtRate(tight.PerSec), tight.at(), fmtRate(5*tight.PerSec), fmtRate(10*tight.PerSec))})
+				Msg: fmt.Sprintf("edge limit %s (%s/s) is "+how+"; set it at 5-10x, %s/s to %s/s",
+					l.Name, fmtRate(l.PerSec), tight.Name, fmtRate(tight.PerSec), tight.at(), fmtRate(5*tight.PerSec), fmtRate(10*tight.PerSec))})
 		}
 	}
 	return out

@@ -97,7 +97,7 @@ func policyLimit(p policy.Policy) limit {
 	if alg == "" {
 		alg = policy.TokenBucket
 	}
-	l := limit{Name: p.Name, Desc: p.String(), DryRun: p.DryRun, Leased: p.Leased, Algorithm: string(alg), Named: true}
+	l := limit{Name: p.Name, Desc: strings.TrimPrefix(p.String(), p.Name+": "), DryRun: p.DryRun, Leased: p.Leased, Algorithm: string(alg), Named: true}
 	switch alg {
 	case policy.TokenBucket, policy.LeakyBucket:
 		l.PerSec = p.Rate.PerSec()
@@ -168,7 +168,7 @@ func envoyLimit(name string, r rls.RateLimit, shadow bool, file string) limit {
 	if r.UnitMultiplier > 1 {
 		unit = strconv.Itoa(int(r.UnitMultiplier)) + " x " + unit
 	}
-	l.Desc = fmt.Sprintf("%s: %s %d per %s", name, alg, r.RequestsPerUnit, unit)
+	l.Desc = fmt.Sprintf("%s %d per %s", alg, r.RequestsPerUnit, unit)
 	if alg != policy.FixedWindow && alg != policy.SlidingLog && alg != policy.SlidingCounter {
 		l.Desc += fmt.Sprintf(" burst %d", l.Capacity)
 	}

@@ -98,11 +98,14 @@ func printDiff(w io.Writer, res diffResult) {
 	}
 	for _, c := range res.Changes {
 		mark := map[string]string{"added": "+", "removed": "-", "changed": "~"}[c.Kind]
-		line := fmt.Sprintf("%s %s %s", mark, c.What, c.Name)
-		switch c.Kind {
-		case "added":
+		line := mark + " " + c.What
+		if c.Name != "" {
+			line += " " + c.Name
+		}
+		switch {
+		case c.Old == "":
 			line += ": " + c.New
-		case "removed":
+		case c.New == "":
 			line += ": " + c.Old
 		default:
 			line += ": " + c.Old + " -> " + c.New
@@ -247,7 +250,6 @@ func diffPlans(old, new *configFile) []change {
 			continue
 		}
 		c := moved("override", k, o, n, kind)
-		c.Old, c.New = "-> "+c.Old, "-> "+c.New
 		out = append(out, c)
 	}
 	or, nr := flattenRules(oc.Rules), flattenRules(nc.Rules)

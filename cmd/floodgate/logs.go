@@ -152,7 +152,11 @@ func parseEpoch(b []byte) (int64, error) {
 // nginxParser reads lines written by an nginx log_format: literal text
 // and $variables, each variable's value running to the next literal.
 type nginxParser struct {
-	items   []nginxItem
+	items []nginxItem
+	// last is the index of the last item the replay reads: a line is
+	// parsed up to it, the rest (request, referrer, user agent) is not
+	// looked at.
+	last    int
 	timeIdx int // the item holding the time
 	timeVar string
 	ts      tsCache
@@ -166,7 +170,7 @@ type nginxItem struct {
 
 // timeVars are the nginx variables a replay reads time from, preferred in
 // this order.
-var timeVars = []string{"time_local", "time_iso8601", "msec"}
+var timeVars = []string{"msec", "time_iso8601", "time_local"}
 
 func newNginxParser(format string, fs *fields) (*nginxParser, error) {
 	p := &nginxParser{timeIdx: -1}
@@ -216,6 +220,11 @@ func newNginxParser(format string, fs *fields) (*nginxParser, error) {
 	if p.timeIdx < 0 {
 		return nil, errors.New("log format: no $time_local, $time_iso8601 or $msec to read time from")
 	}
+	for i, it := range p.items {
+		if i == p.timeIdx || it.field >= 0 {
+			p.last = i
+		}
+	}
 	return p, nil
 }
 
@@ -225,7 +234,7 @@ func isAlnum(c byte) bool {
 
 func (p *nginxParser) parse(line []byte, r *record) error {
 	pos := 0
-	for i := range p.items {
+	for i := range p.items[:p.last+1] {
 		it := &p.items[i]
 		if it.lit != nil {
 			if !bytes.HasPrefix(line[pos:], it.lit) {
@@ -243,7 +252,7 @@ func (p *nginxParser) parse(line []byte, r *record) error {
 			end = pos + k
 		}
 		v := line[pos:end]
-		if it.field >= 0 {
+		if it.field >= 0 && !(len(v) == 1 && v[0] == '-') { // nginx logs an empty value as "-"
 			r.vals[it.field] = v
 		}
 		if i == p.timeIdx {

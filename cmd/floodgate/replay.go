@@ -77,7 +77,9 @@ type replayResult struct {
 	From        time.Time `json:"from"`
 	To          time.Time `json:"to"`
 	// Elapsed is the replay's wall time.
-	Elapsed  time.Duration   `json:"elapsed_ns"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Notes say what limits the replay's accuracy.
+	Notes    []string        `json:"notes,omitempty"`
 	Policies []policyReplay  `json:"policies"`
 	Reports  []shadow.Report `json:"reports"`
 }
@@ -250,7 +252,11 @@ func (rp *replayer) mapping(cfg policy.Config) error {
 	}
 	switch o.format {
 	case "nginx":
-		rp.p, err = newNginxParser(o.logFormat, &fs)
+		var np *nginxParser
+		if np, err = newNginxParser(o.logFormat, &fs); err == nil && np.timeVar != "msec" {
+			rp.res.Notes = append(rp.res.Notes, fmt.Sprintf("the log's times are whole seconds ($%s): every line of a second is decided at its start, so bursts within a second look larger than they were; add $msec to the log_format", np.timeVar))
+		}
+		rp.p = np
 	case "envoy":
 		rp.p = &jsonParser{fs: &fs, timeKey: "start_time"}
 	case "csv":
@@ -481,7 +487,9 @@ func (rp *replayer) line(ctx context.Context, path string, n int, line []byte) {
 	kb, ok := rp.key.render(rp.keyBuf[:0], &rp.r)
 	rp.keyBuf = kb
 	if !ok && len(rp.descs) == 0 {
-		rp.bad(path, n, errors.New("no key: the fields of -key are absent"))
+		// No key (a header the request did not have): no keyed limit
+		// applies to it.
+		rp.res.Unlimited++
 		return
 	}
 	t := rp.r.t
@@ -554,6 +562,9 @@ func printReplay(w io.Writer, res replayResult) {
 		count(res.WouldRefuse), percent(res.WouldRefuse, res.Decided), count(res.Unlimited), count(res.Bad))
 	for _, b := range res.BadSamples {
 		fmt.Fprintln(w, " ", b)
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintln(w, "note:", n)
 	}
 	dry := map[string]bool{}
 	for _, p := range res.Policies {
