@@ -88,13 +88,13 @@ func TestCheckWarnings(t *testing.T) {
 		got[w.Code+" "+w.File] += w.Msg + "|"
 	}
 	for key, want := range map[string]string{
-		"dry-run testdata/origin.yaml":     "daily is in dry run",
-		"unused testdata/origin.yaml":      `policy "bulk" is applied by no rule`,
-		"burst-zero testdata/origin.yaml":  "bulk has burst 0: a key's second request within 20ms is refused",
-		"unnamed testdata/origin.yaml":     "no domain on a shared store",
-		"burst-zero testdata/edge.yaml":    "edge-images.path_/upload has burst 0",
-		"unnamed testdata/edge.yaml":       "edge-images.remote_address has no name",
-		"edge-origin testdata/edge.yaml":   "edge limit edge-images.remote_address (20/s) is below 5x the tightest origin limit free (10/s, testdata/origin.yaml:5)",
+		"dry-run testdata/origin.yaml":    "daily is in dry run",
+		"unused testdata/origin.yaml":     `policy "bulk" is applied by no rule`,
+		"burst-zero testdata/origin.yaml": "bulk has burst 0: a key's second request within 20ms is refused",
+		"unnamed testdata/origin.yaml":    "no domain on a shared store",
+		"burst-zero testdata/edge.yaml":   "edge-images.path_/upload has burst 0",
+		"unnamed testdata/edge.yaml":      "edge-images.remote_address has no name",
+		"edge-origin testdata/edge.yaml":  "edge limit edge-images.remote_address (20/s) is below 5x the tightest origin limit free (10/s, testdata/origin.yaml:5)",
 	} {
 		if !strings.Contains(got[key], want) {
 			t.Errorf("%s: want %q, got %q", key, want, got[key])
