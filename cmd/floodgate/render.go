@@ -34,9 +34,9 @@ func printReport(w io.Writer, r shadow.Report, dryRun bool) {
 	if len(refused) > 0 {
 		fmt.Fprintln(w, "  refused by key (heaviest keys):")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "    key\trefused\tpeak/window\ttotal\t\n")
+		fmt.Fprintf(tw, "    key\trefused\tpeak/window\ttotal\n")
 		for _, k := range refused {
-			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t\n", keyName(k), count(k.Refused), count(k.Peak), count(k.Total))
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\n", keyName(k), count(k.Refused), count(k.Peak), count(k.Total))
 		}
 		tw.Flush()
 	}
