@@ -398,4 +398,3 @@ func FuzzParsers(f *testing.F) {
 		}
 	})
 }
-
