@@ -182,13 +182,11 @@ func TestReplayCSVPlansEqualsLibrary(t *testing.T) {
 	want := map[int]string{}
 	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
 		f := strings.Split(line, ",")
-		sec, _ := strconv.ParseFloat(f[0], 64)
 		cost, _ := strconv.Atoi(f[2])
 		// The CSV's times have microseconds: as the replay reads them.
 		whole, frac, _ := strings.Cut(f[0], ".")
 		s, _ := strconv.ParseInt(whole, 10, 64)
 		us, _ := strconv.ParseInt(frac, 10, 64)
-		_ = sec
 		clk.ns.Store(s*1e9 + us*1e3)
 		lim, err := set.Plan(context.Background(), f[1])
 		if err != nil || lim == nil {
