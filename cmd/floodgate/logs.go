@@ -181,21 +181,9 @@ func newNginxParser(format string, fs *fields) (*nginxParser, error) {
 			i++
 			continue
 		}
-		j, name := i+1, ""
-		if j < len(format) && format[j] == '{' {
-			k := strings.IndexByte(format[j:], '}')
-			if k < 0 {
-				return nil, fmt.Errorf("log format: unclosed ${ at %d", i)
-			}
-			name, j = format[j+1:j+k], j+k+1
-		} else {
-			for j < len(format) && (isAlnum(format[j]) || format[j] == '_') {
-				j++
-			}
-			name = format[i+1 : j]
-		}
-		if name == "" {
-			return nil, fmt.Errorf("log format: a lone $ at %d", i)
+		name, j, err := readVar(format, i, "")
+		if err != nil {
+			return nil, fmt.Errorf("log format: %w", err)
 		}
 		if len(lit) > 0 {
 			p.items = append(p.items, nginxItem{lit: lit, field: -1})
@@ -226,6 +214,27 @@ func newNginxParser(format string, fs *fields) (*nginxParser, error) {
 		}
 	}
 	return p, nil
+}
+
+// readVar reads the variable at s[i] ('$'): "$name" (letters, digits, '_'
+// and the bytes of extra) or "${name}"; it returns the name and the index
+// after it.
+func readVar(s string, i int, extra string) (string, int, error) {
+	j := i + 1
+	if j < len(s) && s[j] == '{' {
+		k := strings.IndexByte(s[j:], '}')
+		if k < 0 || k == 1 {
+			return "", 0, fmt.Errorf("%q: unclosed or empty ${ at %d", s, i)
+		}
+		return s[j+1 : j+k], j + k + 1, nil
+	}
+	for j < len(s) && (isAlnum(s[j]) || s[j] == '_' || strings.IndexByte(extra, s[j]) >= 0) {
+		j++
+	}
+	if j == i+1 {
+		return "", 0, fmt.Errorf("%q: a lone $ at %d", s, i)
+	}
+	return s[i+1 : j], j, nil
 }
 
 func isAlnum(c byte) bool {
@@ -348,19 +357,8 @@ func (p *jsonParser) parse(line []byte, r *record) error {
 		}
 		i = skipSpace(line, i+1)
 		var val []byte
-		if i < len(line) && line[i] == '"' {
-			if val, i, err = jsonString(line, i, &r.scratch); err != nil {
-				return err
-			}
-		} else {
-			j := i
-			for j < len(line) && line[j] != ',' && line[j] != '}' {
-				j++
-			}
-			val, i = bytes.TrimSpace(line[i:j]), j
-			if bytes.Equal(val, []byte("null")) {
-				val = nil
-			}
+		if val, i, err = jsonValue(line, i, &r.scratch); err != nil {
+			return err
 		}
 		if string(key) == p.timeKey {
 			if r.t, err = parseISOCached(&p.ts, val); err != nil {
@@ -384,6 +382,23 @@ func (p *jsonParser) parse(line []byte, r *record) error {
 		return fmt.Errorf("no %q", p.timeKey)
 	}
 	return nil
+}
+
+// jsonValue reads the value at b[i]: a string (unescaped), else the text
+// of a number, true or false up to the next ',' or '}' (null: nil).
+func jsonValue(b []byte, i int, scratch *[]byte) ([]byte, int, error) {
+	if i < len(b) && b[i] == '"' {
+		return jsonString(b, i, scratch)
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' {
+		j++
+	}
+	val := bytes.TrimSpace(b[i:j])
+	if string(val) == "null" {
+		val = nil
+	}
+	return val, j, nil
 }
 
 func skipSpace(b []byte, i int) int {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -463,10 +464,8 @@ func (rp *replayer) line(ctx context.Context, path string, n int, line []byte) {
 	if rp.prog != nil {
 		rp.prog.add(len(line))
 	}
-	for len(line) > 0 && (line[len(line)-1] == '\n' || line[len(line)-1] == '\r') {
-		line = line[:len(line)-1]
-	}
-	if len(line) == 0 || (n == 1 && rp.o.format == "csv" && len(line) >= 4 && string(line[:4]) == "time") {
+	line = bytes.TrimRight(line, "\r\n")
+	if len(line) == 0 || (n == 1 && rp.o.format == "csv" && bytes.HasPrefix(line, []byte("time"))) {
 		return
 	}
 	rp.res.Lines++
@@ -475,14 +474,10 @@ func (rp *replayer) line(ctx context.Context, path string, n int, line []byte) {
 		rp.bad(path, n, err)
 		return
 	}
-	cost := 1
-	if rp.cost >= 0 && len(rp.r.vals[rp.cost]) > 0 {
-		c, err := strconv.Atoi(string(rp.r.vals[rp.cost]))
-		if err != nil || c < 1 {
-			rp.bad(path, n, fmt.Errorf("cost %q: want an integer >= 1", rp.r.vals[rp.cost]))
-			return
-		}
-		cost = c
+	cost, err := rp.lineCost()
+	if err != nil {
+		rp.bad(path, n, err)
+		return
 	}
 	kb, ok := rp.key.render(rp.keyBuf[:0], &rp.r)
 	rp.keyBuf = kb
@@ -492,46 +487,69 @@ func (rp *replayer) line(ctx context.Context, path string, n int, line []byte) {
 		rp.res.Unlimited++
 		return
 	}
-	t := rp.r.t
-	if rp.res.From.IsZero() || t < rp.res.From.UnixNano() {
-		rp.res.From = time.Unix(0, t)
-	}
-	if t > rp.res.To.UnixNano() {
-		rp.res.To = time.Unix(0, t)
-	}
-	rp.clk.ns.Store(t)
+	rp.span(rp.r.t)
+	rp.clk.ns.Store(rp.r.t)
 	key := string(kb)
 	v, pol, err := rp.decide(ctx, key, cost)
 	if err != nil {
 		rp.bad(path, n, err)
 		return
 	}
+	rp.count(v)
+	if rp.verdict != nil {
+		rp.writeVerdict(path, n, key, v, pol)
+	}
+}
+
+// lineCost returns the cost of the line just parsed (1 without -cost).
+func (rp *replayer) lineCost() (int, error) {
+	if rp.cost < 0 || len(rp.r.vals[rp.cost]) == 0 {
+		return 1, nil
+	}
+	c, err := strconv.Atoi(string(rp.r.vals[rp.cost]))
+	if err != nil || c < 1 {
+		return 0, fmt.Errorf("cost %q: want an integer >= 1", rp.r.vals[rp.cost])
+	}
+	return c, nil
+}
+
+// span widens the time the logs cover to t.
+func (rp *replayer) span(t int64) {
+	if rp.res.From.IsZero() || t < rp.res.From.UnixNano() {
+		rp.res.From = time.Unix(0, t)
+	}
+	if t > rp.res.To.UnixNano() {
+		rp.res.To = time.Unix(0, t)
+	}
+}
+
+func (rp *replayer) count(v verdict) {
 	switch v {
 	case vUnlimited:
 		rp.res.Unlimited++
+		return
 	case vRefused:
 		rp.res.Refused++
 	case vWould:
 		rp.res.WouldRefuse++
 	}
-	if v != vUnlimited {
-		rp.res.Decided++
-	}
-	if rp.verdict != nil {
-		w := rp.verdict
-		w.WriteString(path)
-		w.WriteByte(',')
-		w.WriteString(strconv.Itoa(n))
-		w.WriteByte(',')
-		w.WriteString(strconv.FormatInt(t, 10))
-		w.WriteByte(',')
-		w.WriteString(csvField(key))
-		w.WriteByte(',')
-		w.WriteString(verdictNames[v])
-		w.WriteByte(',')
-		w.WriteString(pol)
-		w.WriteByte('\n')
-	}
+	rp.res.Decided++
+}
+
+func (rp *replayer) writeVerdict(path string, n int, key string, v verdict, pol string) {
+	w := rp.verdict
+	w.WriteString(path)
+	w.WriteByte(',')
+	w.WriteString(strconv.Itoa(n))
+	w.WriteByte(',')
+	w.WriteString(strconv.FormatInt(rp.r.t, 10))
+	w.WriteByte(',')
+	w.WriteString(csvField(key))
+	w.WriteByte(',')
+	w.WriteString(verdictNames[v])
+	w.WriteByte(',')
+	w.WriteString(pol)
+	w.WriteByte('\n')
 }
 
 // csvField quotes a field holding a comma or a quote.

@@ -32,21 +32,9 @@ func compileTmpl(s string, fs *fields) (tmpl, error) {
 			i++
 			continue
 		}
-		j, name := i+1, ""
-		if j < len(s) && s[j] == '{' {
-			k := strings.IndexByte(s[j:], '}')
-			if k < 0 {
-				return t, fmt.Errorf("%q: unclosed ${", s)
-			}
-			name, j = s[j+1:j+k], j+k+1
-		} else {
-			for j < len(s) && (isAlnum(s[j]) || s[j] == '_' || s[j] == '-' || s[j] == ':') {
-				j++
-			}
-			name = s[i+1 : j]
-		}
-		if name == "" {
-			return t, fmt.Errorf("%q: a lone $", s)
+		name, j, err := readVar(s, i, "-:")
+		if err != nil {
+			return t, err
 		}
 		flush()
 		t.parts = append(t.parts, tpart{field: fs.index(name), stripPort: strings.HasSuffix(name, "address")})
