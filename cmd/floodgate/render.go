@@ -91,10 +91,6 @@ func histogram(w io.Writer, r shadow.Report) {
 	}
 	const width = 40
 	for _, b := range r.Histogram {
-		if b.KeyWindows == 0 {
-			continue
-		}
-		n := int(b.KeyWindows / most * width)
 		mark := ""
 		if r.Limit > 0 && float64(r.Limit) >= b.Low && float64(r.Limit) < b.High {
 			mark += " <- limit"
@@ -102,7 +98,14 @@ func histogram(w io.Writer, r shadow.Report) {
 		if rec := r.Recommendation; rec.OK && float64(rec.Limit) >= b.Low && float64(rec.Limit) < b.High {
 			mark += " <- recommended"
 		}
-		fmt.Fprintf(w, "    %8s..%-8s %-*s %s%s\n", num(b.Low), num(b.High), width, strings.Repeat("#", max(n, 1)), num(b.KeyWindows), mark)
+		if b.KeyWindows == 0 && mark == "" {
+			continue
+		}
+		bar := ""
+		if b.KeyWindows > 0 {
+			bar = strings.Repeat("#", max(int(b.KeyWindows/most*width), 1))
+		}
+		fmt.Fprintf(w, "    %8s..%-8s %-*s %s%s\n", num(b.Low), num(b.High), width, bar, num(b.KeyWindows), mark)
 	}
 }
 
