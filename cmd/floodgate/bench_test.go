@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// writeBenchLog writes n lines of nginx's combined format: 10,000 client
-// addresses (Zipf-distributed, a few heavy), 10,000 lines a second.
-func writeBenchLog(tb testing.TB, n int) string {
+// writeBenchLog writes n lines in format (nginx combined, envoy JSON or
+// csv): 10,000 client addresses (Zipf-distributed, a few heavy), 10,000
+// lines a second.
+func writeBenchLog(tb testing.TB, n int, format string) string {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "access.log")
 	f, err := os.Create(path)
@@ -28,8 +29,16 @@ func writeBenchLog(tb testing.TB, n int) string {
 	for i := range n {
 		ip := zipf.Uint64()
 		ts := t0.Add(time.Duration(i) * 100 * time.Microsecond)
-		fmt.Fprintf(w, "10.0.%d.%d - - [%s] \"GET /img/%d.png HTTP/1.1\" 200 %d \"-\" \"Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0\"\n",
-			ip/256, ip%256, ts.Format("02/Jan/2006:15:04:05 -0700"), i%97, i%5000)
+		switch format {
+		case "nginx":
+			fmt.Fprintf(w, "10.0.%d.%d - - [%s] \"GET /img/%d.png HTTP/1.1\" 200 %d \"-\" \"Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0\"\n",
+				ip/256, ip%256, ts.Format("02/Jan/2006:15:04:05 -0700"), i%97, i%5000)
+		case "envoy":
+			fmt.Fprintf(w, `{"start_time":"%s","method":"GET","x-envoy-origin-path":"/img/%d.png","protocol":"HTTP/1.1","response_code":200,"response_flags":"-","bytes_received":0,"bytes_sent":%d,"duration":3,"user-agent":"curl/8.11.0",":authority":"images.example.com","upstream_host":"10.0.3.7:8080","downstream_remote_address":"10.0.%d.%d:%d","route_name":"images"}`+"\n",
+				ts.Format("2006-01-02T15:04:05.000Z"), i%97, i%5000, ip/256, ip%256, 30000+i%30000)
+		default:
+			fmt.Fprintf(w, "%d.%06d,10.0.%d.%d,1\n", ts.Unix(), ts.Nanosecond()/1000, ip/256, ip%256)
+		}
 	}
 	if err := w.Flush(); err != nil {
 		tb.Fatal(err)
@@ -40,32 +49,36 @@ func writeBenchLog(tb testing.TB, n int) string {
 	return path
 }
 
-// BenchmarkReplay replays nginx combined lines through one token-bucket
-// policy per client address (testdata/per-ip.yaml, -policy per-ip): the
-// parse, the decision on the memory store and the recording, from a file
-// in the page cache. lines/s is per core (the replay runs on one
-// goroutine).
+// BenchmarkReplay replays log lines through one token-bucket policy per
+// client address (testdata/per-ip.yaml, -policy per-ip): the parse, the
+// decision on the memory store and the recording, from a file in the page
+// cache, for each format. lines/s is per core (the replay runs on one
+// goroutine); lines/cpu-s divides by the process's CPU time instead, which
+// a machine shared with other work gives more faithfully than the wall
+// clock.
 func BenchmarkReplay(b *testing.B) {
-	const lines = 200_000
-	path := writeBenchLog(b, lines)
-	st, err := os.Stat(path)
-	if err != nil {
-		b.Fatal(err)
+	for _, format := range []string{"nginx", "envoy", "csv"} {
+		b.Run(format, func(b *testing.B) {
+			const lines = 200_000
+			path := writeBenchLog(b, lines, format)
+			st, err := os.Stat(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			o := replayOpts{config: "testdata/per-ip.yaml", policy: "per-ip", format: format, logFormat: nginxCombined,
+				minObs: time.Hour, topK: 16, maxRefused: -1}
+			b.SetBytes(st.Size())
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				res, err := replay(context.Background(), o, []string{path}, nil)
+				if err != nil || res.Decided != lines {
+					b.Fatalf("replay: %v, %d decided", err, res.Decided)
+				}
+			}
+			b.ReportMetric(float64(lines)*float64(b.N)/b.Elapsed().Seconds(), "lines/s")
+			b.ReportMetric(float64(lines)*float64(b.N)/(cpuTime(b)-cpu0).Seconds(), "lines/cpu-s")
+		})
 	}
-	o := replayOpts{config: "testdata/per-ip.yaml", policy: "per-ip", format: "nginx", logFormat: nginxCombined,
-		minObs: time.Hour, topK: 16, maxRefused: -1}
-	b.SetBytes(st.Size())
-	cpu0 := cpuTime(b)
-	for b.Loop() {
-		res, err := replay(context.Background(), o, []string{path}, nil)
-		if err != nil || res.Decided != lines {
-			b.Fatalf("replay: %v, %d decided", err, res.Decided)
-		}
-	}
-	b.ReportMetric(float64(lines)*float64(b.N)/b.Elapsed().Seconds(), "lines/s")
-	// Per second of CPU, which a machine shared with other work gives
-	// faster than the wall clock does.
-	b.ReportMetric(float64(lines)*float64(b.N)/(cpuTime(b)-cpu0).Seconds(), "lines/cpu-s")
 }
 
 // cpuTime returns the process's CPU time (user and system).

@@ -44,6 +44,16 @@ func (f *fields) lookup(name string) int {
 	return -1
 }
 
+// lookupBytes is lookup for a name in a line, without copying it.
+func (f *fields) lookupBytes(name []byte) int {
+	for i, n := range f.names {
+		if string(name) == n {
+			return i
+		}
+	}
+	return -1
+}
+
 // parser reads one log line (without its newline) into r.
 type parser interface {
 	parse(line []byte, r *record) error
@@ -365,7 +375,7 @@ func (p *jsonParser) parse(line []byte, r *record) error {
 				return err
 			}
 			gotTime = true
-		} else if k := p.fs.lookup(string(key)); k >= 0 {
+		} else if k := p.fs.lookupBytes(key); k >= 0 {
 			r.vals[k] = val
 		}
 		i = skipSpace(line, i)
