@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -88,4 +89,34 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkParse parses one line of each format, as replay reads it (the
+// fields of the default key).
+func BenchmarkParse(b *testing.B) {
+	lines := map[string]string{}
+	for _, format := range []string{"nginx", "envoy", "csv"} {
+		data, err := os.ReadFile(writeBenchLog(b, 1, format))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lines[format] = strings.TrimSuffix(string(data), "\n")
+	}
+	for _, format := range []string{"nginx", "envoy", "csv"} {
+		b.Run(format, func(b *testing.B) {
+			rp, err := newReplayer(replayOpts{config: "testdata/per-ip.yaml", policy: "per-ip", format: format, logFormat: nginxCombined, minObs: time.Hour, topK: 16})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rp.rec.Close()
+			line := []byte(lines[format])
+			b.SetBytes(int64(len(line)))
+			for b.Loop() {
+				clear(rp.r.vals)
+				if err := rp.p.parse(line, &rp.r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

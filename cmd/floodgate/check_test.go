@@ -52,15 +52,11 @@ func TestCheckErrorsAtTheirLine(t *testing.T) {
 	if code != exitFindings {
 		t.Errorf("code %d, want 1", code)
 	}
-	for _, want := range []string{
+	wantAll(t, out,
 		`testdata/bad.yaml:6: rate "-100/s" is negative`,
 		`testdata/bad-edge.yaml:5: invalid rate limit unit 'fortnight'`,
 		"1 file(s) loaded, 8 limit(s): 2 error(s)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("want %q in\n%s", want, out)
-		}
-	}
+	)
 	// Two files of one domain, as the service refuses them.
 	out, _, code = runCmd(t, "check", edgeYAML, leasedYAML)
 	if code != exitFindings || !strings.Contains(out, leasedYAML+":1: duplicate domain 'edge'") {

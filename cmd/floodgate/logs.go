@@ -350,14 +350,14 @@ func (p *jsonParser) parse(line []byte, r *record) error {
 	if i >= len(line) || line[i] != '{' {
 		return errors.New("not a JSON object")
 	}
-	i++
-	gotTime := false
-	for {
-		i = skipSpace(line, i)
-		if i < len(line) && line[i] == '}' {
-			break
-		}
-		key, j, err := jsonString(line, i, nil)
+	i = skipSpace(line, i+1)
+	if i < len(line) && line[i] == '}' {
+		i = -1
+	}
+	// The line is read up to the last field the replay needs.
+	gotTime, found := false, 0
+	for i >= 0 && (!gotTime || found < len(p.fs.names)) {
+		key, j, err := jsonString(line, skipSpace(line, i), nil)
 		if err != nil {
 			return err
 		}
@@ -366,32 +366,79 @@ func (p *jsonParser) parse(line []byte, r *record) error {
 			return fmt.Errorf("want ':' at column %d", i+1)
 		}
 		i = skipSpace(line, i+1)
+		k, isTime := -1, string(key) == p.timeKey
+		if !isTime {
+			k = p.fs.lookupBytes(key)
+		}
 		var val []byte
-		if val, i, err = jsonValue(line, i, &r.scratch); err != nil {
+		switch {
+		case !isTime && k < 0:
+			i, err = skipValue(line, i)
+		default:
+			val, i, err = jsonValue(line, i, &r.scratch)
+		}
+		if err != nil {
 			return err
 		}
-		if string(key) == p.timeKey {
+		if isTime {
 			if r.t, err = parseISOCached(&p.ts, val); err != nil {
 				return err
 			}
 			gotTime = true
-		} else if k := p.fs.lookupBytes(key); k >= 0 {
+		} else if k >= 0 {
 			r.vals[k] = val
+			found++
 		}
-		i = skipSpace(line, i)
-		if i < len(line) && line[i] == ',' {
-			i++
-			continue
+		if i, err = nextField(line, i); err != nil {
+			return err
 		}
-		if i < len(line) && line[i] == '}' {
-			break
-		}
-		return fmt.Errorf("want ',' or '}' at column %d", i+1)
 	}
 	if !gotTime {
 		return fmt.Errorf("no %q", p.timeKey)
 	}
 	return nil
+}
+
+// nextField steps over the ',' after a field: the index of the next
+// field, or -1 at the object's closing '}'.
+func nextField(b []byte, i int) (int, error) {
+	i = skipSpace(b, i)
+	switch {
+	case i < len(b) && b[i] == ',':
+		return i + 1, nil
+	case i < len(b) && b[i] == '}':
+		return -1, nil
+	}
+	return 0, fmt.Errorf("want ',' or '}' at column %d", i+1)
+}
+
+// skipValue steps over the value at b[i] without decoding it: a string to
+// its closing quote (one not escaped), anything else to the next ',' or
+// '}' (a flat object holds no nested one).
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) || b[i] != '"' {
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != '}' {
+			j++
+		}
+		return j, nil
+	}
+	for j := i + 1; j < len(b); {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			break
+		}
+		j += k
+		esc := 0
+		for e := j - 1; e > i && b[e] == '\\'; e-- {
+			esc++
+		}
+		if esc%2 == 0 {
+			return j + 1, nil
+		}
+		j++
+	}
+	return 0, errors.New("unterminated string")
 }
 
 // jsonValue reads the value at b[i]: a string (unescaped), else the text
@@ -427,13 +474,11 @@ func jsonString(b []byte, i int, scratch *[]byte) ([]byte, int, error) {
 		return nil, i, fmt.Errorf("want '\"' at column %d", i+1)
 	}
 	start := i + 1
-	j := start
-	for j < len(b) && b[j] != '"' && b[j] != '\\' {
-		j++
-	}
-	if j < len(b) && b[j] == '"' {
+	j := start + bytes.IndexByte(b[start:], '"')
+	if j >= start && bytes.IndexByte(b[start:j], '\\') < 0 {
 		return b[start:j], j + 1, nil
 	}
+	j = start
 	// Escapes: find the end, then decode with encoding/json.
 	for j < len(b) {
 		if b[j] == '\\' {

@@ -48,3 +48,13 @@ func decodeJSON(t *testing.T, out string, v any) {
 		t.Fatalf("output is not the JSON expected: %v\n%s", err, out)
 	}
 }
+
+// wantAll checks that out holds every one of wants.
+func wantAll(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in\n%s", want, out)
+		}
+	}
+}
