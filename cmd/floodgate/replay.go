@@ -27,8 +27,10 @@ store, each line at its own timestamp: a what-if of that config on real
 traffic. It reports per policy what the demand recorder (package shadow)
 would show after that traffic: decisions and would-be refusals, the heaviest
 keys and their refusals, the distribution of per-key demand per window, and
-the recommended limit. Logs are read in the order given: give a log and its
-rotations oldest first.
+the recommended limit. Logs are read in the order given, not merged by
+time: give a log and its rotations oldest first (the logs of several servers
+are best merged by time beforehand); a line earlier than the one before it is
+decided at the latest time seen, and counted in a note.
 
 Formats (-format):
   nginx    nginx's combined log_format, or the one given by -log-format
@@ -168,6 +170,9 @@ type replayer struct {
 	dsOut  []policy.Descriptor // the line's descriptors
 	checks []floodgate.Check
 	core   *admit.Core
+	// last is the time of the previous line; backwards counts the lines
+	// earlier than their predecessor.
+	last, backwards int64
 }
 
 type verdict uint8
@@ -183,9 +188,12 @@ var verdictNames = [...]string{"allowed", "refused", "would_refuse", "unlimited"
 
 // newReplayer compiles the candidate config and the line mapping.
 func newReplayer(o replayOpts) (*replayer, error) {
-	f, err := loadConfig(o.config, kindPolicy)
+	f, err := loadConfig(o.config, "")
 	if err != nil {
 		return nil, err
+	}
+	if f.Kind != kindPolicy {
+		return nil, fmt.Errorf("%s is an envoyproxy/ratelimit config: replay decides through a floodgate policy file", o.config)
 	}
 	cfg := f.Policy
 	rp := &replayer{o: o, clk: &logClock{}, dryRun: map[string]bool{}, cost: -1}
@@ -406,6 +414,9 @@ func replay(ctx context.Context, o replayOpts, logs []string, prog *progress) (r
 			return replayResult{}, err
 		}
 	}
+	if rp.backwards > 0 {
+		rp.res.Notes = append(rp.res.Notes, fmt.Sprintf("%d line(s) earlier than the line before them: decided as at the latest time seen (give logs oldest first; logs of several servers are not merged)", rp.backwards))
+	}
 	rp.reports()
 	return rp.res, nil
 }
@@ -513,8 +524,13 @@ func (rp *replayer) lineCost() (int, error) {
 	return c, nil
 }
 
-// span widens the time the logs cover to t.
+// span widens the time the logs cover to t, and counts a line earlier
+// than the one before it.
 func (rp *replayer) span(t int64) {
+	if t < rp.last {
+		rp.backwards++
+	}
+	rp.last = t
 	if rp.res.From.IsZero() || t < rp.res.From.UnixNano() {
 		rp.res.From = time.Unix(0, t)
 	}

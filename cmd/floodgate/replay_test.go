@@ -392,3 +392,70 @@ func FuzzParsers(f *testing.F) {
 		}
 	})
 }
+
+func TestReplayOutOfOrderAndStdin(t *testing.T) {
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "access.log.1"), filepath.Join(dir, "access.log")
+	b, err := os.ReadFile("testdata/access.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	// The newer log given first: its lines are later than the older one's.
+	if err := os.WriteFile(second, []byte(strings.Join(lines[100:], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(first, []byte(strings.Join(lines[:100], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", second, first)
+	if code != exitOK || !strings.Contains(out, "line(s) earlier than the line before them") {
+		t.Errorf("out of order: code %d\n%s", code, out)
+	}
+	out, _, _ = runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", first, second)
+	if strings.Contains(out, "earlier than") {
+		t.Errorf("in order, yet:\n%s", out)
+	}
+	// "-" reads standard input.
+	in, err := os.Open("testdata/access.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	old := os.Stdin
+	os.Stdin = in
+	defer func() { os.Stdin = old }()
+	out, _, code = runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", "-")
+	if code != exitOK || !strings.Contains(out, "decided 162: refused 90") {
+		t.Errorf("stdin: code %d\n%s", code, out)
+	}
+	// An Envoy config is not a candidate.
+	if _, errs, code := runCmd(t, "replay", "-config", edgeYAML, "-policy", "x", "testdata/access.log"); code != exitUsage || !strings.Contains(errs, "is an envoyproxy/ratelimit config") {
+		t.Errorf("envoy config: code %d, %q", code, errs)
+	}
+}
+
+func TestProgress(t *testing.T) {
+	var buf strings.Builder
+	if progressTo(&buf) != nil {
+		t.Error("a progress bar on a buffer")
+	}
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if progressTo(f) != nil {
+		t.Error("a progress bar on a file")
+	}
+	p := &progress{w: &buf}
+	p.start([]string{"testdata/access.log"})
+	st, _ := os.Stat("testdata/access.log")
+	for range 4 {
+		p.add(int(st.Size() / 4))
+	}
+	p.done()
+	if got := buf.String(); !strings.HasPrefix(got, "\r[==============================] 100% 4 lines, ") || !strings.HasSuffix(got, " lines/s \n") {
+		t.Errorf("progress bar: %q", got)
+	}
+}
