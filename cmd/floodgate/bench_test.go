@@ -110,10 +110,11 @@ func BenchmarkParse(b *testing.B) {
 			}
 			defer rp.rec.Close()
 			line := []byte(lines[format])
+			p, r := rp.newParser(), record{vals: make([][]byte, rp.nfields)}
 			b.SetBytes(int64(len(line)))
 			for b.Loop() {
-				clear(rp.r.vals)
-				if err := rp.p.parse(line, &rp.r); err != nil {
+				clear(r.vals)
+				if err := p.parse(line, &r); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,10 +26,11 @@ store, each line at its own timestamp: a what-if of that config on real
 traffic. It reports per policy what the demand recorder (package shadow)
 would show after that traffic: decisions and would-be refusals, the heaviest
 keys and their refusals, the distribution of per-key demand per window, and
-the recommended limit. Logs are read in the order given, not merged by
-time: give a log and its rotations oldest first (the logs of several servers
-are best merged by time beforehand); a line earlier than the one before it is
-decided at the latest time seen, and counted in a note.
+the recommended limit. Several logs (of several servers, or a log and its
+rotations) are merged by time: every line is decided in the order of the
+timestamps, whatever the order of the files. Within one log lines are taken
+in order: a line earlier than one before it is decided at the latest time
+seen, and counted in a note.
 
 Formats (-format):
   nginx    nginx's combined log_format, or the one given by -log-format
@@ -148,21 +148,25 @@ func (c *logClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 
 // replayer holds a replay's state.
 type replayer struct {
-	o       replayOpts
-	clk     *logClock
-	rec     *shadow.Recorder
-	live    *policy.Live
-	set     *policy.Set
-	dryRun  map[string]bool
-	p       parser
-	r       record
-	key     tmpl
-	cost    int // field index, -1 for 1
-	descs   []descTmpl
-	decide  func(ctx context.Context, key string, n int) (verdict, string, error)
-	res     replayResult
-	verdict *bufio.Writer
-	prog    *progress
+	o      replayOpts
+	clk    *logClock
+	rec    *shadow.Recorder
+	live   *policy.Live
+	set    *policy.Set
+	dryRun map[string]bool
+	// newParser makes the parser of one log (a parser caches the last
+	// timestamp it read); nfields is the size of a record's vals.
+	newParser func() parser
+	nfields   int
+	// r is the record of the line being decided.
+	r          *record
+	key        tmpl
+	cost       int // field index, -1 for 1
+	descs      []descTmpl
+	decideLine func(ctx context.Context, key string, n int) (verdict, string, error)
+	res        replayResult
+	verdict    *bufio.Writer
+	prog       *progress
 	// reused buffers
 	keyBuf []byte
 	dbuf   []byte
@@ -170,9 +174,9 @@ type replayer struct {
 	dsOut  []policy.Descriptor // the line's descriptors
 	checks []floodgate.Check
 	core   *admit.Core
-	// last is the time of the previous line; backwards counts the lines
-	// earlier than their predecessor.
-	last, backwards int64
+	// backwards counts the lines earlier than a line before them in
+	// their log.
+	backwards int64
 }
 
 type verdict uint8
@@ -265,18 +269,18 @@ func (rp *replayer) mapping(cfg policy.Config) error {
 		if np, err = newNginxParser(o.logFormat, &fs); err == nil && np.timeVar != "msec" {
 			rp.res.Notes = append(rp.res.Notes, fmt.Sprintf("the log's times are whole seconds ($%s): every line of a second is decided at its start, so bursts within a second look larger than they were; add $msec to the log_format", np.timeVar))
 		}
-		rp.p = np
+		rp.newParser = func() parser { c := *np; c.ts = tsCache{}; return &c }
 	case "envoy":
-		rp.p = &jsonParser{fs: &fs, timeKey: "start_time"}
+		rp.newParser = func() parser { return &jsonParser{fs: &fs, timeKey: "start_time"} }
 	case "csv":
-		rp.p = &csvParser{key: fs.lookup("key"), cost: fs.lookup("cost")}
+		rp.newParser = func() parser { return &csvParser{key: fs.lookup("key"), cost: fs.lookup("cost")} }
 	default:
 		err = fmt.Errorf("-format %q: want nginx, envoy or csv", o.format)
 	}
 	if err != nil {
 		return err
 	}
-	rp.r.vals = make([][]byte, len(fs.names))
+	rp.nfields = len(fs.names)
 	return rp.decider(cfg)
 }
 
@@ -287,14 +291,14 @@ func (rp *replayer) decider(cfg policy.Config) error {
 	case len(rp.descs) > 0:
 		rp.res.Mode = "descriptors"
 		rp.core = admit.NewDynamic(admit.Config{})
-		rp.decide = rp.byDescriptors
+		rp.decideLine = rp.byDescriptors
 	case rp.o.policy != "":
 		lim, ok := rp.set.Limiter(rp.o.policy)
 		if !ok {
 			return fmt.Errorf("-policy %q: no such policy in %s", rp.o.policy, rp.o.config)
 		}
 		rp.res.Mode = "policy " + rp.o.policy
-		rp.decide = func(ctx context.Context, key string, n int) (verdict, string, error) {
+		rp.decideLine = func(ctx context.Context, key string, n int) (verdict, string, error) {
 			return rp.take(ctx, lim, key, n)
 		}
 	default:
@@ -302,7 +306,7 @@ func (rp *replayer) decider(cfg policy.Config) error {
 			return fmt.Errorf("%s has no default_plan nor overrides to place keys on: give -policy NAME or -descriptor", rp.o.config)
 		}
 		rp.res.Mode = "plans"
-		rp.decide = func(ctx context.Context, key string, n int) (verdict, string, error) {
+		rp.decideLine = func(ctx context.Context, key string, n int) (verdict, string, error) {
 			lim, err := rp.set.Plan(ctx, key)
 			if err != nil || lim == nil {
 				return vUnlimited, "", err
@@ -336,7 +340,7 @@ func (rp *replayer) byDescriptors(ctx context.Context, _ string, n int) (verdict
 	}
 	descs := rp.dsOut[:0]
 	for i, dt := range rp.descs {
-		d, buf, ok := dt.render(rp.ds[i], rp.dbuf, &rp.r)
+		d, buf, ok := dt.render(rp.ds[i], rp.dbuf, rp.r)
 		rp.ds[i], rp.dbuf = d, buf
 		if ok {
 			descs = append(descs, d) // a descriptor without its field: none
@@ -400,10 +404,8 @@ func replay(ctx context.Context, o replayOpts, logs []string, prog *progress) (r
 		prog.start(logs)
 	}
 	start := time.Now()
-	for _, path := range logs {
-		if err := rp.file(ctx, path); err != nil {
-			return replayResult{}, err
-		}
+	if err := rp.merge(ctx, logs); err != nil {
+		return replayResult{}, err
 	}
 	rp.res.Elapsed = time.Since(start)
 	if prog != nil {
@@ -415,7 +417,7 @@ func replay(ctx context.Context, o replayOpts, logs []string, prog *progress) (r
 		}
 	}
 	if rp.backwards > 0 {
-		rp.res.Notes = append(rp.res.Notes, fmt.Sprintf("%d line(s) earlier than the line before them: decided as at the latest time seen (give logs oldest first; logs of several servers are not merged)", rp.backwards))
+		rp.res.Notes = append(rp.res.Notes, fmt.Sprintf("%d line(s) earlier than a line before them in their log: decided as at the latest time seen", rp.backwards))
 	}
 	rp.reports()
 	return rp.res, nil
@@ -436,61 +438,15 @@ func (rp *replayer) reports() {
 	}
 }
 
-func (rp *replayer) file(ctx context.Context, path string) error {
-	var in io.Reader = os.Stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in = f
-	}
-	rd := bufio.NewReaderSize(in, 1<<20)
-	var long []byte
-	for n := 1; ; n++ {
-		line, err := rd.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long = append(long[:0], line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = rd.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
-		}
-		if len(line) > 0 {
-			rp.line(ctx, path, n, line)
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	}
-}
-
-// line replays one line of a log.
-func (rp *replayer) line(ctx context.Context, path string, n int, line []byte) {
-	if rp.prog != nil {
-		rp.prog.add(len(line))
-	}
-	line = bytes.TrimRight(line, "\r\n")
-	if len(line) == 0 || (n == 1 && rp.o.format == "csv" && bytes.HasPrefix(line, []byte("time"))) {
-		return
-	}
-	rp.res.Lines++
-	clear(rp.r.vals)
-	if err := rp.p.parse(line, &rp.r); err != nil {
-		rp.bad(path, n, err)
-		return
-	}
+// decide replays the line src has read.
+func (rp *replayer) decide(ctx context.Context, src *source) {
+	rp.r = &src.r
 	cost, err := rp.lineCost()
 	if err != nil {
-		rp.bad(path, n, err)
+		rp.bad(src.path, src.n, err)
 		return
 	}
-	kb, ok := rp.key.render(rp.keyBuf[:0], &rp.r)
+	kb, ok := rp.key.render(rp.keyBuf[:0], rp.r)
 	rp.keyBuf = kb
 	if !ok && len(rp.descs) == 0 {
 		// No key (a header the request did not have): no keyed limit
@@ -501,14 +457,14 @@ func (rp *replayer) line(ctx context.Context, path string, n int, line []byte) {
 	rp.span(rp.r.t)
 	rp.clk.ns.Store(rp.r.t)
 	key := string(kb)
-	v, pol, err := rp.decide(ctx, key, cost)
+	v, pol, err := rp.decideLine(ctx, key, cost)
 	if err != nil {
-		rp.bad(path, n, err)
+		rp.bad(src.path, src.n, err)
 		return
 	}
 	rp.count(v)
 	if rp.verdict != nil {
-		rp.writeVerdict(path, n, key, v, pol)
+		rp.writeVerdict(src.path, src.n, key, v, pol)
 	}
 }
 
@@ -524,13 +480,8 @@ func (rp *replayer) lineCost() (int, error) {
 	return c, nil
 }
 
-// span widens the time the logs cover to t, and counts a line earlier
-// than the one before it.
+// span widens the time the logs cover to t.
 func (rp *replayer) span(t int64) {
-	if t < rp.last {
-		rp.backwards++
-	}
-	rp.last = t
 	if rp.res.From.IsZero() || t < rp.res.From.UnixNano() {
 		rp.res.From = time.Unix(0, t)
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -400,21 +402,55 @@ func TestReplayOutOfOrderAndStdin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.SplitAfter(string(b), "\n")
+	lines := strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
+	// Split where the second changes (lines of one second have one time:
+	// in two logs, their order is the order of the logs given).
+	cut := 1
+	for lineTime(lines[cut]) == lineTime(lines[0]) {
+		cut++
+	}
 	// The newer log given first: its lines are later than the older one's.
-	if err := os.WriteFile(second, []byte(strings.Join(lines[100:], "")), 0o644); err != nil {
+	if err := os.WriteFile(second, []byte(strings.Join(lines[cut:], "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(first, []byte(strings.Join(lines[:100], "")), 0o644); err != nil {
+	if err := os.WriteFile(first, []byte(strings.Join(lines[:cut], "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, _, code := runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", second, first)
-	if code != exitOK || !strings.Contains(out, "line(s) earlier than the line before them") {
-		t.Errorf("out of order: code %d\n%s", code, out)
+	// Merged by time: the order of the files changes nothing, and the
+	// verdicts are those of the one log.
+	verdicts := func(logs ...string) []string {
+		out := filepath.Join(dir, "verdicts.csv")
+		_, errs, code := runCmd(t, append([]string{"replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", "-verdicts", out}, logs...)...)
+		if code != exitOK {
+			t.Fatalf("replay %v: code %d, %s", logs, code, errs)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []string
+		for _, row := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+			f := strings.Split(row, ",")
+			rows = append(rows, strings.Join(f[2:], ",")) // time, key, verdict, policy
+		}
+		return rows
 	}
-	out, _, _ = runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", first, second)
-	if strings.Contains(out, "earlier than") {
-		t.Errorf("in order, yet:\n%s", out)
+	one := verdicts("testdata/access.log")
+	if a, b := verdicts(second, first), verdicts(first, second); !slices.Equal(a, one) || !slices.Equal(b, one) {
+		t.Errorf("merged verdicts differ from the one log's:\n%q\n%q\n%q", a, b, one)
+	}
+	out, _, _ := runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", second, first)
+	if strings.Contains(out, "earlier than") || !strings.Contains(out, "decided 162: refused 90") {
+		t.Errorf("merged:\n%s", out)
+	}
+	// Within one log, a line earlier than one before it is noted.
+	swapped := filepath.Join(dir, "swapped.log")
+	if err := os.WriteFile(swapped, []byte(strings.Join(lines[cut:], "")+"\n"+strings.Join(lines[:cut], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", swapped)
+	if !strings.Contains(out, fmt.Sprintf("note: %d line(s) earlier than a line before them in their log", cut)) {
+		t.Errorf("out of order within a log:\n%s", out)
 	}
 	// "-" reads standard input.
 	in, err := os.Open("testdata/access.log")
@@ -425,7 +461,7 @@ func TestReplayOutOfOrderAndStdin(t *testing.T) {
 	old := os.Stdin
 	os.Stdin = in
 	defer func() { os.Stdin = old }()
-	out, _, code = runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", "-")
+	out, _, code := runCmd(t, "replay", "-config", "testdata/per-ip.yaml", "-policy", "per-ip", "-")
 	if code != exitOK || !strings.Contains(out, "decided 162: refused 90") {
 		t.Errorf("stdin: code %d\n%s", code, out)
 	}
@@ -433,6 +469,13 @@ func TestReplayOutOfOrderAndStdin(t *testing.T) {
 	if _, errs, code := runCmd(t, "replay", "-config", edgeYAML, "-policy", "x", "testdata/access.log"); code != exitUsage || !strings.Contains(errs, "is an envoyproxy/ratelimit config") {
 		t.Errorf("envoy config: code %d, %q", code, errs)
 	}
+}
+
+// lineTime is the time field of an nginx line.
+func lineTime(line string) string {
+	_, rest, _ := strings.Cut(line, "[")
+	ts, _, _ := strings.Cut(rest, "]")
+	return ts
 }
 
 func TestProgress(t *testing.T) {
