@@ -365,28 +365,12 @@ func (p *jsonParser) parse(line []byte, r *record) error {
 		if i >= len(line) || line[i] != ':' {
 			return fmt.Errorf("want ':' at column %d", i+1)
 		}
-		i = skipSpace(line, i+1)
-		k, isTime := -1, string(key) == p.timeKey
-		if !isTime {
-			k = p.fs.lookupBytes(key)
-		}
-		var val []byte
-		switch {
-		case !isTime && k < 0:
-			i, err = skipValue(line, i)
-		default:
-			val, i, err = jsonValue(line, i, &r.scratch)
-		}
-		if err != nil {
+		var got int
+		if i, got, err = p.value(line, skipSpace(line, i+1), key, r); err != nil {
 			return err
 		}
-		if isTime {
-			if r.t, err = parseISOCached(&p.ts, val); err != nil {
-				return err
-			}
-			gotTime = true
-		} else if k >= 0 {
-			r.vals[k] = val
+		gotTime = gotTime || got == gotTheTime
+		if got == gotAField {
 			found++
 		}
 		if i, err = nextField(line, i); err != nil {
@@ -397,6 +381,33 @@ func (p *jsonParser) parse(line []byte, r *record) error {
 		return fmt.Errorf("no %q", p.timeKey)
 	}
 	return nil
+}
+
+// What jsonParser.value read.
+const (
+	gotNothing = iota
+	gotTheTime
+	gotAField
+)
+
+// value reads the value of key at line[i] into r when the replay needs it,
+// else steps over it.
+func (p *jsonParser) value(line []byte, i int, key []byte, r *record) (int, int, error) {
+	if string(key) == p.timeKey {
+		val, i, err := jsonValue(line, i, &r.scratch)
+		if err == nil {
+			r.t, err = parseISOCached(&p.ts, val)
+		}
+		return i, gotTheTime, err
+	}
+	k := p.fs.lookupBytes(key)
+	if k < 0 {
+		i, err := skipValue(line, i)
+		return i, gotNothing, err
+	}
+	val, i, err := jsonValue(line, i, &r.scratch)
+	r.vals[k] = val
+	return i, gotAField, err
 }
 
 // nextField steps over the ',' after a field: the index of the next
