@@ -215,22 +215,28 @@ func newReplayer(o replayOpts) (*replayer, error) {
 	if err != nil {
 		return nil, err
 	}
-	recorded, err := rp.rec.Store(mem)
-	if err != nil {
-		return nil, err
-	}
-	if rp.live, err = policy.NewLive(cfg, recorded); err != nil {
-		return nil, err
-	}
-	rp.rec.Follow(rp.live)
-	rp.set = rp.live.Set()
-	if err := rp.mapping(cfg); err != nil {
+	if err := rp.compile(cfg, mem); err != nil {
+		rp.rec.Close()
 		return nil, err
 	}
 	for _, p := range cfg.Policies {
 		rp.res.Policies = append(rp.res.Policies, policyReplay{Name: p.Name, Policy: p.String(), DryRun: p.DryRun})
 	}
 	return rp, nil
+}
+
+// compile runs cfg on the recorded store and sets the line mapping.
+func (rp *replayer) compile(cfg policy.Config, mem *memstore.Store) error {
+	recorded, err := rp.rec.Store(mem)
+	if err != nil {
+		return err
+	}
+	if rp.live, err = policy.NewLive(cfg, recorded); err != nil {
+		return err
+	}
+	rp.rec.Follow(rp.live)
+	rp.set = rp.live.Set()
+	return rp.mapping(cfg)
 }
 
 // mapping sets how a line becomes a decision: its parser, key, cost, and
