@@ -92,3 +92,44 @@ func TestDiffPlansRulesAndEnvoy(t *testing.T) {
 		t.Errorf("one file: code %d, want 2", code)
 	}
 }
+
+// TestReferenceFormat checks and diffs a config in envoyproxy/ratelimit's
+// own format, with none of floodgate's extensions.
+func TestReferenceFormat(t *testing.T) {
+	out, _, code := runCmd(t, "check", "-json", "testdata/messaging.yaml")
+	var res checkResult
+	decodeJSON(t, out, &res)
+	if code != exitOK || len(res.Errors) != 0 || len(res.Files[0].Limits) != 7 {
+		t.Fatalf("check: code %d, %+v", code, res)
+	}
+	if w := res.Warnings; len(w) != 1 || w[0].Code != "dry-run" || w[0].Line != 36 || !strings.Contains(w[0].Msg, "messaging.client_trial") {
+		t.Errorf("warnings: %+v", w)
+	}
+	for _, l := range res.Files[0].Limits {
+		if l.Name == "messaging.remote_address_10.0.0.1" {
+			t.Errorf("an unlimited descriptor listed as a limit: %+v", l)
+		}
+		if l.Name == "messaging.plan_enterprise" && (l.Desc != "fixed-window 10000 per 2 x hour" || l.Capacity != 10000) {
+			t.Errorf("plan_enterprise: %+v", l)
+		}
+	}
+	b, err := os.ReadFile("testdata/messaging.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "requests_per_unit: 60\n", "requests_per_unit: 30\n", 1)
+	s = strings.Replace(s, "unit_multiplier: 2\n", "unit_multiplier: 1\n", 1)
+	newer := filepath.Join(t.TempDir(), "messaging.yaml")
+	if err := os.WriteFile(newer, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = runCmd(t, "diff", "testdata/messaging.yaml", newer)
+	wantAll(t, out,
+		"~ limit messaging.plan_enterprise: fixed-window 10000 per 2 x hour -> fixed-window 10000 per hour\n",
+		"~ limit messaging.remote_address: fixed-window 60 per minute -> fixed-window 30 per minute (tightened by 50%)\n    REFUSED",
+		"2 change(s), 1 refused",
+	)
+	if code != exitFindings {
+		t.Errorf("code %d, want 1", code)
+	}
+}
