@@ -100,15 +100,24 @@ func newFlags(name, args, doc string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parseFlags parses args, flags and operands mixed ("check a.yaml -json"),
-// and returns the operands. A -h returns flag.ErrHelp, printed to stdout.
+// and returns the operands. A -h prints the help to stdout and returns
+// flag.ErrHelp; a wrong flag prints the error and the help to stderr.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			out := fs.Output()
+			fs.SetOutput(stdout)
+			fs.Usage()
+			fs.SetOutput(out)
+			return nil, flag.ErrHelp
+		}
+	}
 	var operands []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(stdout)
-				fs.Usage()
-			}
 			return nil, err
 		}
 		args = fs.Args()

@@ -26,12 +26,13 @@ func TestUsageAndHelp(t *testing.T) {
 		t.Errorf("version: %d %q", code, out)
 	}
 	for _, c := range []string{"check", "diff", "replay", "report"} {
-		out, _, code := runCmd(t, c, "-h")
-		if code != exitOK || !strings.Contains(out, "usage: floodgate "+c) || !strings.Contains(out, "exit codes:") || !strings.Contains(out, "-json") {
+		out, errs, code := runCmd(t, c, "-h")
+		if code != exitOK || errs != "" || !strings.Contains(out, "usage: floodgate "+c) || !strings.Contains(out, "exit codes:") || !strings.Contains(out, "-json") {
 			t.Errorf("%s -h: code %d, output %q", c, code, out)
 		}
-		if _, _, code := runCmd(t, c, "-no-such-flag"); code != exitUsage {
-			t.Errorf("%s -no-such-flag: code %d, want 2", c, code)
+		if out, errs, code := runCmd(t, c, "-no-such-flag"); code != exitUsage || out != "" ||
+			!strings.Contains(errs, "flag provided but not defined: -no-such-flag") || !strings.Contains(errs, "usage: floodgate "+c) {
+			t.Errorf("%s -no-such-flag: code %d, want 2, stdout %q, stderr %q", c, code, out, errs)
 		}
 	}
 	if out, _, code := runCmd(t, "help", "diff"); code != exitOK || !strings.Contains(out, "usage: floodgate diff") {
