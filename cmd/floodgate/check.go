@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/floodgate-go/floodgate/policy"
@@ -12,7 +14,8 @@ import (
 const checkDoc = `Check loads every FILE, a floodgate policy file or an envoyproxy/ratelimit
 config (told apart by its top-level "descriptors" key, or by -kind), with
 the loaders the library and the rls service use, and prints each error as
-file:line. Then it warns about what loads but should not ship:
+file:line. A directory stands for its .yaml and .yml files, as the rls
+service reads its config directory. Then it warns about what loads but should not ship:
 
   dry-run        a dry-run (shadow-mode) limit: it never refuses anyone
   unused         a policy no rule, override or default plan applies
@@ -79,6 +82,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
+	files, err = expandDirs(files)
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate check:", err)
+		return exitUsage
+	}
 	res := checkResult{Errors: []finding{}, Warnings: []finding{}}
 	var loaded []*configFile
 	for _, path := range files {
@@ -127,6 +135,34 @@ func printCheck(w io.Writer, res checkResult) {
 	}
 	fmt.Fprintf(w, "%d file(s) loaded, %d limit(s): %d error(s), %d warning(s)\n",
 		len(res.Files), n, len(res.Errors), len(res.Warnings))
+}
+
+// expandDirs replaces each directory of paths by its .yaml and .yml files,
+// in name order (as rls.LoadDir reads a config directory: not its
+// subdirectories).
+func expandDirs(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil || !st.IsDir() {
+			out = append(out, p) // the loader reports what is wrong
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			return nil, err
+		}
+		n := len(out)
+		for _, e := range entries {
+			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+				out = append(out, filepath.Join(p, e.Name()))
+			}
+		}
+		if len(out) == n {
+			return nil, fmt.Errorf("%s: no .yaml or .yml file", p)
+		}
+	}
+	return out, nil
 }
 
 // configFinding turns a loader's error into a finding at its line.

@@ -122,6 +122,17 @@ func TestCheckWarnings(t *testing.T) {
 	}
 }
 
+func TestCheckDirectory(t *testing.T) {
+	dir := filepath.Join("..", "..", "rls", "testdata", "example")
+	out, _, code := runCmd(t, "check", dir)
+	if code != exitOK || !strings.Contains(out, "1 file(s) loaded, 4 limit(s): 0 error(s)") {
+		t.Errorf("check %s: code %d\n%s", dir, code, out)
+	}
+	if _, errs, code := runCmd(t, "check", t.TempDir()); code != exitUsage || !strings.Contains(errs, "no .yaml or .yml file") {
+		t.Errorf("empty directory: code %d, %q", code, errs)
+	}
+}
+
 func TestPolicyLine(t *testing.T) {
 	text := []byte("policies:\n  - {name: free, rate: 10/s}\n  - name: \"freeze\"\n  - {name: fre, rate: 1/s}\n")
 	for name, want := range map[string]int{"free": 2, "freeze": 3, "fre": 4, "nope": 1} {
