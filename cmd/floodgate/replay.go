@@ -21,7 +21,8 @@ import (
 )
 
 const replayDoc = `Replay decides every line of the access logs LOG... ("-": standard input)
-through the candidate policy file -config, offline, on the embedded memory
+through the candidate config -config (a policy file, or an envoyproxy/ratelimit
+config), offline, on the embedded memory
 store, each line at its own timestamp: a what-if of that config on real
 traffic. It reports per policy what the demand recorder (package shadow)
 would show after that traffic: decisions and would-be refusals, the heaviest
@@ -47,6 +48,10 @@ Which policy decides a line (one of):
                      nested entries; values are text and $fields)
   (neither)          every line's key on its plan: its override, else the
                      default plan (the config needs one of them)
+An envoyproxy/ratelimit config as -config is asked through -descriptor, as
+Envoy asks the rls service, in the config's domain, with a line's cost as
+hits_addend; a refused line names the descriptor refused, and the refusals
+of shadow_mode limits show in their reports only (the service answers OK).
 -key builds a line's key from its fields: default $remote_addr (nginx),
 $downstream_remote_address (envoy; an address field loses its :port), $key
 (csv). -cost reads a line's cost (default 1; csv: its third column).
@@ -99,7 +104,7 @@ type policyReplay struct {
 func runReplay(args []string, stdout, stderr io.Writer) int {
 	var o replayOpts
 	fs := newFlags("replay", "--config FILE [flags] LOG...", replayDoc, stderr)
-	fs.StringVar(&o.config, "config", "", "the candidate policy file (required)")
+	fs.StringVar(&o.config, "config", "", "the candidate policy file or envoyproxy/ratelimit config (required)")
 	fs.StringVar(&o.format, "format", "nginx", "the logs' format: nginx, envoy or csv")
 	fs.StringVar(&o.logFormat, "log-format", nginxCombined, "the nginx log_format the logs were written with")
 	fs.StringVar(&o.key, "key", "", "a line's key, from its fields (default by format)")
@@ -196,17 +201,7 @@ func newReplayer(o replayOpts) (*replayer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.Kind != kindPolicy {
-		return nil, fmt.Errorf("%s is an envoyproxy/ratelimit config: replay decides through a floodgate policy file", o.config)
-	}
-	cfg := f.Policy
 	rp := &replayer{o: o, clk: &logClock{}, dryRun: map[string]bool{}, cost: -1}
-	for i := range cfg.Policies {
-		// A lease decides on the one global bucket's tokens: replayed on
-		// that bucket directly.
-		cfg.Policies[i].Leased, cfg.Policies[i].LeaseRefresh = false, 0
-		rp.dryRun[cfg.Policies[i].Name] = cfg.Policies[i].DryRun
-	}
 	mem, err := memstore.New(memstore.WithClock(rp.clk), memstore.WithSweepInterval(0))
 	if err != nil {
 		return nil, err
@@ -215,33 +210,45 @@ func newReplayer(o replayOpts) (*replayer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := rp.compile(cfg, mem); err != nil {
+	if err := rp.compile(f, mem); err != nil {
 		rp.rec.Close()
 		return nil, err
-	}
-	for _, p := range cfg.Policies {
-		rp.res.Policies = append(rp.res.Policies, policyReplay{Name: p.Name, Policy: p.String(), DryRun: p.DryRun})
 	}
 	return rp, nil
 }
 
-// compile runs cfg on the recorded store and sets the line mapping.
-func (rp *replayer) compile(cfg policy.Config, mem *memstore.Store) error {
+// compile runs the config on the recorded store and sets the line mapping.
+func (rp *replayer) compile(f *configFile, mem *memstore.Store) error {
 	recorded, err := rp.rec.Store(mem)
 	if err != nil {
 		return err
+	}
+	if err := rp.mapping(); err != nil {
+		return err
+	}
+	if f.Kind == kindEnvoy {
+		return rp.compileEnvoy(f, recorded)
+	}
+	cfg := f.Policy
+	for i := range cfg.Policies {
+		// A lease decides on the one global bucket's tokens: replayed on
+		// that bucket directly.
+		p := &cfg.Policies[i]
+		p.Leased, p.LeaseRefresh = false, 0
+		rp.dryRun[p.Name] = p.DryRun
+		rp.res.Policies = append(rp.res.Policies, policyReplay{Name: p.Name, Policy: p.String(), DryRun: p.DryRun})
 	}
 	if rp.live, err = policy.NewLive(cfg, recorded); err != nil {
 		return err
 	}
 	rp.rec.Follow(rp.live)
 	rp.set = rp.live.Set()
-	return rp.mapping(cfg)
+	return rp.decider(cfg)
 }
 
 // mapping sets how a line becomes a decision: its parser, key, cost, and
 // the policy (or rules) deciding it.
-func (rp *replayer) mapping(cfg policy.Config) error {
+func (rp *replayer) mapping() error {
 	o := rp.o
 	var fs fields
 	key := o.key
@@ -287,7 +294,7 @@ func (rp *replayer) mapping(cfg policy.Config) error {
 		return err
 	}
 	rp.nfields = len(fs.names)
-	return rp.decider(cfg)
+	return nil
 }
 
 func (rp *replayer) decider(cfg policy.Config) error {

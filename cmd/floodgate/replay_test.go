@@ -465,10 +465,6 @@ func TestReplayOutOfOrderAndStdin(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "decided 162: refused 90") {
 		t.Errorf("stdin: code %d\n%s", code, out)
 	}
-	// An Envoy config is not a candidate.
-	if _, errs, code := runCmd(t, "replay", "-config", edgeYAML, "-policy", "x", "testdata/access.log"); code != exitUsage || !strings.Contains(errs, "is an envoyproxy/ratelimit config") {
-		t.Errorf("envoy config: code %d, %q", code, errs)
-	}
 }
 
 // lineTime is the time field of an nginx line.
