@@ -22,9 +22,8 @@ import (
 
 const replayDoc = `Replay decides every line of the access logs LOG... ("-": standard input)
 through the candidate config -config (a policy file, or an envoyproxy/ratelimit
-config), offline, on the embedded memory
-store, each line at its own timestamp: a what-if of that config on real
-traffic. It reports per policy what the demand recorder (package shadow)
+config), offline, on the embedded memory store, each line at its own
+timestamp: a what-if of that config on real traffic. It reports per policy what the demand recorder (package shadow)
 would show after that traffic: decisions and would-be refusals, the heaviest
 keys and their refusals, the distribution of per-key demand per window, and
 the recommended limit. Several logs (of several servers, or a log and its
