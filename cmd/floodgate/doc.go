@@ -16,8 +16,10 @@
 // Replay reads nginx's combined format or any log_format (-log-format),
 // Envoy's JSON access log and CSV of time,key[,cost]; it decides every
 // line on the embedded memory store at the line's own time, through the
-// same policy package and admission core as the HTTP middleware, and
-// reports each policy as the demand recorder (package shadow) does.
+// same policy package and admission core as the HTTP middleware (or, for
+// an envoyproxy/ratelimit config, through the rls service), and reports
+// each policy as the demand recorder (package shadow) does. Several logs
+// are merged by time.
 //
 // It is a module of its own, so that programs which import the library
 // never download what the command needs. Install it with
