@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -11,7 +9,6 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-go/floodgate/rls"
-	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
 // TestReplayEnvoyConfigEqualsService replays CSV lines through the rls
@@ -24,40 +21,26 @@ func TestReplayEnvoyConfigEqualsService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &testClock{}
-	mem, err := memstore.New(memstore.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
+	mem, clk := testStore(t)
 	svc, err := rls.New(mem, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("testdata/requests.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[int]string{}
-	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
-		f := strings.Split(line, ",")
-		whole, frac, _ := strings.Cut(f[0], ".")
-		s, _ := strconv.ParseInt(whole, 10, 64)
-		us, _ := strconv.ParseInt(frac, 10, 64)
-		clk.ns.Store(s*1e9 + us*1e3)
-		cost, _ := strconv.Atoi(f[2])
+	for _, e := range readCSV(t) {
+		clk.ns.Store(e.t.UnixNano())
 		resp, err := svc.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{
 			Domain:     "edge",
-			HitsAddend: uint32(cost),
+			HitsAddend: uint32(e.cost),
 			Descriptors: []*ratelimitpb.RateLimitDescriptor{{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{
-				{Key: "tenant", Value: f[1]}}}},
+				{Key: "tenant", Value: e.key}}}},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want[i+2] = "allowed "
+		want[e.line] = "allowed "
 		if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
-			want[i+2] = "refused tenant=" + f[1]
+			want[e.line] = "refused tenant=" + e.key
 		}
 	}
 	compareVerdicts(t, want, got)

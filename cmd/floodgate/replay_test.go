@@ -42,17 +42,47 @@ func compile(t *testing.T, path string) (*policy.Set, *testClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mem, clk := testStore(t)
+	set, err := policy.Compile(cfg, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set, clk
+}
+
+// testStore returns a memory store on a clock the caller sets.
+func testStore(t *testing.T) (*memstore.Store, *testClock) {
+	t.Helper()
 	clk := &testClock{}
 	mem, err := memstore.New(memstore.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mem.Close() })
-	set, err := policy.Compile(cfg, mem)
+	return mem, clk
+}
+
+// readCSV reads testdata/requests.csv with the standard library, lines
+// numbered from 2 (after the header); its times have microseconds.
+func readCSV(t *testing.T) []event {
+	t.Helper()
+	b, err := os.ReadFile("testdata/requests.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return set, clk
+	var evs []event
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+		f := strings.Split(line, ",")
+		whole, frac, _ := strings.Cut(f[0], ".")
+		s, err1 := strconv.ParseInt(whole, 10, 64)
+		us, err2 := strconv.ParseInt(frac, 10, 64)
+		cost, err3 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil || err3 != nil || len(frac) != 6 {
+			t.Fatalf("requests.csv:%d: %q", i+2, line)
+		}
+		evs = append(evs, event{line: i + 2, t: time.Unix(s, us*1000), key: f[1], cost: cost})
+	}
+	return evs
 }
 
 // replayVerdicts runs the command's replay with -verdicts and returns its
@@ -177,28 +207,18 @@ func TestReplayNginxCombinedEqualsLibrary(t *testing.T) {
 func TestReplayCSVPlansEqualsLibrary(t *testing.T) {
 	res, got := replayVerdicts(t, "-config", plansYAML, "-format", "csv", "testdata/requests.csv")
 	set, clk := compile(t, plansYAML)
-	b, err := os.ReadFile("testdata/requests.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[int]string{}
-	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
-		f := strings.Split(line, ",")
-		cost, _ := strconv.Atoi(f[2])
-		// The CSV's times have microseconds: as the replay reads them.
-		whole, frac, _ := strings.Cut(f[0], ".")
-		s, _ := strconv.ParseInt(whole, 10, 64)
-		us, _ := strconv.ParseInt(frac, 10, 64)
-		clk.ns.Store(s*1e9 + us*1e3)
-		lim, err := set.Plan(context.Background(), f[1])
+	for _, e := range readCSV(t) {
+		clk.ns.Store(e.t.UnixNano())
+		lim, err := set.Plan(context.Background(), e.key)
 		if err != nil || lim == nil {
-			t.Fatalf("plan of %s: %v %v", f[1], lim, err)
+			t.Fatalf("plan of %s: %v %v", e.key, lim, err)
 		}
-		d, err := lim.Take(context.Background(), f[1], cost)
+		d, err := lim.Take(context.Background(), e.key, e.cost)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want[i+2] = verdictOf(d, lim.Name(), false)
+		want[e.line] = verdictOf(d, lim.Name(), false)
 	}
 	compareVerdicts(t, want, got)
 	if res.Mode != "plans" || res.Decided != uint64(len(want)) {
