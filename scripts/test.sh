@@ -56,6 +56,9 @@ go test -count=1 -timeout 5m -run 'TestFleetShares|TestFleetSharesCluster|TestMu
 log "rls module (the Envoy rate limit service): go test -race"
 (cd rls && go test -race -count=1 -timeout 5m ./...)
 
+log "floodgate command (cmd/floodgate): go vet and go test -race"
+(cd cmd/floodgate && go vet ./... && go test -race -count=1 ./...)
+
 log "rls answers as envoyproxy/ratelimit (built from its module), on the same Redis"
 (cd rls/benchmarks && go vet ./... && go test -count=1 -timeout 5m ./...)
 
