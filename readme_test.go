@@ -18,12 +18,15 @@ import (
 	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
+	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/priority"
 	"github.com/floodgate-go/floodgate/shadow"
+	"github.com/floodgate-go/floodgate/shadow/shadowprom"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -222,6 +225,47 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	}
 	http.Handle("/batch/", shedBatch(batchHandler))
 	return nil
+}
+
+func readmeMetrics(s *memstore.Store, rec *shadow.Recorder) (*promobserver.Observer, *prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	// floodgate_decisions_total, floodgate_decision_duration_seconds,
+	// floodgate_config_reloads_total, floodgate_config_last_reload_successful:
+	// hand obs to your middleware (WithObserver) and to your policy set.
+	obs, err := promobserver.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	// floodgate_memstore_keys, _max_keys, _evictions_total{store="local"}.
+	if err := promobserver.RegisterMemStore(reg, "local", s); err != nil {
+		return nil, nil, err
+	}
+	// floodgate_shadow_*: demand, limit, recommendation, heavy callers refused.
+	if err := shadowprom.Register(reg, rec); err != nil {
+		return nil, nil, err
+	}
+	return obs, reg, nil
+}
+
+// TestReadmeMetricsRuns: the metrics snippet registers every collector.
+func TestReadmeMetricsRuns(t *testing.T) {
+	s, err := memstore.New()
+	require.NoError(t, err)
+	defer s.Close()
+	rec, err := shadow.New(shadow.Config{})
+	require.NoError(t, err)
+	defer rec.Close()
+	obs, reg, err := readmeMetrics(s, rec)
+	require.NoError(t, err)
+	obs.Observe(floodgate.Event{Policy: "api", Outcome: floodgate.OutcomeAllowed})
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	assert.Contains(t, names, "floodgate_decisions_total")
+	assert.Contains(t, names, "floodgate_memstore_max_keys")
 }
 
 func TestReadmeSnippets(t *testing.T) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it, on a fresh Debian machine with Go:
 #   ./scripts/test.sh
-# It installs what the tests need (redis-server, and chromium for the pages
-# rendered in a headless browser, via apt-get, when missing),
+# It installs what the tests need (redis-server, promtool for the alert rules,
+# and chromium for the pages rendered in a headless browser, via apt-get,
+# when missing), checks and unit-tests the alert rules with promtool,
 # starts a single Redis and a 3-master Redis Cluster on loopback, checks
 # formatting and vet, runs every test with the race detector (fuzz seed corpora
 # included), those of the rls module too (on the same servers), compiles the
@@ -19,6 +20,18 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
+
+if ! command -v promtool >/dev/null 2>&1; then
+	log "installing promtool (Debian's prometheus package)"
+	SUDO=""
+	if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+command -v promtool >/dev/null 2>&1 || { echo "promtool still missing after apt-get install prometheus"; exit 1; }
+# The Go test that checks the dashboard's queries with promtool fails
+# rather than skips without it.
+export FLOODGATE_REQUIRE_PROMTOOL=1
 
 if ! command -v chromium >/dev/null 2>&1; then
 	log "installing chromium"
@@ -46,6 +59,10 @@ log "go vet"
 go vet ./...
 (cd benchmarks && go vet ./...)
 (cd rls && go vet ./...)
+
+log "alert rules: promtool check rules, promtool test rules"
+promtool check rules deploy/prometheus/floodgate-rules.yml
+(cd deploy/prometheus && promtool test rules floodgate-rules_test.yml)
 
 log "go test -race"
 go test -race -count=1 -timeout 8m ./...
