@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate/internal/redistest"
 )
 
 const config = `
@@ -189,10 +191,7 @@ func TestRedisAway(t *testing.T) {
 }
 
 func TestRedis(t *testing.T) {
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		t.Fatal("FLOODGATE_REDIS_ADDR is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
-	}
+	addr := redistest.Addr(t) // $FLOODGATE_REDIS_ADDR, or a server of the test's own
 	prefix := "rlscmd:" + time.Now().Format("150405.000000") + ":"
 	client, _, _, _ := start(t, "-redis", addr, "-redis-prefix", prefix, "-redis-timeout", "5s")
 	var got []rlspb.RateLimitResponse_Code
