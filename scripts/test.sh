@@ -76,6 +76,9 @@ log "rls module (the Envoy rate limit service): go test -race"
 log "rls answers as envoyproxy/ratelimit (built from its module), on the same Redis"
 (cd rls/benchmarks && go vet ./... && go test -count=1 -timeout 5m ./...)
 
+log "release: go install of both commands from a module proxy built from this tree (GOWORK=off)"
+(cd scripts/release && go vet ./... && go test -count=1 -timeout 30m ./...)
+
 log "benchmarks module compiles and its benchmarks run once"
 (cd benchmarks && FLOODGATE_BENCH_KEYS=10000 go test -count=1 -run "^$" -bench . -benchtime 1x ./... >/dev/null)
 

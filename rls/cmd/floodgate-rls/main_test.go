@@ -601,3 +601,14 @@ func TestDefaultFailureIsLocal(t *testing.T) {
 		t.Errorf("the startup log does not say local, nor warn about -nodes:\n%s", logb.String())
 	}
 }
+
+// -version needs no config and starts nothing; its line names both
+// modules (their versions come from the build: see scripts/release).
+func TestVersionFlag(t *testing.T) {
+	if err := run(context.Background(), []string{"-version"}, io.Discard, nil); err != nil {
+		t.Fatalf("-version: %v", err)
+	}
+	if v := versionLine(); !strings.HasPrefix(v, "floodgate-rls ") || !strings.Contains(v, "(floodgate ") {
+		t.Fatalf("versionLine() = %q", v)
+	}
+}
