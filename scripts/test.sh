@@ -7,7 +7,10 @@
 # starts a single Redis and a 3-master Redis Cluster on loopback, checks
 # formatting and vet, runs every test with the race detector (fuzz seed corpora
 # included), those of the rls module too (on the same servers), compiles the
-# benchmarks module, and stops the servers on exit.
+# benchmarks module, proves the release (scripts/release: go install of both
+# commands from a module proxy built from this tree, GOWORK=off; the first run
+# on a machine compiles every dependency once more, with -trimpath), and stops
+# the servers on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
