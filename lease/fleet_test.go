@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
@@ -94,14 +95,11 @@ func TestFleetShares(t *testing.T) {
 }
 
 // TestFleetSharesCluster is TestFleetShares at 3x on the Redis Cluster of
-// $FLOODGATE_REDIS_CLUSTER (the processes find the cluster from its first
-// seed): the key, its board and the heartbeats each live in one slot.
+// $FLOODGATE_REDIS_CLUSTER, or the one redistest.Cluster starts (the
+// processes find the cluster from its first seed): the key, its board and
+// the heartbeats each live in one slot.
 func TestFleetSharesCluster(t *testing.T) {
-	seeds := os.Getenv("FLOODGATE_REDIS_CLUSTER")
-	if seeds == "" {
-		t.Fatal("FLOODGATE_REDIS_CLUSTER is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
-	}
-	fleetShares(t, strings.Split(seeds, ",")[0], 3)
+	fleetShares(t, redistest.Cluster(t)[0], 3)
 }
 
 func fleetShares(t *testing.T, addr string, load float64) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -30,7 +31,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(child(spec))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	redistest.StopCluster()
+	os.Exit(code)
 }
 
 // The global limit of TestMultiProcess.

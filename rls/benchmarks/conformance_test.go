@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -153,10 +154,7 @@ func steps() []step {
 }
 
 func TestConformanceWithReference(t *testing.T) {
-	redis := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if redis == "" {
-		t.Fatal("FLOODGATE_REDIS_ADDR is not set: run scripts/redis.sh start and export what it prints")
-	}
+	redis := redistest.Addr(t) // $FLOODGATE_REDIS_ADDR, or a server of the test's own
 	work := t.TempDir()
 	domain := fmt.Sprintf("conf%d", rand.Uint64())
 	cfg := fmt.Sprintf(conformanceConfig, domain)
@@ -168,7 +166,12 @@ func TestConformanceWithReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(work, "ratelimit")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/envoyproxy/ratelimit/src/service_cmd").CombinedOutput(); err != nil {
+	// With this module's own requirements (GOWORK=off): the workspace's
+	// graph, shared with the other modules, moves the reference's
+	// dependencies (otelgrpc) to versions it does not build with.
+	build := exec.Command("go", "build", "-o", bin, "github.com/envoyproxy/ratelimit/src/service_cmd")
+	build.Env = append(os.Environ(), "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the reference: %v\n%s", err, out)
 	}
 	port := freeTCPPort(t)

@@ -19,6 +19,7 @@
 // the health turns NOT_SERVING, calls are still served for -shutdown-drain
 // (2s), then in-flight calls finish, within -shutdown-timeout, the leased
 // limits give back the tokens their leases hold, and "stopped" is logged.
+// -version prints the command's module version and the library's.
 package main
 
 import (
@@ -34,6 +35,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +65,26 @@ func main() {
 	}
 }
 
+// versionLine names the command's module version and the floodgate
+// library's, as the build recorded them: "floodgate-rls v0.1.0 (floodgate
+// v0.1.0)" when installed with go install ...@v0.1.0, "(devel)" when built
+// from a checkout.
+func versionLine() string {
+	v, lib := "(devel)", "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/floodgate-go/floodgate" {
+				lib = d.Version
+				if d.Replace != nil {
+					lib += " => " + d.Replace.Path
+				}
+			}
+		}
+	}
+	return "floodgate-rls " + v + " (floodgate " + lib + ")"
+}
+
 // run is the command: it returns when ctx ends (after a graceful
 // shutdown) or on an error. ready, when not nil, receives the gRPC address
 // and then the metrics address ("" when off) once both listen.
@@ -90,10 +112,15 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 		watch         = fs.Bool("watch", true, "reload the config directory when it changes")
 		secretFile    = fs.String("key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
 		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown, and then the leased limits to give back what their leases hold")
+		showVersion   = fs.Bool("version", false, "print the command's version and the floodgate library's, and exit")
 		drain         = fs.Duration("shutdown-drain", 2*time.Second, "at shutdown, how long the gRPC health says NOT_SERVING while calls are still served, before the server stops taking new ones (for Envoy's health checks to move away)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Println(versionLine())
+		return nil
 	}
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	if *configDir == "" {

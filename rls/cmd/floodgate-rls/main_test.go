@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate/internal/redistest"
 )
 
 const config = `
@@ -189,10 +191,7 @@ func TestRedisAway(t *testing.T) {
 }
 
 func TestRedis(t *testing.T) {
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		t.Fatal("FLOODGATE_REDIS_ADDR is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
-	}
+	addr := redistest.Addr(t) // $FLOODGATE_REDIS_ADDR, or a server of the test's own
 	prefix := "rlscmd:" + time.Now().Format("150405.000000") + ":"
 	client, _, _, _ := start(t, "-redis", addr, "-redis-prefix", prefix, "-redis-timeout", "5s")
 	var got []rlspb.RateLimitResponse_Code
@@ -600,5 +599,16 @@ func TestDefaultFailureIsLocal(t *testing.T) {
 	}
 	if !strings.Contains(logb.String(), "redis_failure=local") || !strings.Contains(logb.String(), "without -nodes") {
 		t.Errorf("the startup log does not say local, nor warn about -nodes:\n%s", logb.String())
+	}
+}
+
+// -version needs no config and starts nothing; its line names both
+// modules (their versions come from the build: see scripts/release).
+func TestVersionFlag(t *testing.T) {
+	if err := run(context.Background(), []string{"-version"}, io.Discard, nil); err != nil {
+		t.Fatalf("-version: %v", err)
+	}
+	if v := versionLine(); !strings.HasPrefix(v, "floodgate-rls ") || !strings.Contains(v, "(floodgate ") {
+		t.Fatalf("versionLine() = %q", v)
 	}
 }
