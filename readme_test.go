@@ -2,6 +2,7 @@ package floodgate_test
 
 import (
 	"context"
+	"github.com/floodgate-go/floodgate/middleware"
 	"log"
 	"math"
 	"net/http"
@@ -202,7 +203,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	shed, err := httplimit.Shed(httplimit.AcquirerFunc(lim.Slot)) // 503 + Retry-After when over the limit
+	shed, err := httplimit.Shed(middleware.AcquirerFunc(lim.Slot)) // 503 + Retry-After when over the limit
 	if err != nil {
 		return err
 	}
@@ -213,7 +214,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	shedBatch, err := httplimit.Shed(httplimit.AcquirerFunc(adaptive.SlotFunc(
+	shedBatch, err := httplimit.Shed(middleware.AcquirerFunc(adaptive.SlotFunc(
 		func(ctx context.Context) (*adaptive.Token, error) {
 			return classes.Acquire(ctx, priority.BestEffort)
 		})))

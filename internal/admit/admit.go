@@ -16,24 +16,27 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
-// FailMode is what happens when the limits cannot decide.
-type FailMode uint8
+// FailMode is what happens when the limits cannot decide: the transports'
+// [middleware.FailMode], one type for every transport.
+type FailMode = middleware.FailMode
 
 // The fail modes.
 const (
-	FailOpen FailMode = iota
-	FailClosed
+	FailOpen   = middleware.FailOpen
+	FailClosed = middleware.FailClosed
 )
 
-// DelayMode is what happens to a request admitted with a shaping delay.
-type DelayMode uint8
+// DelayMode is what happens to a request admitted with a shaping delay:
+// [middleware.DelayMode].
+type DelayMode = middleware.DelayMode
 
 // The delay modes.
 const (
-	DelayHonour DelayMode = iota
-	DelayRefuse
+	DelayHonour = middleware.DelayHonour
+	DelayRefuse = middleware.DelayRefuse
 )
 
 // Kind is the verdict's kind.

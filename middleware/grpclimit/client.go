@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"io"
 	"math/rand/v2"
 	"strconv"
@@ -20,13 +21,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
-// Waiter is a local throttle for outgoing calls: WaitN blocks until n units
-// are available or ctx ends, and fails fast when the wait would pass ctx's
-// deadline. The keyless bucket.Limiter satisfies it.
-type Waiter interface {
-	WaitN(ctx context.Context, n int) error
-}
-
 // retryPolicy is the client interceptor's retry of refused unary calls
 // (WithMaxAttempts, WithBackoff, WithRetryable).
 type retryPolicy struct {
@@ -37,7 +31,7 @@ type retryPolicy struct {
 }
 
 type clientConfig struct {
-	waiter      Waiter
+	waiter      middleware.Waiter
 	limiter     floodgate.Limiter
 	limiterKey  KeyFunc
 	cost        CostFunc
@@ -51,7 +45,7 @@ type clientConfig struct {
 
 // WithThrottle throttles outgoing calls with w (for example a keyless
 // bucket.Limiter): every call waits for its cost before it is sent.
-func WithThrottle(w Waiter) Option {
+func WithThrottle(w middleware.Waiter) Option {
 	return clientOption("WithThrottle", func(c *clientConfig) error {
 		if nilcheck.Is(w) {
 			return invalid("nil waiter")

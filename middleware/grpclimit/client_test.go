@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"io"
 	"strconv"
 	"testing"
@@ -428,7 +429,7 @@ func TestClientPushbackScopedToShedClass(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(tok.Success)
 	}
-	acq := AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
+	acq := middleware.AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
 		var name string
 		if v := metadata.ValueFromIncomingContext(ctx, "x-priority"); len(v) > 0 {
 			name = v[0]
@@ -463,7 +464,7 @@ func TestClientPushbackScopedToShedClass(t *testing.T) {
 
 // The keyless token bucket is a Waiter: a client throttled at 10 calls per
 // second with bursts of 1 spaces its calls 100ms apart.
-var _ Waiter = (*bucket.Limiter)(nil)
+var _ middleware.Waiter = (*bucket.Limiter)(nil)
 
 func TestClientThrottleKeylessBucket(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

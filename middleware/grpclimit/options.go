@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Option configures the server interceptors built by [New] and [Shed] and
@@ -55,38 +56,6 @@ func (k ctor) String() string {
 func option(name string, to ctor, apply func(*config) error) Option {
 	return Option{name: name, to: to, apply: apply}
 }
-
-// FailMode says what happens to a call when the limiter cannot decide: it
-// returns an error, or panics.
-type FailMode uint8
-
-const (
-	// FailOpen lets the call through (reported as
-	// floodgate.OutcomeErrorOpen). It is the default: a broken limiter should
-	// not take the service down with it.
-	FailOpen FailMode = iota
-	// FailClosed refuses the call with codes.Unavailable, a RetryInfo of one
-	// second and the matching pushback trailer (reported as
-	// floodgate.OutcomeErrorClosed). Unavailable and not ResourceExhausted:
-	// the client did nothing wrong, the server could not check.
-	FailClosed
-)
-
-// DelayMode says what happens to a call admitted with a Delay (a shaping
-// limiter such as the leaky bucket in delay mode).
-type DelayMode uint8
-
-const (
-	// DelayHonour holds the call for its Delay before the handler runs
-	// (reported as floodgate.OutcomeDelayed), unless the delay would pass
-	// the call's deadline or the call ends first: then it is refused like a
-	// denial, with the delay as retry time, and its units are given back.
-	// It is the default.
-	DelayHonour DelayMode = iota
-	// DelayRefuse refuses every delayed call at once, like a denial with
-	// the delay as retry time, and gives its units back.
-	DelayRefuse
-)
 
 // KeyFunc derives a rate-limit key from a call. fullMethod is the gRPC
 // method name, "/package.Service/Method". Returning "" means "no key": the
@@ -141,8 +110,8 @@ type config struct {
 	v4Bits        int
 	v6Bits        int
 	limits        []extraLimit
-	failMode      FailMode
-	delayMode     DelayMode
+	failMode      middleware.FailMode
+	delayMode     middleware.DelayMode
 	dryRun        bool
 
 	shedRetry time.Duration
@@ -347,7 +316,7 @@ func WithKeySecret(secret []byte) Option {
 // apart from peer keys, which are canonical addresses or prefixes such as
 // "192.0.2.1" and "2001:db8::/64", and hash what comes from a credential);
 // "" falls back to the peer address. A key function that panics is a
-// limiter that could not decide (the [FailMode] applies). It applies to
+// limiter that could not decide (the [middleware.FailMode] applies). It applies to
 // New.
 func WithKeyFunc(f KeyFunc) Option {
 	return option("WithKeyFunc", ctorNew, func(c *config) error {
@@ -386,7 +355,7 @@ func WithIPPrefix(v4, v6 int) Option {
 // WithCost sets the cost of each call; the default is 1. Streams are charged
 // once, when they open. Every limit of the call is charged the same cost. A
 // cost function that panics is a limiter that could not decide (the
-// [FailMode] applies). It applies to New; given to NewClient, it is the cost each call takes from the client's throttle.
+// [middleware.FailMode] applies). It applies to New; given to NewClient, it is the cost each call takes from the client's throttle.
 func WithCost(f CostFunc) Option {
 	return option("WithCost", ctorNew|ctorClient|ctorPolicies, func(c *config) error {
 		if f == nil {
@@ -421,10 +390,10 @@ func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
 }
 
 // WithFailMode sets what happens when the limiter errors or panics; the
-// default is [FailOpen]. It applies to New and Shed.
-func WithFailMode(m FailMode) Option {
+// default is [middleware.FailOpen]. It applies to New and Shed.
+func WithFailMode(m middleware.FailMode) Option {
 	return option("WithFailMode", ctorAll, func(c *config) error {
-		if m != FailOpen && m != FailClosed {
+		if m != middleware.FailOpen && m != middleware.FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}
 		c.failMode = m
@@ -433,10 +402,10 @@ func WithFailMode(m FailMode) Option {
 }
 
 // WithDelayMode sets what happens to a call admitted with a Delay; the
-// default is [DelayHonour]. It applies to New.
-func WithDelayMode(m DelayMode) Option {
+// default is [middleware.DelayHonour]. It applies to New.
+func WithDelayMode(m middleware.DelayMode) Option {
 	return option("WithDelayMode", ctorLimits, func(c *config) error {
-		if m != DelayHonour && m != DelayRefuse {
+		if m != middleware.DelayHonour && m != middleware.DelayRefuse {
 			return invalid("unknown delay mode %d", m)
 		}
 		c.delayMode = m
@@ -468,7 +437,7 @@ func WithShedRetryAfter(d time.Duration) Option {
 }
 
 // WithClassFunc classifies calls for a priority shedder: f's result is
-// reported as the event's Class, and handed to the [Acquirer] in its
+// reported as the event's Class, and handed to the [middleware.Acquirer] in its
 // context (read it with [ClassFromContext]) so that the slot is claimed for
 // that class. [HeaderClass] reads it from a metadata entry. A class
 // function that panics gives the class "unknown". It applies to Shed.

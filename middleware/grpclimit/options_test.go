@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"github.com/floodgate-go/floodgate/middleware"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 )
 
 var (
-	nopAcquirer = AcquirerFunc(func(context.Context) (func(bool), bool, error) { return nil, true, nil })
+	nopAcquirer = middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) { return nil, true, nil })
 	nopKey      = KeyFunc(func(context.Context, string) string { return "" })
 )
 
@@ -31,7 +32,7 @@ func TestNilAndTypedNilRefused(t *testing.T) {
 		"typed-nil unary":     func() error { _, err := UnaryServerInterceptor((*store.Limiter)(nil)); return err },
 		"typed-nil stream":    func() error { _, err := StreamServerInterceptor((*store.Limiter)(nil)); return err },
 		"nil acquirer":        func() error { _, err := Shed(nil); return err },
-		"nil acquirer func":   func() error { _, err := Shed(AcquirerFunc(nil)); return err },
+		"nil acquirer func":   func() error { _, err := Shed(middleware.AcquirerFunc(nil)); return err },
 		"typed-nil acquirer":  func() error { _, err := Shed((*ptrAcquirer)(nil)); return err },
 		"nil observer":        func() error { _, err := New(l, WithObserver(nil)); return err },
 		"typed-nil observer":  func() error { _, err := New(l, WithObserver((*events)(nil))); return err },
@@ -49,7 +50,7 @@ func TestNilAndTypedNilRefused(t *testing.T) {
 // to register. A real server with a well-built one limits.
 func TestTypedNilLimiterNeverServes(t *testing.T) {
 	var lim *store.Limiter // e.g. a constructor's result whose error was dropped
-	ic, err := New(lim, WithFailMode(FailOpen))
+	ic, err := New(lim, WithFailMode(middleware.FailOpen))
 	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	require.Nil(t, ic)
 
@@ -82,7 +83,7 @@ func TestOptionMask(t *testing.T) {
 		"WithIPPrefix":  WithIPPrefix(24, 48),
 		"WithCost":      WithCost(func(context.Context, string) int { return 2 }),
 		"WithLimit":     WithLimit(l, nil),
-		"WithDelayMode": WithDelayMode(DelayRefuse),
+		"WithDelayMode": WithDelayMode(middleware.DelayRefuse),
 	}
 	shedOnly := map[string]Option{
 		"WithShedRetryAfter": WithShedRetryAfter(time.Second),
@@ -94,7 +95,7 @@ func TestOptionMask(t *testing.T) {
 		"WithRouteFunc": WithRouteFunc(func(string) string { return "r" }),
 		"WithObserver":  WithObserver(&events{}),
 		"WithFilter":    WithFilter(Methods(checkMethod)),
-		"WithFailMode":  WithFailMode(FailClosed),
+		"WithFailMode":  WithFailMode(middleware.FailClosed),
 		"WithDryRun":    WithDryRun(true),
 	}
 	for name, o := range newOnly {
@@ -137,7 +138,7 @@ func TestDurationAndSecretRanges(t *testing.T) {
 	}
 	_, err := New(l, WithKeySecret([]byte("sixteen bytes!!!")))
 	assert.NoError(t, err)
-	for _, m := range []DelayMode{2, 255} {
+	for _, m := range []middleware.DelayMode{2, 255} {
 		_, err := New(l, WithDelayMode(m))
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	}
@@ -166,7 +167,7 @@ func FuzzOptions(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name, tier, header, prefix string, v4, v6 int, fail, delay uint8, retry int64, secret []byte, dry bool) {
 		newOpts := []Option{
 			WithName(name), WithTier(tier), WithHeaderKey(header), WithKeySecret(secret), WithKeyPrefix(prefix),
-			WithIPPrefix(v4, v6), WithFailMode(FailMode(fail)), WithDelayMode(DelayMode(delay)), WithDryRun(dry),
+			WithIPPrefix(v4, v6), WithFailMode(middleware.FailMode(fail)), WithDelayMode(middleware.DelayMode(delay)), WithDryRun(dry),
 		}
 		for i, o := range newOpts {
 			_, err := New(l, o)
@@ -179,7 +180,7 @@ func FuzzOptions(f *testing.F) {
 			require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 		}
 		d := time.Duration(retry)
-		_, err = Shed(nopAcquirer, WithShedRetryAfter(d), WithName(name), WithFailMode(FailMode(fail)))
+		_, err = Shed(nopAcquirer, WithShedRetryAfter(d), WithName(name), WithFailMode(middleware.FailMode(fail)))
 		if err != nil {
 			require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 		}

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-go/floodgate/middleware"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 			srv.Kill()
 			for _, m := range mechanisms {
 				obs := &events{}
-				ic, err := New(m.l, append([]Option{WithKeyFunc(key), WithFailMode(FailClosed), WithObserver(obs)}, m.opts...)...)
+				ic, err := New(m.l, append([]Option{WithKeyFunc(key), WithFailMode(middleware.FailClosed), WithObserver(obs)}, m.opts...)...)
 				require.NoError(t, err)
 				conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
 				var trailer metadata.MD

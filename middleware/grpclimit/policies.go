@@ -9,7 +9,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
-	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Source is one entry of a call descriptor: a key (as the policy set's rules
@@ -94,7 +94,7 @@ func WithDescriptor(entries ...Source) Option {
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when live is
 // nil, no descriptor is given, or an option is invalid or does not apply.
-func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
+func Policies(live middleware.Matcher, opts ...Option) (*Interceptors, error) {
 	if nilcheck.Is(live) {
 		return nil, invalid("nil policy set")
 	}
@@ -113,13 +113,8 @@ func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
 	if err != nil {
 		return nil, err
 	}
-	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun}
-	if cfg.failMode == FailClosed {
-		acfg.FailMode = admit.FailClosed
-	}
-	if cfg.delayMode == DelayRefuse {
-		acfg.DelayMode = admit.DelayRefuse
-	}
+	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun,
+		FailMode: cfg.failMode, DelayMode: cfg.delayMode}
 	return &Interceptors{cfg: cfg, core: admit.NewDynamic(acfg), set: set}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -159,8 +160,8 @@ func TestFailModes(t *testing.T) {
 		}),
 	}
 	for name, l := range limiters {
-		for _, mode := range []FailMode{FailOpen, FailClosed} {
-			t.Run(name+"/"+map[FailMode]string{FailOpen: "open", FailClosed: "closed"}[mode], func(t *testing.T) {
+		for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
+			t.Run(name+"/"+map[middleware.FailMode]string{middleware.FailOpen: "open", middleware.FailClosed: "closed"}[mode], func(t *testing.T) {
 				obs := &events{}
 				ic, err := New(l, WithFailMode(mode), WithObserver(obs))
 				require.NoError(t, err)
@@ -173,7 +174,7 @@ func TestFailModes(t *testing.T) {
 				for range 3 {
 					var trailer metadata.MD
 					_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
-					if mode == FailOpen {
+					if mode == middleware.FailOpen {
 						require.NoError(t, err)
 						continue
 					}
@@ -192,13 +193,13 @@ func TestFailModes(t *testing.T) {
 				w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
 				require.NoError(t, err)
 				_, err = w.Recv()
-				if mode == FailOpen {
+				if mode == middleware.FailOpen {
 					require.NoError(t, err)
 				} else {
 					require.Equal(t, codes.Unavailable, status.Code(err))
 				}
 				want := floodgate.OutcomeErrorOpen
-				if mode == FailClosed {
+				if mode == middleware.FailClosed {
 					want = floodgate.OutcomeErrorClosed
 				}
 				assert.Equal(t, 4, obs.count(want))
@@ -356,7 +357,7 @@ func TestDryRunCountsLikeEnforcement(t *testing.T) {
 
 func TestShedder(t *testing.T) {
 	var inFlight, releasedOK, releasedFail atomic.Int64
-	acq := AcquirerFunc(func(context.Context) (func(bool), bool, error) {
+	acq := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
 		if inFlight.Add(1) > 1 {
 			inFlight.Add(-1)
 			return nil, false, nil
@@ -394,7 +395,7 @@ func TestShedder(t *testing.T) {
 
 // shedWithWatch serves the health service behind a shedder on a, and opens a
 // Watch that holds one slot until cancel is called.
-func shedWithWatch(t *testing.T, a Acquirer, opts ...Option) (hc healthpb.HealthClient, ctx context.Context, cancel context.CancelFunc) {
+func shedWithWatch(t *testing.T, a middleware.Acquirer, opts ...Option) (hc healthpb.HealthClient, ctx context.Context, cancel context.CancelFunc) {
 	t.Helper()
 	ic, err := Shed(a, opts...)
 	require.NoError(t, err)
@@ -413,7 +414,7 @@ func shedWithWatch(t *testing.T, a Acquirer, opts ...Option) (hc healthpb.Health
 
 func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
 	var got []bool
-	acq := AcquirerFunc(func(context.Context) (func(bool), bool, error) {
+	acq := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
 		return func(ok bool) { got = append(got, ok) }, true, nil
 	})
 	ic, err := Shed(acq)
@@ -436,12 +437,12 @@ func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
 	assert.Equal(t, []bool{false, true, false}, got)
 
 	// A panicking acquirer follows the fail mode.
-	boom := AcquirerFunc(func(context.Context) (func(bool), bool, error) { panic("acquirer bug") })
-	for _, mode := range []FailMode{FailOpen, FailClosed} {
+	boom := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) { panic("acquirer bug") })
+	for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
 		ic, err := Shed(boom, WithFailMode(mode))
 		require.NoError(t, err)
 		_, err = ic.Unary()(ctx, nil, info, func(context.Context, any) (any, error) { return "ok", nil })
-		if mode == FailOpen {
+		if mode == middleware.FailOpen {
 			assert.NoError(t, err)
 		} else {
 			assert.Equal(t, codes.Unavailable, status.Code(err))
@@ -547,12 +548,12 @@ func TestPanickingKeyAndCostFuncs(t *testing.T) {
 		"key":  WithKeyFunc(func(context.Context, string) string { panic("key bug") }),
 		"cost": WithCost(func(context.Context, string) int { panic("cost bug") }),
 	} {
-		for _, mode := range []FailMode{FailOpen, FailClosed} {
+		for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
 			obs := &events{}
 			ic, err := New(l, opt, WithFailMode(mode), WithObserver(obs))
 			require.NoError(t, err)
 			resp, err := ic.Unary()(peerCtx(t, "192.0.2.1:1"), nil, info, handler)
-			if mode == FailOpen {
+			if mode == middleware.FailOpen {
 				require.NoError(t, err, name)
 				assert.Equal(t, "served", resp)
 				assert.Equal(t, 1, obs.count(floodgate.OutcomeErrorOpen))
@@ -669,7 +670,7 @@ func TestKeyCacheNeverMixesPeers(t *testing.T) {
 // mode: FailOpen admitted 8 of 8 on a burst of 5), like httplimit does,
 // with a fixed message, no RetryInfo and the pushback "-1" (do not retry).
 func TestCostAboveCapacityNeverFits(t *testing.T) {
-	for _, mode := range []FailMode{FailOpen, FailClosed} {
+	for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
 		obs := &events{}
 		lim := newBucket(t, floodgate.PerMinute(1), 5)
 		ic, err := New(lim, WithCost(func(context.Context, string) int { return 8 }),
@@ -816,7 +817,7 @@ func TestShedderEventsCarryClass(t *testing.T) {
 	require.NoError(t, err)
 	var asked []string
 	var mu sync.Mutex
-	acq := AcquirerFunc(adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
+	acq := middleware.AcquirerFunc(adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
 		name := ClassFromContext(ctx)
 		mu.Lock()
 		asked = append(asked, name)
@@ -859,7 +860,7 @@ func TestShedderEventsCarryClass(t *testing.T) {
 		assert.Equal(t, want, ev.Outcome, "event %d", i)
 	}
 	mu.Lock()
-	assert.Equal(t, wantClass, asked, "the Acquirer got the same class")
+	assert.Equal(t, wantClass, asked, "the middleware.Acquirer got the same class")
 	mu.Unlock()
 	st := p.Stats()
 	assert.Equal(t, uint64(1), st[0].Shed+st[0].Admitted, "critical")
@@ -977,7 +978,7 @@ func TestPerTokenConcurrent(t *testing.T) {
 func TestDelayRefuseMode(t *testing.T) {
 	dl := &delayLimiter{}
 	dl.delay.Store(int64(time.Minute))
-	ic, err := New(dl, WithDelayMode(DelayRefuse))
+	ic, err := New(dl, WithDelayMode(middleware.DelayRefuse))
 	require.NoError(t, err)
 	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
 	var trailer metadata.MD

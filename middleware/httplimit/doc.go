@@ -125,7 +125,7 @@
 // # Failure, delays, dry run
 //
 // When the limiter returns an error or panics, the request follows the
-// [FailMode]: FailOpen (the default) serves it, FailClosed answers 503 with
+// [middleware.FailMode]: FailOpen (the default) serves it, FailClosed answers 503 with
 // Retry-After: 1, since the client did nothing wrong. The exception is a
 // cost or a key the limiter refuses (see [CostFunc], [KeyFunc]): 429,
 // whatever the fail mode.

@@ -102,8 +102,8 @@ func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Ha
 		Name:      cfg.name,
 		Tier:      cfg.tier,
 		Observer:  cfg.observer,
-		FailMode:  admit.FailMode(cfg.failMode),
-		DelayMode: admit.DelayMode(cfg.delayMode),
+		FailMode:  cfg.failMode,
+		DelayMode: cfg.delayMode,
 		DryRun:    cfg.dryRun,
 	}, limiters...)
 	if err != nil {

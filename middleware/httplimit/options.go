@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Option configures [Middleware], [Shed] and [NewTransport]: one option
@@ -80,36 +81,6 @@ const (
 	HeadersNone HeaderSet = 0
 )
 
-// FailMode says what happens to a request when the limiter cannot decide
-// (it returns an error, or panics).
-type FailMode uint8
-
-const (
-	// FailOpen lets the request through (reported as
-	// floodgate.OutcomeErrorOpen). It is the default: a broken limiter
-	// should not take the service down with it.
-	FailOpen FailMode = iota
-	// FailClosed refuses the request with 503 Service Unavailable and
-	// Retry-After: 1 (reported as floodgate.OutcomeErrorClosed). 503 and not
-	// 429: the client did nothing wrong, the server could not check.
-	FailClosed
-)
-
-// DelayMode says what to do with an admitted request whose Decision carries a
-// Delay (a shaping limiter such as the leaky bucket in delay mode).
-type DelayMode uint8
-
-const (
-	// DelayHonour holds the request for Delay before calling the handler
-	// (reported as floodgate.OutcomeDelayed). When the delay would end past
-	// the request context's deadline, or the context ends while waiting, the
-	// request is refused instead (see DelayRefuse). It is the default.
-	DelayHonour DelayMode = iota
-	// DelayRefuse answers 429 with Retry-After set to the delay, and gives
-	// the units back when the limiter implements floodgate.Refunder.
-	DelayRefuse
-)
-
 // KeyFunc derives a rate-limit key from a request. Returning "" means "no
 // key": the middleware falls back to the client IP, so that a missing header
 // never disables limiting. A key the store refuses (an error wrapping
@@ -159,8 +130,8 @@ type config struct {
 	policy      Policy
 	problem     bool
 	jitter      time.Duration
-	failMode    FailMode
-	delayMode   DelayMode
+	failMode    middleware.FailMode
+	delayMode   middleware.DelayMode
 	dryRun      bool
 	shedRetry   time.Duration
 	transport   Transport // NewTransport's settings
@@ -432,11 +403,11 @@ func WithRetryJitter(max time.Duration) Option {
 	})
 }
 
-// WithFailMode sets what happens when the limiter cannot decide. The default
-// is FailOpen.
-func WithFailMode(m FailMode) Option {
+// WithFailMode sets what happens when the limiter cannot decide (see
+// [middleware.FailMode]). The default is [middleware.FailOpen].
+func WithFailMode(m middleware.FailMode) Option {
 	return option("WithFailMode", forServers, func(c *config) error {
-		if m > FailClosed {
+		if m > middleware.FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}
 		c.failMode = m
@@ -445,10 +416,11 @@ func WithFailMode(m FailMode) Option {
 }
 
 // WithDelayMode sets what happens to requests a shaping limiter admits with
-// a delay. The default is DelayHonour.
-func WithDelayMode(m DelayMode) Option {
+// a delay (see [middleware.DelayMode]). The default is
+// [middleware.DelayHonour].
+func WithDelayMode(m middleware.DelayMode) Option {
 	return option("WithDelayMode", forLimits, func(c *config) error {
-		if m > DelayRefuse {
+		if m > middleware.DelayRefuse {
 			return invalid("unknown delay mode %d", m)
 		}
 		c.delayMode = m

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-go/floodgate/middleware"
 	"net/http"
 	"strings"
 	"testing"
@@ -119,7 +120,7 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 			c := clientFrom(t, "127.0.0.1")
 			for _, m := range mechanisms {
 				obs := &counter{}
-				mw, err := m.mw(WithObserver(obs), WithFailMode(FailClosed))
+				mw, err := m.mw(WithObserver(obs), WithFailMode(middleware.FailClosed))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,7 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/internal/ratehdr"
-	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Source is one entry of a request descriptor: a key (as the policy set's
@@ -102,8 +102,8 @@ type policiesMW struct {
 	core *admit.Core
 }
 
-// Policies returns a wrapper that limits requests by the rules of a live
-// policy set: every request yields the descriptors of [WithDescriptor], the
+// Policies returns a wrapper that limits requests by the rules of a policy
+// set (a [middleware.Matcher]; a *policy.Live is one): every request yields the descriptors of [WithDescriptor], the
 // set's rules map them to policies (plans resolved per key), and every
 // matched policy is checked, all or nothing, through the admission core
 // that [Middleware] uses, with the same response contract (one RateLimit
@@ -121,7 +121,7 @@ type policiesMW struct {
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when live is
 // nil, no descriptor is given, or an option is invalid or does not apply.
-func Policies(live *policy.Live, opts ...Option) (func(http.Handler) http.Handler, error) {
+func Policies(live middleware.Matcher, opts ...Option) (func(http.Handler) http.Handler, error) {
 	if nilcheck.Is(live) {
 		return nil, invalid("nil policy set")
 	}
@@ -142,7 +142,7 @@ func Policies(live *policy.Live, opts ...Option) (func(http.Handler) http.Handle
 	}
 	ac := admit.Config{
 		Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer,
-		FailMode: admit.FailMode(cfg.failMode), DelayMode: admit.DelayMode(cfg.delayMode), DryRun: cfg.dryRun,
+		FailMode: cfg.failMode, DelayMode: cfg.delayMode, DryRun: cfg.dryRun,
 	}
 	m := &policiesMW{cfg: cfg, set: set, core: admit.NewDynamic(ac)}
 	return func(next http.Handler) http.Handler {

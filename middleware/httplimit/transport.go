@@ -13,14 +13,8 @@ import (
 	"github.com/dunglas/httpsfv"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
-
-// Waiter is a local, keyless limiter that blocks until one more request may
-// go, or returns an error (context ended, wait would pass the deadline). The
-// keyless token bucket of package bucket satisfies it.
-type Waiter interface {
-	Wait(ctx context.Context) error
-}
 
 // Transport is an [http.RoundTripper] for the calling side: it throttles
 // outgoing requests with a local limiter before they reach the network, and
@@ -41,7 +35,7 @@ type Waiter interface {
 // Create it with [NewTransport]. It is safe for concurrent use.
 type Transport struct {
 	base        http.RoundTripper
-	waiter      Waiter
+	waiter      middleware.Waiter
 	limiter     floodgate.Limiter
 	key         func(*http.Request) string
 	maxAttempts int
@@ -68,9 +62,9 @@ func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
 	return &t, nil
 }
 
-// WithThrottle throttles every attempt (retries included) through w before
-// it is sent. It applies to NewTransport.
-func WithThrottle(w Waiter) Option {
+// WithThrottle throttles every attempt (retries included) through w (one
+// unit each; a keyless bucket.Limiter is one) before it is sent. It applies to NewTransport.
+func WithThrottle(w middleware.Waiter) Option {
 	return option("WithThrottle", forTransport, func(c *config) error {
 		t := &c.transport
 		if nilcheck.Is(w) {
@@ -198,7 +192,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *Transport) throttle(ctx context.Context, req *http.Request) error {
 	if t.waiter != nil {
-		if err := t.waiter.Wait(ctx); err != nil {
+		if err := t.waiter.WaitN(ctx, 1); err != nil {
 			return fmt.Errorf("httplimit: throttle: %w", err)
 		}
 	}
