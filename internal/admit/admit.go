@@ -1,7 +1,8 @@
 // Package admit is the admission core of floodgate's middleware: it turns
 // the decisions of a request's limits into one verdict (admit, deny, never
 // fits, unavailable), applying dry run, the fail mode, shaping delays,
-// panics and refunds, and reports the request's one observer event.
+// panics and refunds, and reports the request's observer events, one per
+// (request, limit).
 // httplimit and grpclimit call it and only translate the verdict into their
 // own status codes and headers. The Envoy rate limit service (module rls)
 // does not: it decides a request's descriptors in its own code
@@ -81,10 +82,13 @@ type Limit struct {
 
 // Config is what a transport sets up once.
 type Config struct {
-	// Name labels events when set; otherwise the deciding limit's name.
+	// Name, when set, names a fixed core's first limit in its events (the
+	// other limits keep their own names), and a dynamic core's event of a
+	// request that matched no limit.
 	Name string
 	Tier string
-	// Observer receives the request's one event (nil: none).
+	// Observer receives the request's events, one per (request, limit)
+	// (nil: none).
 	Observer  floodgate.Observer
 	FailMode  FailMode
 	DelayMode DelayMode
@@ -148,9 +152,13 @@ type Verdict struct {
 // Decide decides one request. checks holds one entry per limit (in the
 // order of Limits) with Key and N set by the transport; Limiter is set by
 // Decide. On return every check's Decision is its limit's own. ev is the
-// transport's start of the request's event (Route, Class); Decide fills the
-// rest and reports it. start is the Nanotime the decision began, or 0 when
-// there is no observer.
+// transport's start of the request's events (Route, Class); Decide fills
+// the rest and reports one event per limit, named by the limit (see
+// Config.Name), with the limit's own decision and the request's outcome,
+// except that a limit that would have admitted a request another limit
+// refused reports allowed: refusals are counted under the limits that
+// refused. start is the Nanotime the decision began, or 0 when there is no
+// observer.
 func (c *Core) Decide(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
 	for i := range checks {
 		checks[i].Limiter = c.limits[i].Limiter
@@ -172,11 +180,10 @@ func NewDynamic(cfg Config) *Core {
 // dynamic core's), and its shadow checks: the checks of dry-run policies,
 // which are charged only when the request is admitted and never refuse it.
 // A request without checks is admitted, without headers: no limit applies
-// to it. The request gives its event, with the enforcing verdict (its
-// counts per policy are those of the enforcing limits, whatever the
-// shadow ones say), and, when its shadow checks were charged, a
-// [floodgate.SourceShadow] event: allowed, or would_deny with the name of
-// the shadow policy that would have refused it.
+// to it. The request gives one event per check, named by the check's
+// policy (see [Core.Decide]), and, when its shadow checks were charged, one
+// [floodgate.SourceShadow] event per shadow check: allowed, or would_deny
+// for a dry-run policy that would have refused it.
 func (c *Core) DecideChecks(ctx context.Context, checks, shadow []floodgate.Check, ev floodgate.Event, start int64) Verdict {
 	v := Verdict{Kind: Admit, Outcome: floodgate.OutcomeAllowed}
 	if len(checks) > 0 {
@@ -186,11 +193,10 @@ func (c *Core) DecideChecks(ctx context.Context, checks, shadow []floodgate.Chec
 	if len(shadow) > 0 && v.Kind == Admit {
 		d, err := c.take(ctx, shadow)
 		if err == nil && c.cfg.Observer != nil {
-			sv := Verdict{Outcome: floodgate.OutcomeAllowed, Decision: d}
+			sv := Verdict{Kind: Admit, Outcome: floodgate.OutcomeAllowed, Decision: d}
 			if !d.Allowed {
-				sv.Outcome = floodgate.OutcomeWouldDeny
+				sv.Kind, sv.Outcome = Deny, floodgate.OutcomeWouldDeny
 			}
-			ev.Policy = c.deciding(shadow)
 			c.report(floodgate.SourceShadow, ev, start, sv, shadow)
 		}
 	}
@@ -411,12 +417,16 @@ func wait(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// observe reports a request's event.
+// observe reports a request's events: one per (request, policy).
 func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
 	c.report(floodgate.SourceRequest, ev, start, v, checks)
 }
 
-// report is observe for the events of a source.
+// report reports one event of source src per check: each names its
+// check's policy and carries that policy's own decision and outcome (see
+// [checkOutcome]). A request without checks (a policy set matched none to
+// it) gets one event, under the core's Name. On a core of one limit the
+// event carries the verdict's decision (DelayRefuse's undelayed one).
 func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
 	o := c.cfg.Observer
 	if o == nil {
@@ -424,26 +434,61 @@ func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v V
 	}
 	ev.Source = src
 	ev.Tier = c.cfg.Tier
-	ev.Outcome = v.Outcome
-	ev.Decision = v.Decision
 	ev.Err = v.Err
-	switch {
-	case src == floodgate.SourceShadow:
-		// The shadow policy's own name, whatever the transport's.
-	case c.cfg.Name != "":
-		ev.Policy = c.cfg.Name
-	case ev.Policy == "":
-		ev.Policy = c.deciding(checks)
-	}
 	if start != 0 {
 		ev.Latency = time.Duration(floodgate.Nanotime() - start)
 	}
-	o.Observe(ev)
+	if len(checks) == 0 {
+		ev.Outcome, ev.Decision, ev.Policy = v.Outcome, v.Decision, c.cfg.Name
+		o.Observe(ev)
+		return
+	}
+	for i := range checks {
+		e := ev
+		e.Policy = c.name(checks, i)
+		e.Outcome = checkOutcome(v, &checks[i].Decision, len(checks))
+		e.Decision = checks[i].Decision
+		if len(checks) == 1 && v.Decision != (floodgate.Decision{}) {
+			e.Decision = v.Decision
+		}
+		o.Observe(e)
+	}
 }
 
-// deciding names the limit that decided: the refusing one with the longest
-// RetryAfter, else the one with the fewest units remaining.
-func (c *Core) deciding(checks []floodgate.Check) string {
+// checkOutcome is the outcome of one of a request's n checks: the
+// request's, except that when several checks decided together and the
+// request was refused (or would have been, in dry run) for a rate limit,
+// a check that would have admitted it reports allowed: its policy did not
+// refuse (and, all or nothing, charged nothing). The refusal is counted
+// under the policies that refused.
+func checkOutcome(v Verdict, d *floodgate.Decision, n int) floodgate.Outcome {
+	if n == 1 || (v.Kind != Deny && v.Outcome != floodgate.OutcomeWouldDeny) || v.Reason == ReasonCost || v.Reason == ReasonKey {
+		return v.Outcome
+	}
+	refused := !d.Allowed || (v.Reason == ReasonDelay && d.Delay > 0)
+	if d.Fallback && !refused {
+		return floodgate.OutcomeFallback
+	}
+	if !refused {
+		return floodgate.OutcomeAllowed
+	}
+	return v.Outcome
+}
+
+// name is the policy name of check i: the core's Name for a fixed core's
+// first limit when set, else what the check's limiter says of itself.
+func (c *Core) name(checks []floodgate.Check, i int) string {
+	if i == 0 && c.cfg.Name != "" && len(c.limits) > 0 {
+		return c.cfg.Name
+	}
+	return c.policy(checks, i).Name
+}
+
+// Deciding names the limit that decided a request, for the transports'
+// diagnostic headers: the refusing one with the longest RetryAfter, else
+// the one with the fewest units remaining; the core's Name when set (on a
+// fixed core, for its first limit).
+func (c *Core) Deciding(checks []floodgate.Check) string {
 	if len(checks) == 0 {
 		if len(c.limits) == 0 {
 			return ""
@@ -460,5 +505,5 @@ func (c *Core) deciding(checks []floodgate.Check) string {
 			best = i
 		}
 	}
-	return c.policy(checks, best).Name
+	return c.name(checks, best)
 }

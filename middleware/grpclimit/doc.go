@@ -81,13 +81,18 @@
 // # Observability, dry-run and failures
 //
 // Each call decided is reported to a [floodgate.Observer] ([WithObserver])
-// as one event (Source floodgate.SourceRequest) with its outcome (a
+// as one event per (call, limit) (Source floodgate.SourceRequest): a call
+// checked against several limits ([WithLimit], [Policies]) is counted
+// under each, a refusal under the limits that refused (the others report
+// allowed: they would have admitted it, and charged nothing), a policy
+// set's dry-run policies in events of their own (floodgate.SourceShadow),
+// each event with its outcome (a
 // decision of a store's local fallback is floodgate.OutcomeFallback; a
 // store's blanket FailOpen or FailClosed answer is error_open or
 // error_closed, the call answered as under [middleware.FailOpen] or [middleware.FailClosed]
 // (Unavailable with one second), for one limiter and for a group alike),
 // the
-// policy's name (the limit that decided, unless [WithName]), the tier, the
+// limit's name (the main limiter's renamed by [WithName]), the tier, the
 // route class (the full method name unless [WithRouteFunc] maps it), the
 // priority class for a classifying shedder (Event.Class) and the time the
 // decision took. [WithDryRun] decides and reports but never refuses. A

@@ -168,10 +168,11 @@ func (c *config) setKey(k keyKind) error {
 	return nil
 }
 
-// WithName sets the policy name reported to the observer (Event.Policy).
-// The default is the name of the limit that decided (the limiter's
+// WithName sets the policy name reported to the observer (Event.Policy)
+// for the main limiter of [New] (limits added with [WithLimit] keep their
+// own) and for [Shed]. The default is the limiter's own name (its
 // [floodgate.Describer] policy name, its Config's Name; "" when it has
-// none) for [New], "" for [Shed]. It applies to New and Shed.
+// none) for New, "" for Shed. It applies to New and Shed.
 func WithName(name string) Option {
 	return option("WithName", ctorAll, func(c *config) error {
 		if name == "" {
@@ -205,8 +206,9 @@ func WithRouteFunc(route func(fullMethod string) string) Option {
 	})
 }
 
-// WithObserver sends the one event of every call decided to o (with
-// Source floodgate.SourceRequest). The default sends none. o is called on
+// WithObserver sends the events of every call decided to o: one per
+// (call, limit), with Source floodgate.SourceRequest (see the package
+// documentation). The default sends none. o is called on
 // the call's goroutine and must not block or panic (see
 // [floodgate.Observer]). It applies to New and Shed.
 func WithObserver(o floodgate.Observer) Option {

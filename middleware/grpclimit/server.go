@@ -79,7 +79,7 @@ type Interceptors struct {
 // pushback "-1") or, when l fails and the fail mode is closed,
 // codes.Unavailable.
 //
-// Each call decided is reported to the observer as one event.
+// Each call decided is reported to the observer as one event per limit.
 //
 // New returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
 // (or a typed nil), an option is invalid or does not apply to New.

@@ -907,12 +907,19 @@ func TestPerPeerAndPerToken(t *testing.T) {
 	require.Equal(t, codes.ResourceExhausted, status.Code(call("b")), "the peer is spent")
 	assert.Equal(t, int64(1), remaining(perToken, h.Key("b")), "the peer's refusal cost token b nothing")
 
-	var policies []string
+	// One event per (call, limit): 5 calls, 10 events; each refusal is
+	// counted under the limit that refused, the other limit's event says
+	// it would have admitted.
+	var denied, all []string
 	for _, ev := range obs.all() {
-		policies = append(policies, ev.Policy)
+		all = append(all, ev.Policy+" "+ev.Outcome.String())
+		if ev.Outcome == floodgate.OutcomeDenied {
+			denied = append(denied, ev.Policy)
+		}
 	}
-	assert.Equal(t, "per-token", policies[2])
-	assert.Equal(t, "per-peer", policies[4])
+	assert.Len(t, all, 10, "%q", all)
+	assert.Equal(t, []string{"per-token", "per-peer"}, denied)
+	assert.ElementsMatch(t, []string{"per-token denied", "per-peer allowed"}, all[4:6], "the token's refusal, per limit")
 }
 
 // TestWithLimitMainKeyAndPrefix: an extra limit without key function is

@@ -100,8 +100,10 @@
 // retry_after extension; neither body ever contains the key, the path or
 // the client address. With diagnostics on (HeadersDiagnostic), responses also
 // carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope ("ip", "header",
-// "key", prefixed by "route+" with [WithKeyPrefix], "descriptor" for
-// [Policies], or "concurrency") and, on
+// "key", prefixed by "route+" with [WithKeyPrefix]; with [Policies], the
+// name of the policy that decided: the one that refused, else the one with
+// the fewest units left, or "descriptor" when the policy set could not
+// match; "concurrency" for [Shed]) and, on
 // refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
 // "overloaded", "limiter_unavailable", "cost_exceeds_limit", "invalid_key").
 //
@@ -156,9 +158,14 @@
 //
 // # Observing
 //
-// Every request gives exactly one event to the [floodgate.Observer] given to
-// [WithObserver] (Source request), with the policy name ([WithName], or the
-// deciding limiter's Name), the labels of [WithTier] and [WithRoute], the
+// Every request gives one event per (request, limit) to the
+// [floodgate.Observer] given to [WithObserver] (Source request): a request
+// checked against several limits ([WithLimit], [Policies]) is counted under
+// each, a refusal under the limits that refused (the others report allowed:
+// they would have admitted it, and charged nothing), a policy set's dry-run
+// policies in events of their own (Source shadow: allowed or would_deny).
+// Each event carries its limit's name (the main limiter's renamed by
+// [WithName]) and own Decision, the labels of [WithTier] and [WithRoute], the
 // true outcome (allowed, denied, would_deny, error_open, error_closed,
 // fallback when a store's local fallback decided, shed, delayed), the
 // Decision and the latency. A store given the same observer reports only

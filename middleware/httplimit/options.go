@@ -158,7 +158,9 @@ func invalid(format string, args ...any) error {
 }
 
 // WithName sets the policy name reported to the observer (Event.Policy);
-// by default the deciding limiter's Name. It applies to Middleware and Shed.
+// by default the limiter's own Name. It names Middleware's main limiter
+// (limits added with [WithLimit] keep their names) and Shed's events. It
+// applies to Middleware and Shed.
 func WithName(name string) Option {
 	return option("WithName", forServers, func(c *config) error { c.name = name; return nil })
 }

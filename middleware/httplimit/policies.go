@@ -163,7 +163,12 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &m.cfg
 	start := m.core.Start()
 	v, match := m.set.Decide(r.Context(), m.core, request{c, r}, floodgate.Event{Route: c.route}, start)
-	const scope = "descriptor"
+	scope := "descriptor"
+	if c.headers&HeadersDiagnostic != 0 && len(match.Checks) > 0 {
+		// The policy that decided: the refusing one, else the one with
+		// the fewest units left.
+		scope = m.core.Deciding(match.Checks)
+	}
 	admitted := c.answer(w, v, scope, func() {
 		if len(match.Checks) > 0 {
 			setPolicyHeaders(c, w.Header(), match.Checks, v, scope)
