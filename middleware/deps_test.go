@@ -14,13 +14,7 @@ import (
 // plane and what it pulls in: a service that limits by one limiter does not
 // link a YAML parser, a file watcher or the lease machinery.
 func TestTransportsKeepOffThePolicyPlane(t *testing.T) {
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := exec.LookPath(goTool); err != nil {
-		if goTool, err = exec.LookPath("go"); err != nil {
-			t.Fatalf("no go command to list dependencies with: %v", err)
-		}
-	}
-	out, err := exec.Command(goTool, "list", "-deps", "./httplimit", "./grpclimit").CombinedOutput()
+	out, err := exec.Command(goTool(t), "list", "-deps", "./httplimit", "./grpclimit").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
@@ -44,4 +38,16 @@ func TestTransportsKeepOffThePolicyPlane(t *testing.T) {
 			}
 		}
 	}
+}
+
+// goTool is the go command of the toolchain running the tests.
+func goTool(t *testing.T) string {
+	t.Helper()
+	g := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := exec.LookPath(g); err != nil {
+		if g, err = exec.LookPath("go"); err != nil {
+			t.Fatalf("no go command: %v", err)
+		}
+	}
+	return g
 }

@@ -27,8 +27,11 @@
 // [Shed] does the same with a concurrency limiter (an [middleware.Acquirer]), for
 // load shedding; [WithClassFunc] classifies calls for a priority shedder.
 //
-// Options are [Option] values; each says which of New and Shed it applies
-// to, and one given to the other is refused, never ignored.
+// Each constructor takes its own option type ([Option] for New,
+// [PoliciesOption], [ShedOption], [ClientOption]); the options several of
+// them share are a [CommonOption], a [LimitOption] or WithCost's
+// [CostOption]. An option given to a constructor it does not apply to does
+// not compile.
 //
 // # Credentials in keys
 //

@@ -67,8 +67,8 @@ func ValueEntry(key string, credential bool, f func(ctx context.Context, method 
 // WithDescriptor adds a descriptor that every call yields to [Policies]:
 // its entries, in order. A call for which an entry has no value does not
 // yield that descriptor. It applies to Policies.
-func WithDescriptor(entries ...Source) Option {
-	return option("WithDescriptor", ctorPolicies, func(c *config) error {
+func WithDescriptor(entries ...Source) PoliciesOption {
+	return policiesOpt(func(c *config) error {
 		d := make([]describe.Entry[call], len(entries))
 		for i, e := range entries {
 			d[i] = e.e
@@ -93,12 +93,12 @@ func WithDescriptor(entries ...Source) Option {
 // enforcing verdict. A reload of the set applies to the next call.
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when live is
-// nil, no descriptor is given, or an option is invalid or does not apply.
-func Policies(live middleware.Matcher, opts ...Option) (*Interceptors, error) {
+// nil, no descriptor is given, or an option is nil or invalid.
+func Policies(live middleware.Matcher, opts ...PoliciesOption) (*Interceptors, error) {
 	if nilcheck.Is(live) {
 		return nil, invalid("nil policy set")
 	}
-	cfg, err := buildConfig(ctorPolicies, opts)
+	cfg, err := buildConfig(true, opts, PoliciesOption.applyPolicies)
 	if err != nil {
 		return nil, err
 	}

@@ -82,12 +82,12 @@ type Interceptors struct {
 // Each call decided is reported to the observer as one event per limit.
 //
 // New returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
-// (or a typed nil), an option is invalid or does not apply to New.
+// (or a typed nil), or an option is nil or invalid.
 func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
 	if nilcheck.Is(l) {
 		return nil, invalid("nil limiter")
 	}
-	cfg, err := buildConfig(ctorNew, opts)
+	cfg, err := buildConfig(true, opts, Option.applyNew)
 	if err != nil {
 		return nil, err
 	}
@@ -118,18 +118,19 @@ func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
 // errors that signal overload), true otherwise.
 //
 // [WithClassFunc] classifies calls for a priority shedder. The options
-// about keys, costs, extra limits and delays do not apply and are refused.
+// about keys, costs, extra limits and delays are not ShedOptions: the
+// compiler refuses them.
 // When the Acquirer reports to an observer of its own (adaptive's
 // WithObserver), give the observer to only one of the two, or each call is
 // counted twice.
 //
 // Shed returns an error wrapping [floodgate.ErrInvalidConfig] when a is nil
-// (or a typed nil), an option is invalid or does not apply to Shed.
-func Shed(a middleware.Acquirer, opts ...Option) (*Interceptors, error) {
+// (or a typed nil), or an option is nil or invalid.
+func Shed(a middleware.Acquirer, opts ...ShedOption) (*Interceptors, error) {
 	if nilcheck.Is(a) {
 		return nil, invalid("nil acquirer")
 	}
-	cfg, err := buildConfig(ctorShed, opts)
+	cfg, err := buildConfig(false, opts, ShedOption.applyShed)
 	if err != nil {
 		return nil, err
 	}

@@ -262,7 +262,7 @@ func TestHeaderKeys(t *testing.T) {
 }
 
 func TestKeysHostileAndIPv6(t *testing.T) {
-	c, err := buildConfig(ctorNew, []Option{WithHeaderKey("x-token")})
+	c, err := buildConfig(true, []Option{WithHeaderKey("x-token")}, Option.applyNew)
 	require.NoError(t, err)
 	hostile := []string{strings.Repeat("A", 64<<10), "a\x00b", "a\r\nb", "sp ace", "é", "plain"}
 	seen := map[string]bool{}
@@ -281,12 +281,12 @@ func TestKeysHostileAndIPv6(t *testing.T) {
 	assert.Equal(t, "192.0.2.7", c.key(mapped, checkMethod), "IPv4-mapped addresses are unmapped")
 	assert.Equal(t, UnknownPeer, c.key(context.Background(), checkMethod))
 
-	c2, err := buildConfig(ctorNew, []Option{WithIPPrefix(24, 48)})
+	c2, err := buildConfig(true, []Option{WithIPPrefix(24, 48)}, Option.applyNew)
 	require.NoError(t, err)
 	assert.Equal(t, "192.0.2.0/24", c2.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
 	assert.Equal(t, "2001:db8:1::/48", c2.key(v6, checkMethod))
 
-	c3, err := buildConfig(ctorNew, []Option{WithKeyPrefix("search "), WithHeaderKey("x-token")})
+	c3, err := buildConfig(true, []Option{WithKeyPrefix("search "), WithHeaderKey("x-token")}, Option.applyNew)
 	require.NoError(t, err)
 	assert.Equal(t, "search 192.0.2.99", c3.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
 	md := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-token", "t1"))
@@ -307,9 +307,8 @@ func TestOptionsValidation(t *testing.T) {
 		"nil filter":      {WithFilter(nil)},
 		"fail mode":       {WithFailMode(7)},
 		"prefix":          {WithIPPrefix(0, 64)},
-		"shed retry":      {WithShedRetryAfter(0)},
 		"empty name":      {WithName("")},
-		"zero option":     {{}},
+		"nil option":      {nil},
 	}
 	for name, opts := range bad {
 		_, err := New(l, opts...)
@@ -319,7 +318,9 @@ func TestOptionsValidation(t *testing.T) {
 		_, err = StreamServerInterceptor(l, opts...)
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
 	}
-	_, err := New(nil)
+	_, err := Shed(nopAcquirer, WithShedRetryAfter(0))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "shed retry")
+	_, err = New(nil)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	_, err = Shed(nil)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
@@ -395,7 +396,7 @@ func TestShedder(t *testing.T) {
 
 // shedWithWatch serves the health service behind a shedder on a, and opens a
 // Watch that holds one slot until cancel is called.
-func shedWithWatch(t *testing.T, a middleware.Acquirer, opts ...Option) (hc healthpb.HealthClient, ctx context.Context, cancel context.CancelFunc) {
+func shedWithWatch(t *testing.T, a middleware.Acquirer, opts ...ShedOption) (hc healthpb.HealthClient, ctx context.Context, cancel context.CancelFunc) {
 	t.Helper()
 	ic, err := Shed(a, opts...)
 	require.NoError(t, err)
@@ -584,7 +585,7 @@ func FuzzHeaderKey(f *testing.F) {
 		f.Add(s)
 	}
 	secret := []byte("fuzz-secret-0123456789")
-	c, err := buildConfig(ctorNew, []Option{WithHeaderKey("x-token"), WithKeySecret(secret)})
+	c, err := buildConfig(true, []Option{WithHeaderKey("x-token"), WithKeySecret(secret)}, Option.applyNew)
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, v string) {
 		ctx := metadata.NewIncomingContext(peerCtx(t, "192.0.2.1:1"), metadata.Pairs("x-token", v))

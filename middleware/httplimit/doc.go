@@ -19,6 +19,11 @@
 // none of them, and its Retry-After is the longest among the refusing
 // limits.
 //
+// Each constructor takes its own option type ([Option] for Middleware,
+// [PoliciesOption], [ShedOption], [TransportOption]); the options several
+// of them share are a [CommonOption] or a [LimitOption]. An option given to
+// a constructor it does not apply to does not compile.
+//
 // # Keys
 //
 // By default a request is keyed by its client IP: the peer address of the

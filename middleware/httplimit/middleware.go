@@ -77,7 +77,7 @@ type limiterMW struct {
 // the response contract.
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
-// (or a typed nil), an option is invalid or does not apply to Middleware,
+// (or a typed nil), an option is nil or invalid,
 // or a restated [Policy] contradicts what the limiter describes. The
 // wrapper and the handlers it returns are safe for concurrent use. A nil
 // handler given to the wrapper means [http.DefaultServeMux].
@@ -85,7 +85,7 @@ func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Ha
 	if nilcheck.Is(l) {
 		return nil, invalid("nil limiter")
 	}
-	cfg, err := buildConfig(opts, forMiddleware)
+	cfg, err := buildConfig(opts, Option.applyMiddleware)
 	if err != nil {
 		return nil, err
 	}

@@ -363,7 +363,7 @@ func TestBadOptions(t *testing.T) {
 		return floodgate.Decision{Allowed: true}, nil
 	})
 	bad := map[string]Option{
-		"zero option":  {},
+		"nil option":   nil,
 		"nil observer": WithObserver(nil),
 		"header name":  WithHeaderKey("X Bad"),
 		"empty header": WithHeaderKey(""),
@@ -380,13 +380,23 @@ func TestBadOptions(t *testing.T) {
 		"fail mode":    WithFailMode(middleware.FailMode(9)),
 		"delay mode":   WithDelayMode(middleware.DelayMode(9)),
 		"tier":         WithTier("é"),
-		"shed retry":   WithShedRetryAfter(0),
 	}
 	for name, o := range bad {
 		if _, err := Middleware(l, o); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("%s: Middleware error %v, want ErrInvalidConfig", name, err)
 		}
-		if _, err := Shed(middleware.AcquirerFunc(nil), o); !errors.Is(err, floodgate.ErrInvalidConfig) {
+	}
+	acq := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) { return nil, true, nil })
+	for name, o := range map[string]ShedOption{
+		"nil option":   nil,
+		"nil observer": WithObserver(nil),
+		"header set":   WithHeaders(HeaderSet(0x80)),
+		"jitter":       WithRetryJitter(-time.Second),
+		"fail mode":    WithFailMode(middleware.FailMode(9)),
+		"tier":         WithTier("é"),
+		"shed retry":   WithShedRetryAfter(0),
+	} {
+		if _, err := Shed(acq, o); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("%s: Shed error %v, want ErrInvalidConfig", name, err)
 		}
 	}
@@ -396,9 +406,8 @@ func TestBadOptions(t *testing.T) {
 	if _, err := Shed(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("nil acquirer: %v", err)
 	}
-	for name, o := range map[string]Option{
-		"zero":     {},
-		"server":   WithCost(func(*http.Request) int { return 1 }),
+	for name, o := range map[string]TransportOption{
+		"nil":      nil,
 		"waiter":   WithThrottle(nil),
 		"limiter":  WithThrottleLimiter(nil, nil),
 		"attempts": WithMaxAttempts(0),

@@ -99,22 +99,22 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 			mechanisms := []struct {
 				name   string
 				limits int
-				mw     func(...Option) (func(http.Handler) http.Handler, error)
+				mw     func(...CommonOption) (func(http.Handler) http.Handler, error)
 			}{
-				{"single", 1, func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Middleware(a, append(o, WithKeyFunc(key))...)
+				{"single", 1, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Middleware(a, as[Option](o, WithKeyFunc(key))...)
 				}},
-				{"All", 1, func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Middleware(both, append(o, WithKeyFunc(key))...)
+				{"All", 1, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Middleware(both, as[Option](o, WithKeyFunc(key))...)
 				}},
-				{"WithLimit", 2, func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Middleware(a, append(o, WithKeyFunc(key), WithLimit(b, key))...)
+				{"WithLimit", 2, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Middleware(a, as[Option](o, WithKeyFunc(key), WithLimit(b, key))...)
 				}},
-				{"Policies-1", 1, func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Policies(live, append(o, WithDescriptor(HeaderEntry("X-Key", "k")))...)
+				{"Policies-1", 1, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Policies(live, as[PoliciesOption](o, WithDescriptor(HeaderEntry("X-Key", "k")))...)
 				}},
-				{"Policies-2", 2, func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Policies(live, append(o, WithDescriptor(HeaderEntry("X-Key", "k")), WithDescriptor(HeaderEntry("X-Key", "k2")))...)
+				{"Policies-2", 2, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Policies(live, as[PoliciesOption](o, WithDescriptor(HeaderEntry("X-Key", "k")), WithDescriptor(HeaderEntry("X-Key", "k2")))...)
 				}},
 			}
 			srvRedis.Kill()

@@ -82,8 +82,8 @@ func ValueEntry(key string, credential bool, f func(*http.Request) string) Sourc
 // [Policies]: its entries, in order (for example the service token, then
 // the route). A request for which an entry has no value does not yield that
 // descriptor. It applies to Policies.
-func WithDescriptor(entries ...Source) Option {
-	return option("WithDescriptor", forPolicies, func(c *config) error {
+func WithDescriptor(entries ...Source) PoliciesOption {
+	return policiesOpt(func(c *config) error {
 		d := make([]describe.Entry[request], len(entries))
 		for i, e := range entries {
 			d[i] = e.e
@@ -120,12 +120,12 @@ type policiesMW struct {
 //	limit, _ := httplimit.Policies(live, httplimit.WithDescriptor(httplimit.HeaderEntry("X-API-Key", "api_key")))
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when live is
-// nil, no descriptor is given, or an option is invalid or does not apply.
-func Policies(live middleware.Matcher, opts ...Option) (func(http.Handler) http.Handler, error) {
+// nil, no descriptor is given, or an option is nil or invalid.
+func Policies(live middleware.Matcher, opts ...PoliciesOption) (func(http.Handler) http.Handler, error) {
 	if nilcheck.Is(live) {
 		return nil, invalid("nil policy set")
 	}
-	cfg, err := buildConfig(opts, forPolicies)
+	cfg, err := buildConfig(opts, PoliciesOption.applyPolicies)
 	if err != nil {
 		return nil, err
 	}

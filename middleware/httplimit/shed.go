@@ -35,17 +35,17 @@ type shedMW struct {
 // When the Acquirer reports to an observer of its own, give Shed's observer
 // to only one of the two, or sheds are counted twice.
 //
-// The options about keys, cost, policy and delays do not apply: Shed
-// refuses them. WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
+// The options about keys, cost, policy and delays are not ShedOptions: the
+// compiler refuses them. WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
 // (only HeadersDiagnostic matters), WithRetryJitter, WithShedRetryAfter and
 // the observer labels apply. It returns an error wrapping
 // [floodgate.ErrInvalidConfig] when a is nil (or a typed nil), or an option
-// is invalid or does not apply to Shed.
-func Shed(a middleware.Acquirer, opts ...Option) (func(http.Handler) http.Handler, error) {
+// is nil or invalid.
+func Shed(a middleware.Acquirer, opts ...ShedOption) (func(http.Handler) http.Handler, error) {
 	if nilcheck.Is(a) {
 		return nil, invalid("nil acquirer")
 	}
-	cfg, err := buildConfig(opts, forShed)
+	cfg, err := buildConfig(opts, ShedOption.applyShed)
 	if err != nil {
 		return nil, err
 	}

@@ -49,11 +49,11 @@ type Transport struct {
 // makes at most 3 attempts, with a backoff from 100 ms capped at 10 s, and
 // honours server waits up to 30 s. It returns an error wrapping
 // [floodgate.ErrInvalidConfig] when an option is invalid.
-func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
+func NewTransport(base http.RoundTripper, opts ...TransportOption) (*Transport, error) {
 	if nilcheck.Is(base) {
 		base = http.DefaultTransport
 	}
-	c, err := buildConfig(opts, forTransport)
+	c, err := buildConfig(opts, TransportOption.applyTransport)
 	if err != nil {
 		return nil, err
 	}
@@ -64,8 +64,8 @@ func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
 
 // WithThrottle throttles every attempt (retries included) through w (one
 // unit each; a keyless bucket.Limiter is one) before it is sent. It applies to NewTransport.
-func WithThrottle(w middleware.Waiter) Option {
-	return option("WithThrottle", forTransport, func(c *config) error {
+func WithThrottle(w middleware.Waiter) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if nilcheck.Is(w) {
 			return invalid("nil waiter")
@@ -78,8 +78,8 @@ func WithThrottle(w middleware.Waiter) Option {
 // WithThrottleLimiter throttles every attempt through the keyed limiter l,
 // with the key key(req) (the request's host when key is nil), waiting with
 // [floodgate.Wait]. It applies to NewTransport.
-func WithThrottleLimiter(l floodgate.Limiter, key func(*http.Request) string) Option {
-	return option("WithThrottleLimiter", forTransport, func(c *config) error {
+func WithThrottleLimiter(l floodgate.Limiter, key func(*http.Request) string) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if nilcheck.Is(l) {
 			return invalid("nil limiter")
@@ -94,8 +94,8 @@ func WithThrottleLimiter(l floodgate.Limiter, key func(*http.Request) string) Op
 
 // WithMaxAttempts bounds the attempts per request, the first one included
 // (n >= 1; 1 disables retries). The default is 3.
-func WithMaxAttempts(n int) Option {
-	return option("WithMaxAttempts", forTransport, func(c *config) error {
+func WithMaxAttempts(n int) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if n < 1 {
 			return invalid("max attempts %d < 1", n)
@@ -107,8 +107,8 @@ func WithMaxAttempts(n int) Option {
 
 // WithBackoff sets the exponential backoff: the bound of the first retry's
 // random wait, doubled at each retry, and its cap (0 < base <= cap).
-func WithBackoff(base, cap time.Duration) Option {
-	return option("WithBackoff", forTransport, func(c *config) error {
+func WithBackoff(base, cap time.Duration) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if base <= 0 || cap < base || cap > maxBackoff {
 			return invalid("backoff base %v, cap %v: want 0 < base <= cap <= %v", base, cap, maxBackoff)
@@ -121,8 +121,8 @@ func WithBackoff(base, cap time.Duration) Option {
 // WithMaxRetryWait sets the longest wait the transport accepts before a
 // retry (default 30 s). When a server asks for more, the refusal is given
 // back to the caller at once.
-func WithMaxRetryWait(d time.Duration) Option {
-	return option("WithMaxRetryWait", forTransport, func(c *config) error {
+func WithMaxRetryWait(d time.Duration) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if d <= 0 || d > maxRetryWait {
 			return invalid("max retry wait %v outside (0, %v]", d, maxRetryWait)
