@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -103,3 +104,8 @@ type Matcher interface {
 	// keys: a Policies wrapper with a credential entry refuses such a set.
 	CheckCredentials() error
 }
+
+// ErrLimiterPanic is wrapped by the error reported to the observer when a
+// limiter, a key, cost or descriptor function, or an Acquirer panics in a
+// transport: the panic is recovered and the request follows its fail mode.
+var ErrLimiterPanic = errors.New("floodgate: limiter panicked")

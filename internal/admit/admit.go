@@ -70,8 +70,9 @@ const (
 // decide and the fail mode is closed.
 const UnavailableRetry = time.Second
 
-// ErrPanic is wrapped by the error of a limiter that panicked.
-var ErrPanic = errors.New("floodgate: limiter panicked")
+// ErrPanic is wrapped by the error of a limiter that panicked:
+// [middleware.ErrLimiterPanic].
+var ErrPanic = middleware.ErrLimiterPanic
 
 // Limit is one policy a request is checked against.
 type Limit struct {

@@ -251,7 +251,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 func (i *Interceptors) request(ctx context.Context, method string) (key string, n int, checks []floodgate.Check, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: grpclimit: a key or cost function: %v", ErrLimiterPanic, r)
+			err = fmt.Errorf("%w: grpclimit: a key or cost function: %v", middleware.ErrLimiterPanic, r)
 		}
 	}()
 	key = i.cfg.key(ctx, method)
@@ -409,7 +409,7 @@ func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.Ser
 func (i *Interceptors) acquire(ctx context.Context) (release func(bool), ok bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			release, ok, err = nil, false, fmt.Errorf("%w: grpclimit: the acquirer: %v", ErrLimiterPanic, r)
+			release, ok, err = nil, false, fmt.Errorf("%w: grpclimit: the acquirer: %v", middleware.ErrLimiterPanic, r)
 		}
 	}()
 	release, ok, err = i.acq.Acquire(ctx)
@@ -470,9 +470,3 @@ func RetryDelay(err error) (d time.Duration, ok bool) {
 	}
 	return 0, false
 }
-
-// ErrLimiterPanic is wrapped by the error reported to the observer when a
-// key, cost or descriptor function, a limiter or an Acquirer panics (the
-// same error as httplimit's). The panic is recovered and the call follows
-// the fail mode.
-var ErrLimiterPanic = admit.ErrPanic

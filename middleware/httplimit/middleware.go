@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/internal/ratehdr"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Canonical header names, written straight into the header map.
@@ -42,11 +43,6 @@ const reasonOverloaded = "overloaded"
 
 // maxSF is the largest structured-field Integer (15 digits).
 const maxSF = 999_999_999_999_999
-
-// ErrLimiterPanic is wrapped by the error reported to the observer when a
-// key or cost function, a limiter or an Acquirer panics. The panic is
-// recovered and the request follows the fail mode.
-var ErrLimiterPanic = admit.ErrPanic
 
 // limitHdr is what one limit writes in the IETF fields.
 type limitHdr struct {
@@ -268,7 +264,7 @@ func (c *config) answer(w http.ResponseWriter, v admit.Verdict, scope string, se
 func (m *limiterMW) prepare(r *http.Request, checks []floodgate.Check) (fromIP bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", ErrLimiterPanic, p)
+			err = fmt.Errorf("%w: %v", middleware.ErrLimiterPanic, p)
 		}
 	}()
 	c := &m.cfg

@@ -180,9 +180,9 @@ func TestFailModes(t *testing.T) {
 	}{
 		{"error/open", failing, middleware.FailOpen, false, 200, floodgate.OutcomeErrorOpen, boom},
 		{"error/closed", failing, middleware.FailClosed, false, 503, floodgate.OutcomeErrorClosed, boom},
-		{"panic/open", panicking, middleware.FailOpen, false, 200, floodgate.OutcomeErrorOpen, ErrLimiterPanic},
-		{"panic/closed", panicking, middleware.FailClosed, false, 503, floodgate.OutcomeErrorClosed, ErrLimiterPanic},
-		{"panic/closed/dry-run", panicking, middleware.FailClosed, true, 200, floodgate.OutcomeErrorOpen, ErrLimiterPanic},
+		{"panic/open", panicking, middleware.FailOpen, false, 200, floodgate.OutcomeErrorOpen, middleware.ErrLimiterPanic},
+		{"panic/closed", panicking, middleware.FailClosed, false, 503, floodgate.OutcomeErrorClosed, middleware.ErrLimiterPanic},
+		{"panic/closed/dry-run", panicking, middleware.FailClosed, true, 200, floodgate.OutcomeErrorOpen, middleware.ErrLimiterPanic},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obs := &counter{}

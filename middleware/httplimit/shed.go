@@ -140,7 +140,7 @@ func (c *config) observe(ev floodgate.Event) {
 func (m *shedMW) acquire(ctx context.Context) (release func(bool), ok bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			release, ok, err = nil, false, fmt.Errorf("%w: %v", ErrLimiterPanic, p)
+			release, ok, err = nil, false, fmt.Errorf("%w: %v", middleware.ErrLimiterPanic, p)
 		}
 	}()
 	return m.a.Acquire(ctx)
