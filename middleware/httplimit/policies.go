@@ -2,15 +2,11 @@ package httplimit
 
 import (
 	"net/http"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
-	"github.com/floodgate-go/floodgate/internal/ratehdr"
 	"github.com/floodgate-go/floodgate/middleware"
 )
 
@@ -171,86 +167,11 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	admitted := c.answer(w, v, scope, func() {
 		if len(match.Checks) > 0 {
-			setPolicyHeaders(c, w.Header(), match.Checks, v, scope)
+			c.writeHeaders(m, w.Header(), match.Checks, v, scope)
 		}
 	})
 	match.Release()
 	if admitted {
 		h.next.ServeHTTP(w, r)
 	}
-}
-
-// setPolicyHeaders writes the informational headers of a verdict on
-// dynamic checks: one RateLimit-Policy and RateLimit member per check, its
-// name, quota and window from the check's limiter.
-func setPolicyHeaders(c *config, h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
-	if c.headers&(HeadersIETF|HeadersLegacy|HeadersDiagnostic) == 0 {
-		return
-	}
-	d := v.Decision
-	if c.headers&HeadersIETF != 0 {
-		pol, cur := policyFields(checks, v)
-		h[hRateLimitPolicy] = []string{pol}
-		if cur != "" {
-			h[hRateLimit] = []string{cur}
-		} else {
-			delete(h, hRateLimit)
-		}
-	}
-	if c.headers&HeadersLegacy != 0 {
-		limit := clampSF(d.Limit)
-		h[hLimit] = []string{strconv.FormatInt(limit, 10)}
-		h[hRemaining] = []string{strconv.FormatInt(min(clampSF(d.Remaining), limit), 10)}
-		h[hReset] = []string{strconv.FormatInt(min(ceilSeconds(d.ResetAfter), maxSF), 10)}
-	}
-	if c.headers&HeadersDiagnostic != 0 {
-		if c.tier != "" {
-			h[hTier] = []string{c.tier}
-		}
-		h[hScope] = []string{scope}
-	}
-}
-
-// policyFields returns the RateLimit-Policy and RateLimit values of
-// dynamic checks: q and w from each check's limiter ([ratehdr.Quota]; its
-// Decision.Limit when it describes no quota), the members of RateLimit as
-// [ratehdr.Member] chooses them.
-func policyFields(checks []floodgate.Check, v admit.Verdict) (string, string) {
-	retry := time.Duration(0)
-	if v.Kind == admit.Deny {
-		retry = v.RetryAfter
-	}
-	var pol, cur strings.Builder
-	for i := range checks {
-		p := floodgate.Policy{}
-		if ds, ok := checks[i].Limiter.(floodgate.Describer); ok {
-			p = ds.Policy()
-		}
-		name := p.Name
-		if name == "" {
-			name = "default"
-		}
-		sf := sfString(name)
-		cd := checks[i].Decision
-		q, w := ratehdr.Quota(p)
-		if q == 0 {
-			q = clampSF(cd.Limit)
-		}
-		if i > 0 {
-			pol.WriteString(", ")
-		}
-		pol.WriteString(sf + ";q=" + strconv.FormatInt(q, 10))
-		if w > 0 {
-			pol.WriteString(";w=" + strconv.FormatInt(w, 10))
-		}
-		r, t, send := ratehdr.Member(cd, q, retry, v.Reason == admit.ReasonDelay)
-		if !send {
-			continue
-		}
-		if cur.Len() > 0 {
-			cur.WriteString(", ")
-		}
-		cur.WriteString(sf + ";r=" + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10))
-	}
-	return pol.String(), cur.String()
 }
