@@ -283,48 +283,21 @@ func evaluate(ctx context.Context, checks []floodgate.Check) (d floodgate.Decisi
 // judge turns the limits' answer into the verdict. taken says whether the
 // checks were charged (a delay that is not honoured is then refunded).
 func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.Decision, err error, taken bool) Verdict {
-	switch {
-	case err != nil && (errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey)):
-		// Never admissible: failing open would exempt exactly the most
-		// expensive requests, or anyone who crafts a key a store refuses.
-		reason := ReasonCost
-		if errors.Is(err, floodgate.ErrInvalidKey) {
-			reason = ReasonKey
-		}
-		if c.cfg.DryRun {
-			return Verdict{Kind: Admit, Outcome: floodgate.OutcomeWouldDeny, Reason: reason, Err: err}
-		}
-		return Verdict{Kind: NeverFits, Outcome: floodgate.OutcomeDenied, Reason: reason, Err: err}
-	case err != nil:
-		if c.cfg.FailMode == FailClosed && !c.cfg.DryRun {
-			return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, RetryAfter: UnavailableRetry, Reason: ReasonUnavailable, Err: err}
-		}
-		return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Err: err}
+	if err != nil {
+		return c.failed(err)
 	}
 	fallback := false
 	for i := range checks {
 		fallback = fallback || checks[i].Decision.Fallback
+	}
+	if fallback && d.Limit == 0 {
+		return c.blanket(d)
 	}
 	outcome := func(o floodgate.Outcome) floodgate.Outcome {
 		if fallback {
 			return floodgate.OutcomeFallback
 		}
 		return o
-	}
-	if fallback && d.Limit == 0 {
-		// The store's blanket fail-open or fail-closed answer: no quota to
-		// advertise; a refusal is the limiter being unavailable (503), not
-		// a rate limit.
-		switch {
-		case d.Allowed || c.cfg.DryRun:
-			return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Decision: d}
-		default:
-			retry := d.RetryAfter
-			if retry <= 0 {
-				retry = UnavailableRetry
-			}
-			return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, Decision: d, RetryAfter: retry, Reason: ReasonUnavailable}
-		}
 	}
 	switch {
 	case c.cfg.DryRun:
@@ -343,21 +316,64 @@ func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.
 		d.RetryAfter = retry
 		return Verdict{Kind: Deny, Outcome: outcome(floodgate.OutcomeDenied), Decision: d, RetryAfter: retry, Reason: ReasonRateLimited, Headers: true}
 	case d.Delay > 0:
-		if c.cfg.DelayMode == DelayRefuse || !wait(ctx, d.Delay) {
-			if taken {
-				c.refund(ctx, checks)
-			}
-			d.Allowed, d.RetryAfter = false, d.Delay
-			d.Remaining = 0
-			d.Delay = 0
-			return Verdict{Kind: Deny, Outcome: outcome(floodgate.OutcomeDenied), Decision: d, RetryAfter: d.RetryAfter, Reason: ReasonDelay, Headers: true}
-		}
-		return Verdict{Kind: Admit, Outcome: outcome(floodgate.OutcomeDelayed), Decision: d, Headers: true}
+		v := c.delayed(ctx, checks, d, taken)
+		v.Outcome = outcome(v.Outcome)
+		return v
 	}
 	if c.cfg.DelayMode == DelayRefuse {
 		d = c.undelayed(checks)
 	}
 	return Verdict{Kind: Admit, Outcome: outcome(floodgate.OutcomeAllowed), Decision: d, Headers: true}
+}
+
+// delayed is the verdict of an admission with a delay: held for it, or
+// refused (DelayRefuse, or a delay the request cannot wait) and refunded
+// when taken.
+func (c *Core) delayed(ctx context.Context, checks []floodgate.Check, d floodgate.Decision, taken bool) Verdict {
+	if c.cfg.DelayMode != DelayRefuse && wait(ctx, d.Delay) {
+		return Verdict{Kind: Admit, Outcome: floodgate.OutcomeDelayed, Decision: d, Headers: true}
+	}
+	if taken {
+		c.refund(ctx, checks)
+	}
+	d.Allowed, d.RetryAfter = false, d.Delay
+	d.Remaining = 0
+	d.Delay = 0
+	return Verdict{Kind: Deny, Outcome: floodgate.OutcomeDenied, Decision: d, RetryAfter: d.RetryAfter, Reason: ReasonDelay, Headers: true}
+}
+
+// failed is the verdict of limits that returned err.
+func (c *Core) failed(err error) Verdict {
+	if errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey) {
+		// Never admissible: failing open would exempt exactly the most
+		// expensive requests, or anyone who crafts a key a store refuses.
+		reason := ReasonCost
+		if errors.Is(err, floodgate.ErrInvalidKey) {
+			reason = ReasonKey
+		}
+		if c.cfg.DryRun {
+			return Verdict{Kind: Admit, Outcome: floodgate.OutcomeWouldDeny, Reason: reason, Err: err}
+		}
+		return Verdict{Kind: NeverFits, Outcome: floodgate.OutcomeDenied, Reason: reason, Err: err}
+	}
+	if c.cfg.FailMode == FailClosed && !c.cfg.DryRun {
+		return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, RetryAfter: UnavailableRetry, Reason: ReasonUnavailable, Err: err}
+	}
+	return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Err: err}
+}
+
+// blanket is the verdict of a store's blanket fail-open or fail-closed
+// answer (a fallback decision without a limit): no quota to advertise; a
+// refusal is the limiter being unavailable (503), not a rate limit.
+func (c *Core) blanket(d floodgate.Decision) Verdict {
+	if d.Allowed || c.cfg.DryRun {
+		return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Decision: d}
+	}
+	retry := d.RetryAfter
+	if retry <= 0 {
+		retry = UnavailableRetry
+	}
+	return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, Decision: d, RetryAfter: retry, Reason: ReasonUnavailable}
 }
 
 // undelayed recombines the checks' decisions counting as remaining only the
