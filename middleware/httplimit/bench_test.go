@@ -13,7 +13,6 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/internal/admit"
-	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -206,25 +205,12 @@ rules:
     value: DELETE
     policy: shadow
 `
-	cfg, err := policy.Parse("bench.yaml", []byte(yaml))
-	if err != nil {
-		b.Fatal(err)
-	}
 	s, err := memstore.New()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = s.Close() })
-	live, err := policy.NewLive(cfg, s)
-	if err != nil {
-		b.Fatal(err)
-	}
-	service := ValueEntry("service", false, func(r *http.Request) string { return r.Header.Get("X-Service") })
-	m, err := Policies(live, WithDescriptor(service), WithDescriptor(service, RouteEntry("route")), WithDescriptor(MethodEntry("method")))
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := m(bareHandler)
+	_, h, _ := newPolicies(b, s, yaml)
 	v4 := func(i int) string { return fmt.Sprintf("10.0.%d.%d:4000", i>>8&255, i&255) }
 	b.Run("two+dry-run", func(b *testing.B) {
 		reqs := benchRequests(1, v4, map[string]string{"X-Service": "purge-orchestrator"})

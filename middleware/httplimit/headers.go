@@ -19,11 +19,15 @@ type limitFields interface {
 	// policyField is the whole RateLimit-Policy value when it is the same
 	// for every response, else "".
 	policyField() string
-	// appendPolicy appends limit i's RateLimit-Policy member.
-	appendPolicy(buf []byte, checks []floodgate.Check, i int) []byte
+	// appendPolicy appends the RateLimit-Policy member of limit i, whose
+	// limiter is l and whose decision's Limit is limit.
+	appendPolicy(buf []byte, i int, l floodgate.Limiter, limit int64) []byte
 	// appendName appends the start of limit i's RateLimit member,
-	// `"name";r=`, and returns the quota its r is measured against.
-	appendName(buf []byte, checks []floodgate.Check, i int) ([]byte, int64)
+	// `"name";r=`, and returns the quota its r is measured against. (The
+	// methods take a check's parts, not the checks: a slice handed to an
+	// interface method escapes, and Middleware's one check lives on the
+	// stack.)
+	appendName(buf []byte, i int, l floodgate.Limiter, limit int64) ([]byte, int64)
 }
 
 // headerBlock holds everything the informational headers of one response
@@ -70,7 +74,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 				if i > 0 {
 					buf = append(buf, ", "...)
 				}
-				buf = f.appendPolicy(buf, checks, i)
+				buf = f.appendPolicy(buf, i, checks[i].Limiter, checks[i].Decision.Limit)
 			}
 		}
 		sp.add(hRateLimitPolicy, a, len(buf))
@@ -162,7 +166,7 @@ func appendCurrent(buf []byte, f limitFields, checks []floodgate.Check, v admit.
 			buf = append(buf, ", "...)
 		}
 		var q int64
-		buf, q = f.appendName(buf, checks, i)
+		buf, q = f.appendName(buf, i, checks[i].Limiter, checks[i].Decision.Limit)
 		r, t, send := ratehdr.Member(cd, q, retry, v.Reason == admit.ReasonDelay)
 		if !send {
 			buf = buf[:a]
@@ -180,28 +184,28 @@ func appendCurrent(buf []byte, f limitFields, checks []floodgate.Check, v admit.
 
 func (m *limiterMW) policyField() string { return m.static }
 
-func (m *limiterMW) appendPolicy(buf []byte, checks []floodgate.Check, i int) []byte {
+func (m *limiterMW) appendPolicy(buf []byte, i int, _ floodgate.Limiter, limit int64) []byte {
 	hd := &m.hdrs[i]
 	if hd.static != "" {
 		return append(buf, hd.static...)
 	}
 	buf = append(buf, hd.qPrefix...)
-	buf = strconv.AppendInt(buf, clampSF(checks[i].Decision.Limit), 10)
+	buf = strconv.AppendInt(buf, clampSF(limit), 10)
 	return append(buf, hd.w...)
 }
 
-func (m *limiterMW) appendName(buf []byte, _ []floodgate.Check, i int) ([]byte, int64) {
+func (m *limiterMW) appendName(buf []byte, i int, _ floodgate.Limiter, _ int64) ([]byte, int64) {
 	return append(buf, m.hdrs[i].rl...), m.hdrs[i].q
 }
 
 // A policy set's checks: each check's limiter describes its policy.
 
-// described is what check i's limiter says of its policy: its name
-// ("default" when it has none), and the q and w it advertises (q its
-// Decision.Limit when it describes no quota).
-func described(checks []floodgate.Check, i int) (name string, q, w int64) {
+// described is what a check's limiter l says of its policy: its name
+// ("default" when it has none), and the q and w it advertises (q the
+// decision's limit when it describes no quota).
+func described(l floodgate.Limiter, limit int64) (name string, q, w int64) {
 	var p floodgate.Policy
-	if ds, ok := checks[i].Limiter.(floodgate.Describer); ok {
+	if ds, ok := l.(floodgate.Describer); ok {
 		p = ds.Policy()
 	}
 	name = p.Name
@@ -210,15 +214,15 @@ func described(checks []floodgate.Check, i int) (name string, q, w int64) {
 	}
 	q, w = ratehdr.Quota(p)
 	if q == 0 {
-		q = clampSF(checks[i].Decision.Limit)
+		q = clampSF(limit)
 	}
 	return name, q, w
 }
 
 func (m *policiesMW) policyField() string { return "" }
 
-func (m *policiesMW) appendPolicy(buf []byte, checks []floodgate.Check, i int) []byte {
-	name, q, w := described(checks, i)
+func (m *policiesMW) appendPolicy(buf []byte, _ int, l floodgate.Limiter, limit int64) []byte {
+	name, q, w := described(l, limit)
 	buf = appendSF(buf, name)
 	buf = append(buf, ";q="...)
 	buf = strconv.AppendInt(buf, q, 10)
@@ -229,8 +233,8 @@ func (m *policiesMW) appendPolicy(buf []byte, checks []floodgate.Check, i int) [
 	return buf
 }
 
-func (m *policiesMW) appendName(buf []byte, checks []floodgate.Check, i int) ([]byte, int64) {
-	name, q, _ := described(checks, i)
+func (m *policiesMW) appendName(buf []byte, _ int, l floodgate.Limiter, limit int64) ([]byte, int64) {
+	name, q, _ := described(l, limit)
 	buf = appendSF(buf, name)
 	return append(buf, ";r="...), q
 }

@@ -43,7 +43,7 @@ rules:
     policy: shadow
 `
 
-func newPolicies(t *testing.T, s store.Store, yaml string, opts ...PoliciesOption) (*policy.Live, http.Handler, *okHandler) {
+func newPolicies(t testing.TB, s store.Store, yaml string, opts ...PoliciesOption) (*policy.Live, http.Handler, *okHandler) {
 	t.Helper()
 	cfg, err := policy.Parse("services.yaml", []byte(yaml))
 	if err != nil {
