@@ -50,17 +50,8 @@ func TestAllocationsPerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	const yaml = `domain: a
-policies:
-  - {name: purge, rate: 1000000/s}
-  - {name: per-route, rate: 1000000/s}
-  - {name: shadow, rate: 1000000/s, dry_run: true}
-rules:
-  - {key: service, value: purge-orchestrator, policy: purge, rules: [{key: route, policy: per-route}]}
-  - {key: method, value: DELETE, policy: shadow}
-`
-	_, with, _ := newPolicies(t, s, yaml)
-	_, without, _ := newPolicies(t, s, yaml, WithHeaders(HeadersNone))
+	_, with, _ := newPolicies(t, s, fastYAML)
+	_, without, _ := newPolicies(t, s, fastYAML, WithHeaders(HeadersNone))
 	pr := r.Clone(r.Context())
 	pr.Method = "DELETE"
 	pr.Header.Set("X-Service", "purge-orchestrator")
