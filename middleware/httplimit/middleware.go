@@ -132,22 +132,13 @@ func (m *limiterMW) buildHeaders() error {
 	var members []string
 	for i, lim := range m.core.Limits() {
 		p := lim.Policy
-		name := p.Name
 		if i == 0 {
-			rs := c.policy
-			if rs.Name != "" {
-				name = rs.Name
-			}
-			if rs.Quota > 0 && p.Quota > 0 && rs.Quota != p.Quota {
-				return invalid("policy quota %d contradicts the limiter's %d", rs.Quota, p.Quota)
-			}
-			if rs.Window > 0 && p.Window > 0 && ceilSeconds(rs.Window) != ceilSeconds(p.Window) {
-				return invalid("policy window %v contradicts the limiter's %v", rs.Window, p.Window)
-			}
-			if p.Quota == 0 {
-				p.Quota, p.Window = rs.Quota, rs.Window
+			var err error
+			if p, err = restated(p, c.policy); err != nil {
+				return err
 			}
 		}
+		name := p.Name
 		if name == "" {
 			name = "default"
 			if i > 0 {
@@ -180,6 +171,25 @@ func (m *limiterMW) buildHeaders() error {
 		m.static = strings.Join(members, ", ")
 	}
 	return nil
+}
+
+// restated is the main limiter's policy p as WithPolicy restates it (rs):
+// rs's name, when set; rs's quota and window where p has none; an error
+// when they contradict p's.
+func restated(p floodgate.Policy, rs Policy) (floodgate.Policy, error) {
+	if rs.Name != "" {
+		p.Name = rs.Name
+	}
+	if rs.Quota > 0 && p.Quota > 0 && rs.Quota != p.Quota {
+		return p, invalid("policy quota %d contradicts the limiter's %d", rs.Quota, p.Quota)
+	}
+	if rs.Window > 0 && p.Window > 0 && ceilSeconds(rs.Window) != ceilSeconds(p.Window) {
+		return p, invalid("policy window %v contradicts the limiter's %v", rs.Window, p.Window)
+	}
+	if p.Quota == 0 {
+		p.Quota, p.Window = rs.Quota, rs.Window
+	}
+	return p, nil
 }
 
 type limitHandler struct {

@@ -149,16 +149,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}()
 	for attempt := 1; ; attempt++ {
-		out := req
-		if attempt > 1 {
-			out = req.Clone(ctx)
-			if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-				body, err := req.GetBody()
-				if err != nil {
-					return nil, fmt.Errorf("httplimit: replay body: %w", err)
-				}
-				out.Body = body
-			}
+		out, err := attemptOf(req, attempt)
+		if err != nil {
+			return nil, err
 		}
 		if err := t.throttle(ctx, out); err != nil {
 			if out.Body != nil {
@@ -167,16 +160,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := t.base.RoundTrip(out)
-		if err != nil || !retryable || attempt >= t.maxAttempts ||
-			(resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
+		wait, again := t.again(ctx, resp, err, retryable, attempt)
+		if !again {
 			return resp, err
-		}
-		wait, ok := t.retryWait(resp, attempt)
-		if !ok {
-			return resp, nil
-		}
-		if dl, has := ctx.Deadline(); has && time.Until(dl) < wait {
-			return resp, nil
 		}
 		// The refusal is dropped: drain a little so the connection can be
 		// reused, then close.
@@ -188,6 +174,38 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// again reports whether the answer (resp, err) to attempt is retried, and
+// after how long: a 429 or 503 to a retryable request, with attempts left,
+// whose wait the transport honours and the request's deadline allows.
+func (t *Transport) again(ctx context.Context, resp *http.Response, err error, retryable bool, attempt int) (time.Duration, bool) {
+	if err != nil || !retryable || attempt >= t.maxAttempts ||
+		(resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
+		return 0, false
+	}
+	wait, ok := t.retryWait(resp, attempt)
+	if dl, has := ctx.Deadline(); !ok || (has && time.Until(dl) < wait) {
+		return 0, false
+	}
+	return wait, true
+}
+
+// attemptOf is the request to send for attempt: req itself first, then a
+// clone with its body replayed.
+func attemptOf(req *http.Request, attempt int) (*http.Request, error) {
+	if attempt == 1 {
+		return req, nil
+	}
+	out := req.Clone(req.Context())
+	if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: replay body: %w", err)
+		}
+		out.Body = body
+	}
+	return out, nil
 }
 
 func (t *Transport) throttle(ctx context.Context, req *http.Request) error {
