@@ -58,6 +58,7 @@
 //	store/algo                    the contract between algorithms and stores (for implementers)
 //	store/memstore, redisstore    stores; store/storetest is the suite every store passes
 //	adaptive, priority            concurrency limits and shedding
+//	middleware                    what the transports share: fail and delay modes, Acquirer, Waiter, Matcher
 //	middleware/httplimit, grpclimit  transports: map requests to checks, translate verdicts
 //	policy                        named policies, plans, descriptor rules, config files, live changes
 //	internal/admit                the admission core of httplimit and grpclimit (rls decides in its own code)

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/policy"
@@ -207,7 +208,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	shed, err := httplimit.Shed(httplimit.AcquirerFunc(lim.Slot)) // 503 + Retry-After when over the limit
+	shed, err := httplimit.Shed(middleware.AcquirerFunc(lim.Slot)) // 503 + Retry-After when over the limit
 	if err != nil {
 		return err
 	}
@@ -218,7 +219,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	shedBatch, err := httplimit.Shed(httplimit.AcquirerFunc(adaptive.SlotFunc(
+	shedBatch, err := httplimit.Shed(middleware.AcquirerFunc(adaptive.SlotFunc(
 		func(ctx context.Context) (*adaptive.Token, error) {
 			return classes.Acquire(ctx, priority.BestEffort)
 		})))

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -344,3 +345,6 @@ func (l *Live) Refund(ctx context.Context, key string, n int) error {
 func (l *Live) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) (checks []floodgate.Check, enforcing int, err error) {
 	return l.cur.Load().Match(ctx, descriptors, n, dst)
 }
+
+// Live is what the Policies wrappers of httplimit and grpclimit take.
+var _ middleware.Matcher = (*Live)(nil)

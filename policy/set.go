@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -59,19 +60,15 @@ type Rule struct {
 	Rules []Rule
 }
 
-// Entry is one (key, value) of a request descriptor.
-type Entry struct {
-	Key, Value string
-	// Credential marks a value that is a credential (an API key, a service
-	// token): it is matched and resolved in clear, but the store key of a
-	// descriptor holding one is a keyed hash (see [WithKeySecret]), so that
-	// no store and no observer ever sees it.
-	Credential bool
-}
+// Entry is one (key, value) of a request descriptor: the transports'
+// [middleware.Entry], one type for both.
+type Entry = middleware.Entry
 
 // Descriptor is what one request says about itself, in order
-// ("service token t, route /img"); a request may carry several.
-type Descriptor []Entry
+// ("service token t, route /img"); a request may carry several. It is
+// [middleware.Descriptor]: [Live] implements [middleware.Matcher], the
+// interface the Policies wrappers of httplimit and grpclimit take.
+type Descriptor = middleware.Descriptor
 
 // ResolveFunc places a key (an API key, a token) on a plan: it returns the
 // name of a policy, or "" when it does not know the key. It is called only

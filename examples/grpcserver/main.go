@@ -288,7 +288,8 @@ func roughly(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-// tally is the demo's observer: it counts outcomes per policy.
+// tally is the demo's observer: it counts outcomes per policy (one event
+// per call and limit: a call checked against two limits counts under both).
 type tally struct {
 	mu     sync.Mutex
 	counts map[string]int

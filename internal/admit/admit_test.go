@@ -78,6 +78,21 @@ func (r *recorder) one(t *testing.T) floodgate.Event {
 	return r.ev[0]
 }
 
+// outcomes is the outcome of each event by policy, checking there is one
+// event per policy.
+func (r *recorder) outcomes(t *testing.T) map[string]string {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[string]string{}
+	for _, e := range r.ev {
+		_, dup := m[e.Policy]
+		require.False(t, dup, "two events for policy %q", e.Policy)
+		m[e.Policy] = e.Source.String() + " " + e.Outcome.String()
+	}
+	return m
+}
+
 var (
 	allowed = floodgate.Decision{Allowed: true, Limit: 10, Remaining: 9}
 	denied  = floodgate.Decision{Limit: 10, RetryAfter: 3 * time.Second, ResetAfter: 9 * time.Second}
@@ -222,7 +237,8 @@ func TestFail(t *testing.T) {
 }
 
 // TestAllOrNothing: several limits, one refuses; the others are refunded,
-// the event names the refusing limit, the retry time is the largest.
+// each limit gets its event (the refusal counted under the refusing ones),
+// the deciding limit is the longest refusal.
 func TestAllOrNothing(t *testing.T) {
 	rec := &recorder{}
 	peer := named("per-peer", allowed, nil)
@@ -234,17 +250,36 @@ func TestAllOrNothing(t *testing.T) {
 	assert.Equal(t, Deny, v.Kind)
 	assert.Equal(t, time.Hour, v.RetryAfter, "the longest refusal")
 	assert.Equal(t, 1, peer.refunds("p"), "the admitting limit gets its units back")
-	assert.Equal(t, "per-day", rec.one(t).Policy)
+	assert.Equal(t, map[string]string{
+		"per-peer":  "request allowed",
+		"per-token": "request denied",
+		"per-day":   "request denied",
+	}, rec.outcomes(t))
+	assert.Equal(t, "per-day", c.Deciding(checks))
 
-	// All admit: the event names the limit with the fewest units left.
+	// All admit: one allowed event per limit; Config.Name renames the
+	// first limit only.
 	rec = &recorder{}
 	low := named("low", floodgate.Decision{Allowed: true, Limit: 10, Remaining: 2}, nil)
-	c = mustCore(t, Config{Observer: rec}, peer, low)
+	c = mustCore(t, Config{Observer: rec, Name: "main"}, peer, low)
 	v = c.DecideOne(context.Background(), "same", 1, floodgate.Event{}, 0)
 	assert.Equal(t, Admit, v.Kind)
 	assert.Equal(t, int64(2), v.Decision.Remaining)
-	assert.Equal(t, "low", rec.one(t).Policy)
+	assert.Equal(t, map[string]string{"main": "request allowed", "low": "request allowed"}, rec.outcomes(t))
 	assert.Equal(t, []string{"same"}, low.takes, "DecideOne charges the key on every limit")
+
+	// Dry run: the refusing limit shows would_deny, the other allowed.
+	rec = &recorder{}
+	c = mustCore(t, Config{Observer: rec, DryRun: true}, peer, token)
+	v = c.DecideOne(context.Background(), "k", 1, floodgate.Event{}, 0)
+	assert.Equal(t, Admit, v.Kind)
+	assert.Equal(t, map[string]string{"per-peer": "request allowed", "per-token": "request would_deny"}, rec.outcomes(t))
+
+	// A failure before the limits: every limit gets the error's event.
+	rec = &recorder{}
+	c = mustCore(t, Config{Observer: rec}, peer, token)
+	c.Fail(context.Background(), errDown, floodgate.Event{}, 0)
+	assert.Equal(t, map[string]string{"per-peer": "request error_open", "per-token": "request error_open"}, rec.outcomes(t))
 }
 
 func TestDelayHonouredOrRefused(t *testing.T) {
