@@ -384,6 +384,8 @@ func direct(l floodgate.Limiter) *store.Limiter {
 		return v
 	case *leased:
 		return v.direct
+	case *knownOver:
+		return v.l
 	}
 	return nil
 }
