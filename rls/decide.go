@@ -253,11 +253,13 @@ func (c *call) status(d *dstatus, now time.Time) (*rlspb.RateLimitResponse_Descr
 		st.LimitRemaining = uint32(min(max(dec.Remaining, 0), math.MaxUint32))
 	}
 	switch {
-	case over && d.quota && !d.lm.shadow:
+	case !over || d.lm.shadow:
+		// Shadow mode: OK whatever the limit says, the reset told.
+	case d.quota:
 		// The reference's quota mode: OK, with the limit and nothing left,
 		// no reset.
 		return st, over
-	case over && d.role != roleShadow:
+	default:
 		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	st.DurationUntilReset = durationpb.New(resetOf(l, dec, over, now))

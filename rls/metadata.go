@@ -37,7 +37,7 @@ func (c *call) metadata() *structpb.Struct {
 		if d.role > roleUnlimited && d.lm.quota {
 			enabled = true
 		}
-		if d.quota && !d.lm.shadow && d.checks != nil && !d.checks[pick(d.checks)].Decision.Allowed {
+		if d.role > roleUnlimited && d.quota && !d.lm.shadow && !d.checks[pick(d.checks)].Decision.Allowed {
 			violations = append(violations, structpb.NewNumberValue(float64(i)))
 		}
 	}

@@ -105,7 +105,7 @@ func (s *Service) resolve(c *compiled, req *rlspb.RateLimitRequest, sc *scratch)
 	}
 	for i := range ds {
 		if lm := ds[i].lm; lm != nil && lm.name != "" && replacing[lm.name] {
-			ds[i].lm, ds[i].role = nil, roleNone
+			ds[i] = dstatus{}
 		}
 	}
 	return ds, nil
