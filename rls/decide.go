@@ -66,7 +66,10 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 // capacity, a key the over-limit cache knows refused) marks the request
 // refused before anything is charged.
 func (c *call) buildChecks() {
-	now := c.s.opts.now()
+	var now time.Time
+	if c.s.over != nil {
+		now = c.s.opts.now()
+	}
 	for i := range c.ds {
 		d := &c.ds[i]
 		if d.role <= roleUnlimited {

@@ -2,7 +2,10 @@ package rls_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -328,4 +331,47 @@ descriptors:
 	want(t, srv.call(t, "c", 0, desc("w", "x")), over, "OVER")
 	clock.advance(59 * time.Second)
 	want(t, srv.call(t, "c", 0, desc("w", "x")), ok, "OK 0")
+}
+
+// Concurrent calls with the over-limit cache: exactly the limit admitted,
+// every other call refused, the cache filling and answering meanwhile.
+func TestOverLimitCacheConcurrent(t *testing.T) {
+	for _, st := range stores[:2] {
+		t.Run(st.name, func(t *testing.T) {
+			srv := serve(t, st.make(t, nil), map[string]string{"c.yaml": `
+domain: c
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`}, rls.WithOverLimitCache(4))
+			var admitted, refused atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 6 {
+						// Keys beyond the cache's bound too: those the store
+						// decides.
+						key := "busy"
+						if i%3 == 2 {
+							key = "k" + strconv.Itoa(g)
+						}
+						r := srv.call(t, "c", 1, desc("tenant", key))
+						switch {
+						case key != "busy":
+						case r.OverallCode == ok:
+							admitted.Add(1)
+						case r.Statuses[0].LimitRemaining == 0 && r.Statuses[0].DurationUntilReset.AsDuration() > 0:
+							refused.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if admitted.Load() != 10 || refused.Load() != 22 {
+				t.Fatalf("%d admitted and %d refused of 32 calls on one key, want exactly 10 and 22", admitted.Load(), refused.Load())
+			}
+		})
+	}
 }
