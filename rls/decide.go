@@ -149,12 +149,18 @@ func (c *call) look(d *dstatus, ch *floodgate.Check) error {
 // quotas decides the quota-mode descriptors, each on its own: charged
 // when it admits, never refusing the request (the reference's quota mode).
 func (c *call) quotas() error {
+	return c.each(roleQuota, func(d *dstatus) bool { return !d.precheck })
+}
+
+// each decides the descriptors of role r each on its own, charged when
+// commit says so, else only evaluated.
+func (c *call) each(r role, commit func(*dstatus) bool) error {
 	for i := range c.ds {
 		d := &c.ds[i]
-		if d.role != roleQuota {
+		if d.role != r {
 			continue
 		}
-		if _, err := c.s.take(c.ctx, d.checks, !d.precheck); err != nil {
+		if _, err := c.s.take(c.ctx, d.checks, commit(d)); err != nil {
 			return err
 		}
 	}
@@ -192,16 +198,7 @@ func (c *call) enforce() error {
 // shadows decides the shadow-mode descriptors: charged when the request is
 // admitted (floodgate's dry-run rule), else only evaluated.
 func (c *call) shadows() error {
-	for i := range c.ds {
-		d := &c.ds[i]
-		if d.role != roleShadow {
-			continue
-		}
-		if _, err := c.s.take(c.ctx, d.checks, c.admitted && !d.precheck); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.each(roleShadow, func(d *dstatus) bool { return c.admitted && !d.precheck })
 }
 
 // respond writes the statuses, the overall code, the headers and the
@@ -209,25 +206,35 @@ func (c *call) shadows() error {
 // left; it returns the lead check (the refusing one, else the one with the
 // fewest left) for the observer.
 func (c *call) respond() (*rlspb.RateLimitResponse, *floodgate.Check) {
-	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(c.ds))}
+	n := len(c.ds)
+	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}
+	// The statuses and their durations, one allocation each for all the
+	// descriptors.
+	sts, durs := make([]rlspb.RateLimitResponse_DescriptorStatus, n), make([]durationpb.Duration, n)
 	overall := rlspb.RateLimitResponse_OK
 	var ld leader
 	now := c.s.opts.now()
 	for i := range c.ds {
-		d := &c.ds[i]
-		st, over := c.status(d, now)
+		d, st := &c.ds[i], &sts[i]
 		resp.Statuses[i] = st
-		if d.checks == nil {
+		st.Code = rlspb.RateLimitResponse_OK
+		switch d.role {
+		case roleNone:
+			continue
+		case roleUnlimited:
+			st.LimitRemaining = math.MaxUint32
 			continue
 		}
-		c.count(d)
+		j := pick(d.checks)
+		over := c.status(d, j, st, &durs[i], now)
+		c.count(d, j)
 		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
 			overall = rlspb.RateLimitResponse_OVER_LIMIT
 		}
 		if over && d.role == roleEnforce && !d.cached {
 			c.s.over.remember(d, now)
 		}
-		ld.consider(d, st, over)
+		ld.consider(d, j, st, over)
 	}
 	if overall == rlspb.RateLimitResponse_OVER_LIMIT && c.s.opts.shadow {
 		overall = rlspb.RateLimitResponse_OK
@@ -240,18 +247,13 @@ func (c *call) respond() (*rlspb.RateLimitResponse, *floodgate.Check) {
 	return resp, ld.check
 }
 
-// status is a descriptor's status, and whether one of its limits is over.
-func (c *call) status(d *dstatus, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, bool) {
-	switch d.role {
-	case roleNone:
-		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}, false
-	case roleUnlimited:
-		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, false
-	}
-	j := pick(d.checks)
+// status writes into st the status of a limited descriptor whose check j
+// stands for it (pick), its duration_until_reset in dur, and reports
+// whether one of its limits is over.
+func (c *call) status(d *dstatus, j int, st *rlspb.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration, now time.Time) bool {
 	l, dec := &d.lm.lims[j], d.checks[j].Decision
 	over := !dec.Allowed
-	st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, CurrentLimit: l.pb}
+	st.CurrentLimit = l.pb
 	if !over {
 		st.LimitRemaining = uint32(min(max(dec.Remaining, 0), math.MaxUint32))
 	}
@@ -261,23 +263,25 @@ func (c *call) status(d *dstatus, now time.Time) (*rlspb.RateLimitResponse_Descr
 	case d.quota:
 		// The reference's quota mode: OK, with the limit and nothing left,
 		// no reset.
-		return st, over
+		return over
 	default:
 		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	st.DurationUntilReset = durationpb.New(resetOf(l, dec, over, now))
-	return st, over
+	r := resetOf(l, dec, over, now)
+	dur.Seconds, dur.Nanos = int64(r/time.Second), int32(r%time.Second)
+	st.DurationUntilReset = dur
+	return over
 }
 
 // count counts a counted descriptor's hits in the metrics. Charged:
 // quota-mode descriptors each when they admit, the others when the request
 // is admitted.
-func (c *call) count(d *dstatus) {
+func (c *call) count(d *dstatus, j int) {
 	m := c.s.opts.metrics
 	if m == nil || d.role < roleQuota {
 		return
 	}
-	m.record(c.req.Domain, d, c.s.opts.nearRatio, d.role == roleQuota || c.admitted)
+	m.record(c.req.Domain, d, j, c.s.opts.nearRatio, d.role == roleQuota || c.admitted)
 }
 
 // leader finds the descriptor that stands for the response: a refusal
@@ -290,8 +294,7 @@ type leader struct {
 	set   bool
 }
 
-func (ld *leader) consider(d *dstatus, st *rlspb.RateLimitResponse_DescriptorStatus, over bool) {
-	j := pick(d.checks)
+func (ld *leader) consider(d *dstatus, j int, st *rlspb.RateLimitResponse_DescriptorStatus, over bool) {
 	dec := d.checks[j].Decision
 	if ld.set && !ld.beats(dec, over) {
 		return

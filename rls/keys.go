@@ -77,10 +77,7 @@ func (s *Service) storeKey(domain string, ents []entry, path []*node) string {
 		b = append(b, '|')
 		b = appendEscaped(b, e.key)
 		b = append(b, '=')
-		var nd *node
-		if i < len(path) {
-			nd = path[i]
-		}
+		nd := nodeAt(path, i)
 		switch {
 		case nd != nil && nd.share != "":
 			b = append(b, '*')
@@ -92,6 +89,14 @@ func (s *Service) storeKey(domain string, ents []entry, path []*node) string {
 		}
 	}
 	return string(b)
+}
+
+// nodeAt is the node entry i matched, nil past the path.
+func nodeAt(path []*node, i int) *node {
+	if i < len(path) {
+		return path[i]
+	}
+	return nil
 }
 
 func appendEscaped(b []byte, s string) []byte {
@@ -119,10 +124,7 @@ func (s *Service) metricKey(domain string, ents []entry, path []*node, detailed 
 	b := []byte(domain)
 	for i, e := range ents {
 		b = append(b, '.')
-		var nd *node
-		if i < len(path) {
-			nd = path[i]
-		}
+		nd := nodeAt(path, i)
 		switch {
 		case nd != nil && nd.share != "":
 			b = append(b, e.key...)

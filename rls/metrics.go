@@ -111,14 +111,13 @@ func (m *Metrics) storeUnavailable(mode string) { m.unavailable.WithLabelValues(
 // the limit are over_limit, hits past the near-limit threshold and within
 // the limit near_limit. charged: the descriptor's hits were charged when
 // within its limits (false: another descriptor refused the request).
-func (m *Metrics) record(domain string, d *dstatus, ratio float64, charged bool) {
+func (m *Metrics) record(domain string, d *dstatus, j int, ratio float64, charged bool) {
 	key := d.stats
 	if len(key) > len(domain) && key[:len(domain)] == domain && key[len(domain)] == '.' {
 		key = key[len(domain)+1:]
 	}
 	c := m.of(domain, key)
 	c.total.Add(float64(d.hits))
-	j := pick(d.checks)
 	l, dec := &d.lm.lims[j], d.checks[j].Decision
 	limit := l.limit
 	if dec.Limit > 0 {
