@@ -52,13 +52,72 @@ type call struct {
 func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []dstatus, sc *scratch) (*rlspb.RateLimitResponse, *floodgate.Check, error) {
 	c := call{s: s, ctx: ctx, req: req, ds: ds, sc: sc, admitted: true}
 	c.buildChecks()
-	for _, step := range [...]func() error{c.looks, c.quotas, c.enforce, c.shadows} {
-		if err := step(); err != nil {
-			return nil, nil, err
+	err := c.looks()
+	done := false
+	if err == nil {
+		done, err = c.together()
+	}
+	if err == nil && !done {
+		err = c.quotas()
+		if err == nil {
+			err = c.enforce()
 		}
+		if err == nil {
+			err = c.shadows()
+		}
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	resp, lead := c.respond()
 	return resp, lead, nil
+}
+
+// together decides the quota-mode, enforcing and shadow-mode descriptors in
+// one store call, all or nothing, when there are several kinds and nothing
+// refused the request before: when every check admits, each kind would have
+// been charged as on its own (quota ones when they admit, the enforcing
+// ones all together, shadow ones when the request is admitted), so the
+// answer is the same, in one call instead of one per kind. When a check
+// refuses, nothing was charged and done is false: the kinds are decided
+// one after the other.
+func (c *call) together() (done bool, err error) {
+	kinds := 0
+	var seen [roleEnforce + 1]bool
+	for i := range c.ds {
+		d := &c.ds[i]
+		if d.role < roleQuota {
+			continue
+		}
+		if d.precheck {
+			return false, nil
+		}
+		if !seen[d.role] {
+			seen[d.role] = true
+			kinds++
+		}
+	}
+	if kinds < 2 || c.refused {
+		return false, nil
+	}
+	group := c.sc.enforcing[:0]
+	defer func() { c.sc.enforcing = group[:0] }()
+	for i := range c.ds {
+		if d := &c.ds[i]; d.role >= roleQuota {
+			group = append(group, d.checks...)
+		}
+	}
+	ok, err := c.s.take(c.ctx, group, true)
+	if err != nil || !ok {
+		return false, err
+	}
+	k := 0
+	for i := range c.ds {
+		if d := &c.ds[i]; d.role >= roleQuota {
+			k += copy(d.checks, group[k:k+len(d.checks)])
+		}
+	}
+	return true, nil
 }
 
 // buildChecks gives every limited descriptor its checks, one per limit;

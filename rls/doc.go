@@ -246,6 +246,20 @@
 // LOCAL_CACHE_SIZE_IN_BYTES beside this service with the four options and
 // requires the same statuses, headers and metadata.
 //
+// # Store calls
+//
+// A request's counted descriptors are decided in one store call (one
+// script on Redis): the enforcing ones all or nothing, and with them the
+// quota-mode and shadow-mode ones when nothing refused the request before
+// (a look over its limit, a blocked limit, a key the over-limit cache
+// knows over): when every check admits, each kind is charged as it would
+// be on its own. When one refuses, nothing was charged and each kind is
+// decided on its own: each quota-mode descriptor in a call, the
+// enforcing ones in one, then each shadow-mode one. A look (hits_addend 0)
+// and a refund (is_negative_hits) are a call per limit each. On Redis
+// Cluster, keys in different hash slots are decided in two phases
+// (redisstore.Store.ApplyAll).
+//
 // # Metrics
 //
 // Every counted hit lands in total_hits and in one of within_limit,

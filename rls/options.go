@@ -11,7 +11,10 @@ import (
 
 // FailureMode says what ShouldRateLimit answers when the store cannot
 // decide (Redis away, and the store's own failure policy returned the
-// error).
+// error). FailOpen and FailClosed are floodgate's fail modes (those of its
+// HTTP and gRPC middleware, decided by one internal admission core);
+// FailError, the default, is Envoy's own: the call fails and Envoy's
+// failure_mode_deny decides.
 type FailureMode int
 
 const (

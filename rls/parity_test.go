@@ -375,3 +375,46 @@ descriptors:
 		})
 	}
 }
+
+// A request with enforcing, shadow-mode and quota-mode descriptors is one
+// Redis call when every one admits, and answers as when each kind is
+// decided on its own when one does not.
+func TestOneRedisCallPerRequest(t *testing.T) {
+	c := redisClient(t, []string{singleAddr(t)})
+	srv := serve(t, redisStore(t, c), map[string]string{"m.yaml": `
+domain: m
+descriptors:
+  - key: route
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: tenant
+    rate_limit: {algorithm: token-bucket, unit: hour, requests_per_unit: 50}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: model
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`})
+	ds := func() []*ratelimitpb.RateLimitDescriptor {
+		return []*ratelimitpb.RateLimitDescriptor{desc("route", "r"), desc("tenant", "t"), desc("trial", "x"), desc("model", "m")}
+	}
+	// The first call loads the store's programs into Redis.
+	want(t, srv.call(t, "m", 0, desc("route", "warm"), desc("tenant", "warm"), desc("trial", "warm"), desc("model", "warm")), ok, "OK 99", "OK 49", "OK 1", "OK 2")
+	for i, w := range [][]string{{"OK 99", "OK 49", "OK 1", "OK 2"}, {"OK 98", "OK 48", "OK 0", "OK 1"}} {
+		before := commandCalls(t, c)
+		want(t, srv.call(t, "m", 0, ds()...), ok, w...)
+		if got := commandCalls(t, c) - before; got != 1 {
+			t.Errorf("call %d: %d Redis scripts for four descriptors of three kinds, want 1", i, got)
+		}
+	}
+	// The shadow descriptor is over: the others are charged, it is not.
+	want(t, srv.call(t, "m", 0, ds()...), ok, "OK 97", "OK 47", "OK 0", "OK 0")
+	// The quota descriptor is over too: answered OK with nothing left, the
+	// others charged.
+	want(t, srv.call(t, "m", 0, ds()...), ok, "OK 96", "OK 46", "OK 0", "OK 0")
+	want(t, srv.call(t, "m", 0, withHits(desc("route", "r"), 0), withHits(desc("model", "m"), 0)), ok, "OK 96", "OK 0")
+	// An enforcing descriptor over its limit: the other enforcing one is
+	// not charged, the quota one is (each decided on its own).
+	want(t, srv.call(t, "m", 0, desc("route", "r2"), desc("model", "m2"), withHits(desc("tenant", "t2"), 51)), over, "OK 100", "OK 2", "OVER")
+	want(t, srv.call(t, "m", 0, desc("route", "r2"), desc("model", "m2")), ok, "OK 99", "OK 1")
+}

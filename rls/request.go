@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
 )
 
 // dstatus is what one request descriptor came to.
@@ -51,12 +52,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	if mode, failed := s.storeFailure(lead, marks); failed {
 		// redisstore's FailOpen / FailClosed: a blanket answer with no
 		// quota behind it, answered as this service's own failure modes.
-		s.storeFailed(mode.String(), nil)
-		outcome := floodgate.OutcomeErrorOpen
-		if mode == FailClosed {
-			outcome = floodgate.OutcomeErrorClosed
-		}
-		s.observeFail(lead, outcome, start)
+		s.storeFailed(modeName(mode), nil)
+		s.observeFail(lead, outcomeOf(mode), start)
 		return s.failAnswer(ds, mode), nil
 	}
 	if lead != nil {
@@ -160,15 +157,44 @@ func (s *Service) failMarks() [3]uint64 {
 // storeFailure reports whether the store's blanket FailOpen or FailClosed
 // answered during the call (an event since marks, or the lead decision's
 // Fallback mark without a limit), and which.
-func (s *Service) storeFailure(lead *floodgate.Check, marks [3]uint64) (FailureMode, bool) {
+func (s *Service) storeFailure(lead *floodgate.Check, marks [3]uint64) (admit.FailMode, bool) {
 	blanket := lead != nil && lead.Decision.Fallback && lead.Decision.Limit == 0
 	switch {
 	case s.failN[1].Load() != marks[1] || (blanket && !lead.Decision.Allowed):
-		return FailClosed, true
+		return admit.FailClosed, true
 	case s.failN[0].Load() != marks[0] || (blanket && lead.Decision.Allowed):
-		return FailOpen, true
+		return admit.FailOpen, true
 	}
 	return 0, false
+}
+
+// core is the admission core's fail mode of m, the answer of a call the
+// store could not decide; false for FailError, which answers none (the
+// call fails, and Envoy's failure_mode_deny decides).
+func (m FailureMode) core() (admit.FailMode, bool) {
+	switch m {
+	case FailOpen:
+		return admit.FailOpen, true
+	case FailClosed:
+		return admit.FailClosed, true
+	}
+	return 0, false
+}
+
+// modeName names a fail mode in metrics and logs: open, closed.
+func modeName(m admit.FailMode) string {
+	if m == admit.FailClosed {
+		return FailClosed.String()
+	}
+	return FailOpen.String()
+}
+
+// outcomeOf is the observer's outcome of a call answered by fail mode m.
+func outcomeOf(m admit.FailMode) floodgate.Outcome {
+	if m == admit.FailClosed {
+		return floodgate.OutcomeErrorClosed
+	}
+	return floodgate.OutcomeErrorOpen
 }
 
 // answerError answers a call the store could not decide by the failure
@@ -177,12 +203,8 @@ func (s *Service) storeFailure(lead *floodgate.Check, marks [3]uint64) (FailureM
 func (s *Service) answerError(ds []dstatus, err error, start time.Time) (*rlspb.RateLimitResponse, error) {
 	outcome := floodgate.OutcomeErrorOpen
 	var resp *rlspb.RateLimitResponse
-	switch s.opts.failure {
-	case FailOpen:
-		resp = s.failAnswer(ds, FailOpen)
-	case FailClosed:
-		outcome = floodgate.OutcomeErrorClosed
-		resp = s.failAnswer(ds, FailClosed)
+	if mode, ok := s.opts.failure.core(); ok {
+		outcome, resp = outcomeOf(mode), s.failAnswer(ds, mode)
 	}
 	if s.opts.observer != nil {
 		s.opts.observer.Observe(floodgate.Event{Policy: "rls", Outcome: outcome, Err: err, Latency: time.Since(start)})
@@ -233,11 +255,11 @@ func (s *Service) observeFail(lead *floodgate.Check, outcome floodgate.Outcome, 
 
 // failAnswer is the answer of a call the store could not decide, by
 // mode (FailOpen or FailClosed).
-func (s *Service) failAnswer(ds []dstatus, mode FailureMode) *rlspb.RateLimitResponse {
+func (s *Service) failAnswer(ds []dstatus, mode admit.FailMode) *rlspb.RateLimitResponse {
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
 	for i := range ds {
 		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		if d := &ds[i]; mode == FailClosed && d.role > roleUnlimited && !d.lm.shadow {
+		if d := &ds[i]; mode == admit.FailClosed && d.role > roleUnlimited && !d.lm.shadow {
 			st.Code, st.CurrentLimit = rlspb.RateLimitResponse_OVER_LIMIT, d.lm.lims[0].pb
 			if !s.opts.shadow {
 				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
