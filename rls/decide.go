@@ -40,15 +40,17 @@ type call struct {
 	// look over its limit, a blocked limit, a cost above a capacity, a key
 	// the local cache knows over its limit).
 	refused bool
-	// admitted: the enforcing descriptors were charged.
+	// admitted: the enforcing descriptors were charged (the request is
+	// admitted, shadow ones charged).
 	admitted bool
 }
 
 // decide runs the checks of ds and writes the response, in the order of
 // the reference's request path: the limits a request matches (resolve)
-// have been found; here the store decides them (looks and refunds, quota
-// descriptors, the enforcing group, shadow descriptors), then the
-// statuses are written. lead is the check that decided, for the observer.
+// have been found; here the store decides them (looks and refunds, then
+// the counted descriptors together, else quota descriptors, the enforcing
+// group and shadow descriptors in turn), then the statuses are written.
+// lead is the check that decided, for the observer.
 func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []dstatus, sc *scratch) (*rlspb.RateLimitResponse, *floodgate.Check, error) {
 	c := call{s: s, ctx: ctx, req: req, ds: ds, sc: sc, admitted: true}
 	c.buildChecks()
@@ -74,30 +76,31 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 }
 
 // together decides the quota-mode, enforcing and shadow-mode descriptors in
-// one store call, all or nothing, when there are several kinds and nothing
-// refused the request before: when every check admits, each kind would have
-// been charged as on its own (quota ones when they admit, the enforcing
-// ones all together, shadow ones when the request is admitted), so the
-// answer is the same, in one call instead of one per kind. When a check
-// refuses, nothing was charged and done is false: the kinds are decided
-// one after the other.
+// one store call, all or nothing, when deciding them one kind after the
+// other would take several calls (one per quota-mode descriptor, one for
+// the enforcing ones, one per shadow-mode descriptor) and nothing refused
+// the request before: when every check admits, each would have been
+// charged as on its own (quota ones when they admit, the enforcing ones
+// all together, shadow ones when the request is admitted), so the answer
+// is the same, in one call. When a check refuses, nothing was charged and
+// done is false: they are decided one kind after the other.
 func (c *call) together() (done bool, err error) {
-	kinds := 0
-	var seen [roleEnforce + 1]bool
+	calls, enforcing := 0, false
 	for i := range c.ds {
 		d := &c.ds[i]
-		if d.role < roleQuota {
+		switch {
+		case d.role < roleQuota:
 			continue
-		}
-		if d.precheck {
+		case d.precheck:
 			return false, nil
-		}
-		if !seen[d.role] {
-			seen[d.role] = true
-			kinds++
+		case d.role != roleEnforce:
+			calls++
+		case !enforcing:
+			enforcing = true
+			calls++
 		}
 	}
-	if kinds < 2 || c.refused {
+	if calls < 2 || c.refused {
 		return false, nil
 	}
 	group := c.sc.enforcing[:0]

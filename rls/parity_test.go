@@ -407,6 +407,12 @@ descriptors:
 			t.Errorf("call %d: %d Redis scripts for four descriptors of three kinds, want 1", i, got)
 		}
 	}
+	// Two quota-mode descriptors alone: one call too.
+	before := commandCalls(t, c)
+	want(t, srv.call(t, "m", 0, desc("model", "a"), desc("model", "b")), ok, "OK 2", "OK 2")
+	if got := commandCalls(t, c) - before; got != 1 {
+		t.Errorf("%d Redis scripts for two quota-mode descriptors, want 1", got)
+	}
 	// The shadow descriptor is over: the others are charged, it is not.
 	want(t, srv.call(t, "m", 0, ds()...), ok, "OK 97", "OK 47", "OK 0", "OK 0")
 	// The quota descriptor is over too: answered OK with nothing left, the
