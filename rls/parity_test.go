@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // A request refused by a nested descriptor still counts on its parent:
@@ -24,12 +25,7 @@ import (
 func TestParentCountsEveryHit(t *testing.T) {
 	for _, st := range stores[:2] {
 		t.Run(st.name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			m, err := rls.NewMetrics(reg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := serve(t, st.make(t, nil), map[string]string{"e.yaml": `
+			srv, val := serveCounted(t, st.make(t, nil), "edge", map[string]string{"e.yaml": `
 domain: edge
 descriptors:
   - key: destination_cluster
@@ -39,16 +35,13 @@ descriptors:
       - key: source_service
         value: purge-orchestrator
         rate_limit: {unit: hour, requests_per_unit: 2}
-`}, rls.WithMetrics(m))
+`})
 			parent := desc("destination_cluster", "image-origin.prod")
 			nested := desc("destination_cluster", "image-origin.prod", "source_service", "purge-orchestrator")
 			want(t, srv.call(t, "edge", 0, parent, nested), ok, "OK 99", "OK 1")
 			want(t, srv.call(t, "edge", 0, parent, nested), ok, "OK 98", "OK 0")
 			for range 3 {
 				want(t, srv.call(t, "edge", 0, parent, nested), over, "OK 98", "OVER")
-			}
-			val := func(name, key string) float64 {
-				return testutil.ToFloat64(metric(t, reg, "ratelimit_service_rate_limit_"+name, "domain", "edge", "key", key))
 			}
 			const pk = "destination_cluster_image-origin.prod"
 			total, within, over, other := val("total_hits", pk), val("within_limit", pk), val("over_limit", pk), val("refused_by_other", pk)
@@ -60,6 +53,21 @@ descriptors:
 				t.Errorf("nested: total_hits %v within_limit %v over_limit %v, want 5 = 2 + 3", total, within, over)
 			}
 		})
+	}
+}
+
+// serveCounted serves files on st with metrics, and returns the service
+// and val, which reads the rate-limit counter name of (domain, key).
+func serveCounted(t *testing.T, st store.Store, domain string, files map[string]string, opts ...rls.Option) (*server, func(name, key string) float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := rls.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, st, files, append(opts, rls.WithMetrics(m))...)
+	return srv, func(name, key string) float64 {
+		return testutil.ToFloat64(metric(t, reg, "ratelimit_service_rate_limit_"+name, "domain", domain, "key", key))
 	}
 }
 
@@ -240,12 +248,7 @@ descriptors:
   - key: route
     rate_limit: {unit: hour, requests_per_unit: 100}
 `}
-	reg := prometheus.NewRegistry()
-	m, err := rls.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cached := serve(t, redisStore(t, c), files, rls.WithOverLimitCache(100), rls.WithMetrics(m))
+	cached, val := serveCounted(t, redisStore(t, c), "c", files, rls.WithOverLimitCache(100))
 	plain := serve(t, redisStore(t, c), files)
 	for i := range 3 {
 		a, b := cached.call(t, "c", 0, desc("client", "x")), plain.call(t, "c", 0, desc("client", "x"))
@@ -265,7 +268,7 @@ descriptors:
 	if got := commandCalls(t, c) - before; got != 10 {
 		t.Errorf("%d scripts run for 10 calls to each service, want 10 (the plain service's alone)", got)
 	}
-	if got := testutil.ToFloat64(metric(t, reg, "ratelimit_service_rate_limit_over_limit_with_local_cache", "domain", "c", "key", "client")); got != 10 {
+	if got := val("over_limit_with_local_cache", "client"); got != 10 {
 		t.Errorf("over_limit_with_local_cache %v, want 10", got)
 	}
 	// With another descriptor: refused as a whole, the other one read and
