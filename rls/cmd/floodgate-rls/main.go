@@ -389,6 +389,24 @@ func checkFlags(set map[string]bool, redisAddr, redisCluster string, redisTimeou
 	if nodes < 1 {
 		return fmt.Errorf("-nodes %d: want at least 1 (the number of floodgate-rls processes sharing the limits)", nodes)
 	}
+	if err := checkRedis(set, redisAddr, redisCluster); err != nil {
+		return err
+	}
+	if set["nodes"] && failure != "local" {
+		return fmt.Errorf("-nodes applies only with -redis-failure local (it divides the local fallback's rate), not with %s", failure)
+	}
+	if redisTimeout <= 0 {
+		return fmt.Errorf("-redis-timeout %v: want more than 0", redisTimeout)
+	}
+	if shutdownAfter <= 0 {
+		return fmt.Errorf("-shutdown-timeout %v: want more than 0", shutdownAfter)
+	}
+	return nil
+}
+
+// checkRedis checks the Redis addresses, and refuses the Redis flags
+// without a Redis.
+func checkRedis(set map[string]bool, redisAddr, redisCluster string) error {
 	if redisAddr != "" && redisCluster != "" {
 		return errors.New("-redis and -redis-cluster: choose one")
 	}
@@ -405,15 +423,6 @@ func checkFlags(set map[string]bool, redisAddr, redisCluster string, redisTimeou
 				return fmt.Errorf("-%s needs -redis or -redis-cluster: the embedded memory store never fails and keeps no keys in Redis", f)
 			}
 		}
-	}
-	if set["nodes"] && failure != "local" {
-		return fmt.Errorf("-nodes applies only with -redis-failure local (it divides the local fallback's rate), not with %s", failure)
-	}
-	if redisTimeout <= 0 {
-		return fmt.Errorf("-redis-timeout %v: want more than 0", redisTimeout)
-	}
-	if shutdownAfter <= 0 {
-		return fmt.Errorf("-shutdown-timeout %v: want more than 0", shutdownAfter)
 	}
 	return nil
 }
