@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -27,7 +29,7 @@ func TestCheckRepositoryFiles(t *testing.T) {
 	}
 	// The plans file: 8 policies; per-ip in dry run, at its line.
 	out, _, code := runCmd(t, "check", plansYAML)
-	want := plansYAML + ":17: warning: per-ip is in dry run"
+	want := plansYAML + ":" + strconv.Itoa(lineOf(t, plansYAML, "name: per-ip")) + ": warning: per-ip is in dry run"
 	if code != exitOK || !strings.Contains(out, want) || !strings.Contains(out, "1 file(s) loaded, 8 limit(s): 0 error(s), 1 warning(s)") {
 		t.Errorf("check plans: code %d, want %q in\n%s", code, want, out)
 	}
@@ -140,4 +142,20 @@ func TestPolicyLine(t *testing.T) {
 			t.Errorf("policyLine(%q) = %d, want %d", name, got, want)
 		}
 	}
+}
+
+// lineOf is the number of the first line of file that contains s.
+func lineOf(t *testing.T, file, s string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			return i + 1
+		}
+	}
+	t.Fatalf("%s has no line with %q", file, s)
+	return 0
 }
