@@ -16,7 +16,7 @@
 //	one global rate across a fleet             store/redisstore (rueidis, Lua, Redis Cluster)
 //	protect net/http handlers, call out        middleware/httplimit (Middleware, Transport)
 //	protect gRPC servers, throttle clients     middleware/grpclimit (interceptors)
-//	limits that follow the origin's latency    adaptive (Vegas, Gradient2, AIMD, Fixed)
+//	limits that follow the origin's latency    adaptive (Vegas, Gradient2, AIMD, constant)
 //	shed the least important work first        priority (critical / standard / best-effort)
 //	limits as data: plans, config files, reload  policy (with httplimit.Policies, grpclimit.Policies)
 //	metrics and logs of every decision         observer/promobserver, observer/slogobserver
