@@ -211,7 +211,7 @@ func (p *parser) policy(n *yaml.Node) (Policy, error) {
 		case "algorithm":
 			var s string
 			s, err = p.str(v, "algorithm")
-			pol.Algorithm = Algorithm(s)
+			pol.Algorithm = Kind(s)
 			switch pol.Algorithm {
 			case TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingCounter:
 			default:
@@ -223,7 +223,7 @@ func (p *parser) policy(n *yaml.Node) (Policy, error) {
 				if strings.HasPrefix(strings.TrimSpace(s), "-") {
 					return p.errf(v, "rate %q is negative", s)
 				}
-				pol.Rate, err = ParseRate(s)
+				pol.Rate, err = parseRate(s)
 				if err != nil {
 					return p.errf(v, "%v", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": "))
 				}
@@ -366,7 +366,7 @@ func (p *parser) rules(n *yaml.Node, path string) ([]Rule, error) {
 	return out, nil
 }
 
-// place turns a semantic error of Compile into a ConfigError at the line of
+// place turns a semantic error of compile into a ConfigError at the line of
 // what it names.
 func (p *parser) place(err error) error {
 	msg := strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": ")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
-	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -121,50 +120,15 @@ type node struct {
 	children   []*node
 }
 
-// Compile checks cfg and builds its limiters on s: a Set that no reload
-// changes (use [Live] for one that does). Errors wrap
-// [floodgate.ErrInvalidConfig] and name what is wrong: a policy that cannot
-// work, two policies of one name, an override or a rule naming an unknown
-// policy, a rule without a key. The options are those of [NewLive] that
-// concern a Set: [WithKeySecret] (required on a shared store, as for
-// NewLive) and [WithResolver]; the others are refused.
-func Compile(cfg Config, s store.Store, opts ...Option) (*Set, error) {
-	if nilcheck.Is(s) {
-		return nil, fmt.Errorf("%w: policy: nil store", floodgate.ErrInvalidConfig)
-	}
-	c, err := liveOptions(s, opts)
-	if err != nil {
-		return nil, err
-	}
-	if c.onChange != nil || c.observer != nil {
-		return nil, fmt.Errorf("%w: policy: WithOnChange and WithObserver report changes, which a compiled Set never has: use NewLive", floodgate.ErrInvalidConfig)
-	}
-	for _, p := range cfg.Policies {
-		if p.Leased {
-			return nil, fmt.Errorf("%w: policy %q: a leased policy runs in a Live (NewLive), whose Close gives its leases back", floodgate.ErrInvalidConfig, p.Name)
-		}
-	}
-	var res *resolver
-	if c.resolve != nil {
-		res = newResolver(c.resolve, c.ttl, c.max)
-	}
-	set, err := compile(cfg, s, res, credkey.New(c.secret, "cred#"), nil)
-	if err != nil {
-		return nil, err
-	}
-	set.ownSecret = c.secret == nil
-	return set, nil
-}
-
-// CheckCredentials is [Live.CheckCredentials] for the Set.
-func (s *Set) CheckCredentials() error {
+// checkCredentials is [Live.CheckCredentials] for the Set.
+func (s *Set) checkCredentials() error {
 	if s.ownSecret && store.IsShared(s.store) {
 		return errNoFleetSecret
 	}
 	return nil
 }
 
-// compile is Compile with a resolver, a hasher and, when limiter is not
+// compile builds the Set of cfg on s with a resolver, a hasher and, when limiter is not
 // nil, the function that makes each (valid) policy's limiters (without
 // it, only store limiters: no leases).
 func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limiter func(Policy) (limit, error)) (*Set, error) {
@@ -427,7 +391,7 @@ func (s *Set) match(ctx context.Context, descriptors []Descriptor, n int, dst []
 		key := s.cfg.Domain + "|" + descriptorKey(d)
 		for _, e := range d {
 			if e.Credential {
-				if err := s.CheckCredentials(); err != nil {
+				if err := s.checkCredentials(); err != nil {
 					return dst, err
 				}
 				key = s.hasher.Key(key)

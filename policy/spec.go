@@ -14,16 +14,17 @@ import (
 	"github.com/floodgate-go/floodgate/window"
 )
 
-// Algorithm names the algorithm of a policy, as written in config files.
-type Algorithm string
+// Kind names the algorithm of a policy, as written in config files (the
+// algorithm: key).
+type Kind string
 
 // The algorithms.
 const (
-	TokenBucket    Algorithm = "token-bucket"
-	LeakyBucket    Algorithm = "leaky-bucket"
-	FixedWindow    Algorithm = "fixed-window"
-	SlidingLog     Algorithm = "sliding-log"
-	SlidingCounter Algorithm = "sliding-counter"
+	TokenBucket    Kind = "token-bucket"
+	LeakyBucket    Kind = "leaky-bucket"
+	FixedWindow    Kind = "fixed-window"
+	SlidingLog     Kind = "sliding-log"
+	SlidingCounter Kind = "sliding-counter"
 )
 
 // Policy is a limit as data: a name plus an algorithm and its parameters.
@@ -34,7 +35,7 @@ type Policy struct {
 	// Name identifies the policy. Required; printable ASCII without spaces.
 	Name string
 	// Algorithm is the algorithm; the default is TokenBucket.
-	Algorithm Algorithm
+	Algorithm Kind
 	// Rate is the rate of a token or leaky bucket.
 	Rate floodgate.Rate
 	// Burst is a token bucket's capacity (default: Rate.N) or a leaky
@@ -170,7 +171,7 @@ func (p Policy) validateName() error {
 	return nil
 }
 
-func (p Policy) algorithm() Algorithm {
+func (p Policy) algorithm() Kind {
 	if p.Algorithm == "" {
 		return TokenBucket
 	}
@@ -194,7 +195,7 @@ func (p Policy) window() window.Config {
 }
 
 // String describes the policy on one line: its name, its algorithm and its
-// parameters, a bucket's rate as config files write it ([FormatRate]), as
+// parameters, a bucket's rate as config files write it ("100/s", "5/30s"), as
 // in "pro: token-bucket 100/s burst 100", a window's limit per duration, as
 // in "daily: fixed-window 1000 per 1h0m0s"; then "leased" and "(dry run)"
 // when set.
@@ -205,7 +206,7 @@ func (p Policy) String() string {
 	b.WriteString(string(p.algorithm()))
 	switch p.algorithm() {
 	case TokenBucket, LeakyBucket:
-		b.WriteString(" " + FormatRate(p.Rate))
+		b.WriteString(" " + formatRate(p.Rate))
 		if burst := p.bucket().Burst; p.algorithm() == TokenBucket {
 			b.WriteString(" burst " + strconv.FormatInt(burst, 10))
 		} else if p.Burst > 0 {
@@ -226,10 +227,10 @@ func (p Policy) String() string {
 	return b.String()
 }
 
-// ParseRate parses a rate as config files write it: "100/s", "30/m",
+// parseRate parses a rate as config files write it: "100/s", "30/m",
 // "1000/h", "2/d", "1/ms", "5/30s" (N per a duration), or "10r/s" as nginx
 // writes it. N is at least 1.
-func ParseRate(s string) (floodgate.Rate, error) {
+func parseRate(s string) (floodgate.Rate, error) {
 	n, per, ok := strings.Cut(strings.TrimSpace(s), "/")
 	n = strings.TrimSuffix(n, "r")
 	count, err := strconv.ParseInt(n, 10, 64)
@@ -263,8 +264,8 @@ func ParseRate(s string) (floodgate.Rate, error) {
 	return floodgate.Rate{N: count, Per: d}, nil
 }
 
-// FormatRate writes a rate the way ParseRate reads it.
-func FormatRate(r floodgate.Rate) string {
+// formatRate writes a rate the way parseRate reads it.
+func formatRate(r floodgate.Rate) string {
 	switch r.Per {
 	case time.Second:
 		return strconv.FormatInt(r.N, 10) + "/s"
