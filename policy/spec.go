@@ -113,6 +113,15 @@ func (p Policy) Validate() error {
 	if err := p.validateName(); err != nil {
 		return err
 	}
+	if err := p.validateAlgorithm(); err != nil {
+		return err
+	}
+	return p.validateFields()
+}
+
+// validateAlgorithm checks the policy's parameters with its algorithm's
+// own validation, and says what is missing when a required one is.
+func (p Policy) validateAlgorithm() error {
 	var err error
 	switch p.algorithm() {
 	case TokenBucket:
@@ -129,26 +138,38 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: policy %q: unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-log or sliding-counter)",
 			floodgate.ErrInvalidConfig, p.Name, p.Algorithm)
 	}
-	isBucket := p.algorithm() == TokenBucket || p.algorithm() == LeakyBucket
 	switch {
-	case err != nil && isBucket && p.Rate == (floodgate.Rate{}):
+	case err == nil:
+		return nil
+	case p.isBucket() && p.Rate == (floodgate.Rate{}):
 		return fmt.Errorf("%w: policy %q: a %s needs a rate (rate: 100/s)", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
-	case err != nil && !isBucket && p.Limit == 0 && p.Window == 0:
+	case !p.isBucket() && p.Limit == 0 && p.Window == 0:
 		hint := ""
 		if p.Rate != (floodgate.Rate{}) || p.Burst != 0 {
 			hint = "; rate and burst belong to the buckets"
 		}
 		return fmt.Errorf("%w: policy %q: a %s needs a limit and a window (limit: 100, window: 1m)%s", floodgate.ErrInvalidConfig, p.Name, p.algorithm(), hint)
-	case err != nil:
-		return fmt.Errorf("policy %q: %w", p.Name, err)
 	}
+	return fmt.Errorf("policy %q: %w", p.Name, err)
+}
+
+// validateFields refuses the fields that do not belong to the policy's
+// algorithm, and a lease refresh out of range.
+func (p Policy) validateFields() error {
 	switch {
-	case isBucket && (p.Limit != 0 || p.Window != 0):
+	case p.isBucket() && (p.Limit != 0 || p.Window != 0):
 		return fmt.Errorf("%w: policy %q: limit and window belong to the window algorithms, not %s", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
-	case !isBucket && (p.Rate != floodgate.Rate{} || p.Burst != 0):
+	case !p.isBucket() && (p.Rate != floodgate.Rate{} || p.Burst != 0):
 		return fmt.Errorf("%w: policy %q: rate and burst belong to the buckets, not %s", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
 	case p.algorithm() != LeakyBucket && (p.NoDelay || p.Delay != 0):
 		return fmt.Errorf("%w: policy %q: nodelay and delay belong to the leaky bucket", floodgate.ErrInvalidConfig, p.Name)
+	}
+	return p.validateLease()
+}
+
+// validateLease checks the lease fields.
+func (p Policy) validateLease() error {
+	switch {
 	case p.Leased && p.algorithm() != TokenBucket:
 		return fmt.Errorf("%w: policy %q: leased is for token-bucket policies, not %s (a lease holds tokens)", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
 	case p.LeaseRefresh != 0 && !p.Leased:
@@ -157,6 +178,11 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: policy %q: lease_refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, p.Name, p.LeaseRefresh)
 	}
 	return nil
+}
+
+// isBucket reports whether the policy is a token or a leaky bucket.
+func (p Policy) isBucket() bool {
+	return p.algorithm() == TokenBucket || p.algorithm() == LeakyBucket
 }
 
 func (p Policy) validateName() error {
