@@ -205,21 +205,16 @@ func newDemand(r *Recorder, name string, window time.Duration, limit int64, now 
 // Name returns the policy's name.
 func (d *Demand) Name() string { return d.name }
 
-// Window returns the length of the windows demand is measured in: the
-// policy's own (a rate's period, a window's length).
-func (d *Demand) Window() time.Duration { return time.Duration(d.window) }
-
 // Observe records one decision of the policy: key asked for n units
 // (n <= 0 records nothing), and refused tells whether the policy's current
 // limit refused them (denied, or would have in dry run). It is timed by the
 // Recorder's clock, allocates nothing and never blocks for long.
 func (d *Demand) Observe(key string, n int64, refused bool) {
-	d.ObserveAt(d.rec.nanos(), key, n, refused)
+	d.observeAt(d.rec.nanos(), key, n, refused)
 }
 
-// ObserveAt is Observe at time now (Unix nanoseconds), for callers that
-// have the time at hand and for tests.
-func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
+// observeAt is Observe at time now (Unix nanoseconds).
+func (d *Demand) observeAt(now int64, key string, n int64, refused bool) {
 	if n <= 0 {
 		return
 	}
@@ -631,12 +626,6 @@ func (d *Demand) flush(now int64) {
 		b.release()
 	}
 }
-
-// MaxPolicyBytes bounds the memory of one policy's recording with the
-// default Config (4,096 slots, top 16): 192 KiB, whatever the number of
-// keys (153 KiB by construction, about 161 KiB once the allocator has
-// rounded the blocks up). [Demand.Bytes] gives the figure for any Config.
-const MaxPolicyBytes = 192 << 10
 
 // Bytes returns the memory the policy's recording holds, by construction:
 // it is allocated when the Demand is made and never grows.

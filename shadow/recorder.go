@@ -188,9 +188,6 @@ func (r *Recorder) Close() error {
 	return nil
 }
 
-// Config returns the Recorder's configuration, defaults filled in.
-func (r *Recorder) Config() Config { return r.cfg }
-
 // nanos is the time of a decision, Unix nanoseconds.
 func (r *Recorder) nanos() int64 {
 	if r.cfg.Clock != nil {
@@ -198,9 +195,6 @@ func (r *Recorder) nanos() int64 {
 	}
 	return r.coarse.Load()
 }
-
-// Now returns the Recorder's time.
-func (r *Recorder) Now() time.Time { return time.Unix(0, r.nanos()) }
 
 // Track returns the Demand of the named policy, making it when it is new:
 // windows of the given length, the policy's current limit per window (0
@@ -308,7 +302,7 @@ func (s *recordingStore) Apply(ctx context.Context, key string, alg algo.Algorit
 	d, err := s.inner.Apply(ctx, key, alg, n)
 	if err == nil && n > 0 {
 		if dm := s.rec.lookup(alg); dm != nil {
-			dm.ObserveAt(s.rec.nanos(), key, n, !d.Allowed)
+			dm.observeAt(s.rec.nanos(), key, n, !d.Allowed)
 		}
 	}
 	return d, err
@@ -323,7 +317,7 @@ func (s *recordingStore) ApplyAll(ctx context.Context, ops []store.Op, out []flo
 	for i := range ops {
 		if ops[i].N > 0 {
 			if dm := s.rec.lookup(ops[i].Alg); dm != nil {
-				dm.ObserveAt(now, ops[i].Key, ops[i].N, !out[i].Allowed)
+				dm.observeAt(now, ops[i].Key, ops[i].N, !out[i].Allowed)
 			}
 		}
 	}

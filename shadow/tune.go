@@ -207,7 +207,7 @@ func (t *Tuner) Step(ctx context.Context) (events []TuneEvent, why string) {
 	healthy := t.cfg.Health == nil || t.cfg.Health(ctx)
 	var rec Recommendation
 	if d, ok := t.rec.Demand(t.cfg.Policy); ok {
-		rec = d.ReportAt(t.rec.nanos()).Recommendation
+		rec = d.reportAt(t.rec.nanos()).Recommendation
 	} else {
 		rec.Reason = "no demand recorded yet"
 	}
