@@ -443,6 +443,8 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, ref
 	// A key takes the first free slot from its own place in the bucket,
 	// where a look-up starts.
 	home := int(h >> 16)
+	// The common case, without the lock: the key holds a slot in the
+	// current sub-window (and n is small).
 	for j := range ways {
 		i := (home + j) & (ways - 1)
 		if b.fp[i].Load() == fp {
@@ -462,6 +464,16 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, ref
 		}
 	}
 	b.acquire()
+	if !d.addLocked(b, home, fp, w32, sub, lvl, n, refused) {
+		d.claim(b, home, fp, w32, sub, lvl, n, refused)
+	}
+	b.release()
+}
+
+// addLocked adds n to the key's slot, under the bucket's lock: it ends
+// the slot's window and begins w32's when the slot holds an older one, or
+// moves it to sub-window sub. It reports false when the key holds no slot.
+func (d *Demand) addLocked(b *tbucket, home int, fp, w32, sub, lvl uint32, n uint64, refused bool) bool {
 	for j := range ways {
 		i := (home + j) & (ways - 1)
 		if b.fp[i].Load() != fp {
@@ -485,33 +497,22 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, ref
 			// key's latest window: it counts in the latest.
 			s.add(n, refused)
 		}
-		b.release()
-		return
+		return true
 	}
+	return false
+}
+
+// claim gives the key a slot of b, under the bucket's lock: a free one, or
+// one whose window is older than w32 (ended first). When there is none the
+// decision is dropped, and so are the bucket's next ones in window w32.
+func (d *Demand) claim(b *tbucket, home int, fp, w32, sub, lvl uint32, n uint64, refused bool) {
 	free := -1
-	if b.full == w32+1 {
-		b.drops++
-		b.release()
-		return
-	}
-	for j := range ways {
-		if i := (home + j) & (ways - 1); b.fp[i].Load() == 0 {
-			free = i
-			break
-		}
-	}
-	if free < 0 {
-		for j := range ways {
-			if i := (home + j) & (ways - 1); older(b.slots[i].win.Load(), w32) {
-				free = i
-				break
-			}
-		}
+	if b.full != w32+1 {
+		free = b.freeSlot(home, w32)
 	}
 	if free < 0 {
 		b.full = w32 + 1
 		b.drops++
-		b.release()
 		return
 	}
 	s := &b.slots[free]
@@ -521,7 +522,22 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, ref
 	b.fp[free].Store(fp)
 	b.starts++
 	d.begin(s, w32, sub, lvl, n, refused)
-	b.release()
+}
+
+// freeSlot returns the first slot from home that is free, else the first
+// whose window is older than w32, else -1.
+func (b *tbucket) freeSlot(home int, w32 uint32) int {
+	for j := range ways {
+		if i := (home + j) & (ways - 1); b.fp[i].Load() == 0 {
+			return i
+		}
+	}
+	for j := range ways {
+		if i := (home + j) & (ways - 1); older(b.slots[i].win.Load(), w32) {
+			return i
+		}
+	}
+	return -1
 }
 
 // subWindow returns the sub-window of an offset 0 <= x < window into it:
