@@ -34,7 +34,7 @@
 //
 // The root package holds only what every part shares: [Decision], the keyed
 // [Limiter] interface (and [Refunder], [Describer], [GroupTaker]), [Rate],
-// [Policy], [Clock], the sentinel errors, [Wait] (block until admitted,
+// [Description], [Clock], the sentinel errors, [Wait] (block until admitted,
 // failing fast before a deadline), composition ([TakeAll] over (limiter, key)
 // checks and [All] over one key: all or nothing, with the longest RetryAfter
 // of every refusing limit) and the [Observer] hook that receives every

@@ -217,9 +217,9 @@ func policyFields(checks []floodgate.Check, v admit.Verdict) (string, string) {
 	}
 	var pol, cur strings.Builder
 	for i := range checks {
-		p := floodgate.Policy{}
+		p := floodgate.Description{}
 		if ds, ok := checks[i].Limiter.(floodgate.Describer); ok {
-			p = ds.Policy()
+			p = ds.Describe()
 		}
 		name := p.Name
 		if name == "" {
