@@ -25,7 +25,7 @@ func (a *algorithm) Reserve(maxWait int64) algo.Algorithm {
 // reservation located by resetIn when it is the last of the key's queue,
 // and nothing when later reservations are scheduled beyond it.
 func (a *algorithm) Cancel(resetIn int64) algo.Algorithm {
-	return a.twin(0, algo.ClampReserveArg(resetIn))
+	return a.twin(0, min(max(resetIn, -algo.MaxReserveArg), algo.MaxReserveArg))
 }
 
 func (a *algorithm) twin(maxWait, resetIn int64) *twin {
