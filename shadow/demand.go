@@ -202,9 +202,6 @@ func newDemand(r *Recorder, name string, window time.Duration, limit int64, now 
 	return d
 }
 
-// Name returns the policy's name.
-func (d *Demand) Name() string { return d.name }
-
 // Observe records one decision of the policy: key asked for n units
 // (n <= 0 records nothing), and refused tells whether the policy's current
 // limit refused them (denied, or would have in dry run). It is timed by the
