@@ -164,21 +164,3 @@ func checkInvariants(t testing.TB, d floodgate.Decision) {
 }
 
 func dur(x int64) time.Duration { return time.Duration(x) * time.Microsecond }
-
-// nginxStatus is nginx's $limit_req_status of the limiter's verdict:
-// REJECTED when denied, DELAYED when admitted with a Delay, PASSED
-// otherwise; with dryRun (limit_req_dry_run on) DELAYED and REJECTED become
-// DELAYED_DRY_RUN and REJECTED_DRY_RUN.
-func nginxStatus(verdict floodgate.Decision, dryRun bool) string {
-	s := "PASSED"
-	switch {
-	case !verdict.Allowed:
-		s = "REJECTED"
-	case verdict.Delay > 0:
-		s = "DELAYED"
-	}
-	if dryRun && s != "PASSED" {
-		s += "_DRY_RUN"
-	}
-	return s
-}
