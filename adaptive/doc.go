@@ -58,6 +58,6 @@
 // window 600, RTT tolerance 1.5, queue size 4; AIMD: initial 20, min 20,
 // max 200, backoff 0.9, timeout 5s). A [Gate] and its tokens are safe for
 // concurrent use; a [Controller] value is used by one gate, under its
-// lock. Package [github.com/floodgate-go/floodgate/internal/simulate] runs a
-// gate against a simulated server in simulated time.
+// lock. The program examples/shedding runs a gate and priority classes
+// against a simulated server, in simulated time.
 package adaptive
