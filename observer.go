@@ -141,7 +141,3 @@ type ObserverFunc func(Event)
 
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
-
-// NopObserver discards every event. It is the default wherever an Observer is
-// optional.
-var NopObserver Observer = ObserverFunc(func(Event) {})

@@ -180,7 +180,7 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 	return l, nil
 }
 
-// liveOptions applies opts for a Live or a Set on s.
+// liveOptions applies opts for a Live on s.
 func liveOptions(s store.Store, opts []Option) (liveConfig, error) {
 	var c liveConfig
 	for i, o := range opts {
@@ -205,7 +205,7 @@ var errNoFleetSecret = fmt.Errorf("%w: policy: credentials on a store shared by 
 // credential. Transports whose descriptors hold credentials call it at
 // construction (httplimit.Policies, grpclimit.Policies); Match refuses such
 // entries with the same error.
-func (l *Live) CheckCredentials() error { return l.Set().CheckCredentials() }
+func (l *Live) CheckCredentials() error { return l.Set().checkCredentials() }
 
 // Set returns the running Set.
 func (l *Live) Set() *Set { return l.cur.Load() }

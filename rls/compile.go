@@ -336,7 +336,7 @@ func bindNode(n *node, set *policy.Set) error {
 			if l.l, ok = set.Limiter(l.policy); !ok {
 				return fmt.Errorf("%w: rls: policy %q is not running", floodgate.ErrInvalidConfig, l.policy)
 			}
-			l.q, l.w = ratehdr.Quota(l.l.Policy())
+			l.q, l.w = ratehdr.Quota(l.l.Describe())
 			if ll, ok := set.Lease(l.policy); ok {
 				l.leased = &leased{Limiter: ll, direct: l.l}
 			}

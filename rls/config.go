@@ -101,7 +101,7 @@ type RateLimit struct {
 	Replaces       []string
 	// Algorithm is one of policy's algorithm names; "" is fixed-window,
 	// the reference's.
-	Algorithm policy.Algorithm
+	Algorithm policy.Kind
 	// Burst is a token bucket's capacity (default requests_per_unit) or a
 	// leaky bucket's burst (default 0).
 	Burst int64
@@ -505,7 +505,7 @@ func (p *parser) rateLimitField(r *RateLimit, k string, v *yaml.Node) error {
 	case "algorithm":
 		var s string
 		s, err = p.str(v)
-		r.Algorithm = policy.Algorithm(s)
+		r.Algorithm = policy.Kind(s)
 	case "burst":
 		u, err = p.uint(v, 52)
 		r.Burst = int64(u)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/rls"
 )
@@ -100,7 +101,7 @@ func policyLimit(p policy.Policy) limit {
 	l := limit{Name: p.Name, Desc: strings.TrimPrefix(p.String(), p.Name+": "), DryRun: p.DryRun, Leased: p.Leased, Algorithm: string(alg), Named: true}
 	switch alg {
 	case policy.TokenBucket, policy.LeakyBucket:
-		l.PerSec = p.Rate.PerSec()
+		l.PerSec = perSecond(p.Rate)
 		l.Capacity = p.Burst
 		if alg == policy.TokenBucket && l.Capacity == 0 {
 			l.Capacity = p.Rate.N
@@ -207,4 +208,12 @@ func policyLine(text []byte, name string) int {
 		}
 	}
 	return 1
+}
+
+// perSecond is r in units per second (0 for a rate without a period).
+func perSecond(r floodgate.Rate) float64 {
+	if r.Per <= 0 {
+		return 0
+	}
+	return float64(r.N) / r.Per.Seconds()
 }

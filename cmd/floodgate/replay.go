@@ -437,7 +437,7 @@ func replay(ctx context.Context, o replayOpts, logs []string, prog *progress) (r
 
 // reports takes every policy's report at the end of the logs.
 func (rp *replayer) reports() {
-	end := rp.res.To.UnixNano() + 1
+	rp.clk.ns.Store(rp.res.To.UnixNano() + 1) // the recorder reports as of the end of the logs
 	rp.res.Reports = []shadow.Report{}
 	for i := range rp.res.Policies {
 		p := &rp.res.Policies[i]
@@ -446,7 +446,7 @@ func (rp *replayer) reports() {
 			continue
 		}
 		p.Seen = true
-		rp.res.Reports = append(rp.res.Reports, d.ReportAt(end))
+		rp.res.Reports = append(rp.res.Reports, d.Report())
 	}
 }
 

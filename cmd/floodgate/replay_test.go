@@ -43,11 +43,11 @@ func compile(t *testing.T, path string) (*policy.Set, *testClock) {
 		t.Fatal(err)
 	}
 	mem, clk := testStore(t)
-	set, err := policy.Compile(cfg, mem)
+	live, err := policy.NewLive(cfg, mem)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return set, clk
+	return live.Set(), clk
 }
 
 // testStore returns a memory store on a clock the caller sets.

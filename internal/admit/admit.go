@@ -78,7 +78,7 @@ var ErrPanic = middleware.ErrLimiterPanic
 type Limit struct {
 	Limiter floodgate.Limiter
 	// Policy is what the limiter says of itself (zero when it cannot).
-	Policy floodgate.Policy
+	Policy floodgate.Description
 }
 
 // Config is what a transport sets up once.
@@ -119,7 +119,7 @@ func New(cfg Config, limiters ...floodgate.Limiter) (*Core, error) {
 		}
 		lim := Limit{Limiter: l}
 		if d, ok := l.(floodgate.Describer); ok {
-			lim.Policy = d.Policy()
+			lim.Policy = d.Describe()
 		}
 		c.limits = append(c.limits, lim)
 	}
@@ -396,14 +396,14 @@ func (c *Core) undelayed(checks []floodgate.Check) floodgate.Decision {
 
 // policy is what check i's limiter says of itself: the core's fixed
 // limit's, or (on a dynamic core) the check's limiter's.
-func (c *Core) policy(checks []floodgate.Check, i int) floodgate.Policy {
+func (c *Core) policy(checks []floodgate.Check, i int) floodgate.Description {
 	if len(c.limits) > 0 {
 		return c.limits[i].Policy // a fixed core: checks[i] is limit i
 	}
 	if d, ok := checks[i].Limiter.(floodgate.Describer); ok {
-		return d.Policy()
+		return d.Describe()
 	}
-	return floodgate.Policy{}
+	return floodgate.Description{}
 }
 
 // refund gives back the units of an admitted request that is refused after

@@ -17,7 +17,7 @@ import (
 // fake is a limiter whose decisions a test sets; it records takes and
 // refunds and describes itself with policy.
 type fake struct {
-	policy floodgate.Policy
+	policy floodgate.Description
 	decide func(key string, n int) (floodgate.Decision, error)
 
 	mu       sync.Mutex
@@ -42,7 +42,7 @@ func (f *fake) Refund(_ context.Context, key string, n int) error {
 	return nil
 }
 
-func (f *fake) Policy() floodgate.Policy { return f.policy }
+func (f *fake) Describe() floodgate.Description { return f.policy }
 
 func (f *fake) refunds(key string) int {
 	f.mu.Lock()
@@ -55,7 +55,7 @@ func returns(d floodgate.Decision, err error) func(string, int) (floodgate.Decis
 }
 
 func named(name string, d floodgate.Decision, err error) *fake {
-	return &fake{policy: floodgate.Policy{Name: name, Capacity: 10, Undelayed: 10}, decide: returns(d, err)}
+	return &fake{policy: floodgate.Description{Name: name, Capacity: 10, Undelayed: 10}, decide: returns(d, err)}
 }
 
 // recorder is an observer that keeps its events.
@@ -337,7 +337,7 @@ func TestDelayHonouredOrRefused(t *testing.T) {
 // TestDelayRefuse: a delayed admission is refused and refunded, and an
 // undelayed one counts as remaining only what would pass without a delay.
 func TestDelayRefuse(t *testing.T) {
-	shaping := &fake{policy: floodgate.Policy{Name: "shape", Capacity: 10, Undelayed: 4}}
+	shaping := &fake{policy: floodgate.Description{Name: "shape", Capacity: 10, Undelayed: 4}}
 	c := mustCore(t, Config{DelayMode: DelayRefuse}, shaping)
 
 	shaping.decide = returns(floodgate.Decision{Allowed: true, Limit: 10, Remaining: 5, Delay: time.Second}, nil)

@@ -41,7 +41,7 @@ func adaptiveAcquirer(l *adaptive.Gate) middleware.Acquirer {
 // TestShedderWithAdaptiveLimiter: a concurrency limit of 1 from the adaptive
 // package sheds the second concurrent call over a real connection.
 func TestShedderWithAdaptiveLimiter(t *testing.T) {
-	alg, err := adaptive.NewFixed(1)
+	alg, err := adaptive.NewConstant(1)
 	require.NoError(t, err)
 	lim, err := adaptive.NewGate(alg)
 	require.NoError(t, err)

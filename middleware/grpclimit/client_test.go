@@ -420,7 +420,11 @@ func TestClientAgainstRealServer(t *testing.T) {
 // follow, which the server admits. (The client used to hold every call of
 // the connection after the shed.)
 func TestClientPushbackScopedToShedClass(t *testing.T) {
-	classes, err := priority.NewFixed(20, nil)
+	fixed, err := adaptive.NewConstant(20)
+	require.NoError(t, err)
+	gate, err := adaptive.NewGate(fixed)
+	require.NoError(t, err)
+	classes, err := priority.NewShedder(gate)
 	require.NoError(t, err)
 	ctx := testCtx(t)
 	for range 17 { // best-effort's 85% of 20, held for the whole test

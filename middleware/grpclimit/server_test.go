@@ -814,7 +814,11 @@ func TestFallbackReachesObserver(t *testing.T) {
 // Route (the shedder used to report the method alone, where the class
 // belongs), and the Acquirer claims the slot for that class.
 func TestShedderEventsCarryClass(t *testing.T) {
-	p, err := priority.NewFixed(1, nil)
+	fixed, err := adaptive.NewConstant(1)
+	require.NoError(t, err)
+	gate, err := adaptive.NewGate(fixed)
+	require.NoError(t, err)
+	p, err := priority.NewShedder(gate)
 	require.NoError(t, err)
 	var asked []string
 	var mu sync.Mutex

@@ -204,9 +204,9 @@ func (m *limiterMW) appendName(buf []byte, i int, _ floodgate.Limiter, _ int64) 
 // ("default" when it has none), and the q and w it advertises (q the
 // decision's limit when it describes no quota).
 func described(l floodgate.Limiter, limit int64) (name string, q, w int64) {
-	var p floodgate.Policy
+	var p floodgate.Description
 	if ds, ok := l.(floodgate.Describer); ok {
-		p = ds.Policy()
+		p = ds.Describe()
 	}
 	name = p.Name
 	if name == "" {

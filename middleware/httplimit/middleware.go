@@ -176,7 +176,7 @@ func (m *limiterMW) buildHeaders() error {
 // restated is the main limiter's policy p as WithPolicy restates it (rs):
 // rs's name, when set; rs's quota and window where p has none; an error
 // when they contradict p's.
-func restated(p floodgate.Policy, rs Policy) (floodgate.Policy, error) {
+func restated(p floodgate.Description, rs Policy) (floodgate.Description, error) {
 	if rs.Name != "" {
 		p.Name = rs.Name
 	}

@@ -106,8 +106,9 @@ func exportedNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	for w := range 3 {
+		now.Store(t0.Add(time.Duration(w) * time.Second).UnixNano())
 		for k := range 10 {
-			d.ObserveAt(t0.Add(time.Duration(w)*time.Second).UnixNano(), fmt.Sprint("key", k), int64(10*(k+1)), k >= 7)
+			d.Observe(fmt.Sprint("key", k), int64(10*(k+1)), k >= 7)
 		}
 	}
 	now.Store(t0.Add(3 * time.Second).UnixNano())

@@ -17,7 +17,8 @@ import (
 // the report's Key.Hash: never the key, and only for keys refused.
 func TestTopKeyRefused(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	rec, err := shadow.New(shadow.Config{Clock: floodgate.ClockFunc(func() time.Time { return t0.Add(3 * time.Second) }), MinObservation: time.Second})
+	now := t0
+	rec, err := shadow.New(shadow.Config{Clock: floodgate.ClockFunc(func() time.Time { return now }), MinObservation: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,14 +29,15 @@ func TestTopKeyRefused(t *testing.T) {
 	}
 	// key7 refused twice a window for three windows, key8 once, the rest never.
 	for w := range 3 {
-		at := t0.Add(time.Duration(w) * time.Second).UnixNano()
+		now = t0.Add(time.Duration(w) * time.Second)
 		for k := range 10 {
-			d.ObserveAt(at, fmt.Sprint("token-", k), 10, k == 7 || k == 8)
+			d.Observe(fmt.Sprint("token-", k), 10, k == 7 || k == 8)
 			if k == 7 {
-				d.ObserveAt(at, fmt.Sprint("token-", k), 10, true)
+				d.Observe(fmt.Sprint("token-", k), 10, true)
 			}
 		}
 	}
+	now = t0.Add(3 * time.Second)
 	want := map[string]float64{}
 	for _, k := range d.Report().Top {
 		switch k.Key {
