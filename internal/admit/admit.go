@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
@@ -220,7 +221,7 @@ func (c *Core) Start() int64 {
 	if c.cfg.Observer == nil {
 		return 0
 	}
-	return floodgate.Nanotime()
+	return monotime.Nanotime()
 }
 
 func (c *Core) take(ctx context.Context, checks []floodgate.Check) (d floodgate.Decision, err error) {
@@ -433,7 +434,7 @@ func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v V
 		ev.Policy = c.deciding(checks)
 	}
 	if start != 0 {
-		ev.Latency = time.Duration(floodgate.Nanotime() - start)
+		ev.Latency = time.Duration(monotime.Nanotime() - start)
 	}
 	o.Observe(ev)
 }

@@ -12,7 +12,8 @@
 //
 // The store owns time: each Apply reads the clock once, under the key's
 // lock, and hands the algorithm Unix microseconds. The default clock is
-// [floodgate.Nanotime] (monotonic, never backwards); [WithClock] injects
+// the monotonic system clock ([floodgate.SystemClock]'s readings, never
+// backwards); [WithClock] injects
 // another one for tests. [WithCoarseClock] opts in to a cached time,
 // refreshed every resolution (say 1ms) by one goroutine shared by the
 // process: one atomic load instead of a clock read, about a third of a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/coarse"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -120,7 +121,7 @@ func New(opts ...Option) (*Store, error) {
 func (s *Store) now() int64 { return timeSource{s.clock, s.coarse}.micros() }
 
 // timeSource is where a store reads time: the coarse clock when set, else
-// clock, else [floodgate.Nanotime].
+// clock, else monotime.Nanotime.
 type timeSource struct {
 	clock  floodgate.Clock
 	coarse *coarse.Clock
@@ -134,7 +135,7 @@ func (ts timeSource) micros() int64 {
 	if ts.clock != nil {
 		return ts.clock.Now().UnixMicro()
 	}
-	return floodgate.Nanotime() / 1000
+	return monotime.Nanotime() / 1000
 }
 
 // ids returns the table id and the check hash of (key, ns), and the index

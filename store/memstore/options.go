@@ -81,7 +81,7 @@ func WithSweepInterval(d time.Duration) Option {
 }
 
 // WithClock makes the store read time from clock instead of
-// [floodgate.Nanotime] (for tests). The clock is read once per Apply, under
+// the monotonic system clock (for tests). The clock is read once per Apply, under
 // the key's lock, and converted to Unix microseconds.
 func WithClock(clock floodgate.Clock) Option {
 	return Option{func(c *config) error {
@@ -102,7 +102,7 @@ const (
 // WithCoarseClock makes the store read a cached time, refreshed every
 // resolution (100µs..100ms; 1ms is the usual choice) by one background
 // goroutine shared by every store of the process with that resolution,
-// instead of reading [floodgate.Nanotime] on every call. A decision then
+// instead of reading the system clock on every call. A decision then
 // costs an atomic load instead of a clock read: about a third of a
 // decision on one hot key on a KVM guest (BenchmarkKeyed/hot in the
 // benchmarks module: 86 against 127 ns of CPU a decision).

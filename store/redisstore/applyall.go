@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -54,7 +55,7 @@ import (
 func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
 	var start int64
 	if s.observer != nil {
-		start = floodgate.Nanotime()
+		start = monotime.Nanotime()
 	}
 	if len(out) < len(ops) {
 		return false, fmt.Errorf("%w: redisstore: ApplyAll with %d ops and %d decisions", floodgate.ErrInvalidConfig, len(ops), len(out))

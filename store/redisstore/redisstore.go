@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/micros"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -328,7 +329,7 @@ func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	var start int64
 	if s.observer != nil {
-		start = floodgate.Nanotime()
+		start = monotime.Nanotime()
 	}
 	p, err := s.prepare(alg)
 	if err != nil {
@@ -507,6 +508,6 @@ func (s *Store) report(outcome floodgate.Outcome, d floodgate.Decision, cause er
 		Outcome:  outcome,
 		Decision: d,
 		Err:      cause,
-		Latency:  time.Duration(floodgate.Nanotime() - start),
+		Latency:  time.Duration(monotime.Nanotime() - start),
 	})
 }
