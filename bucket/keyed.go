@@ -141,7 +141,9 @@ const usPerSecond = int64(time.Second / time.Microsecond)
 func (g *gcra) Spec() algo.Spec { return g.spec }
 
 // Layout implements [algo.Layout].
-func (g *gcra) Layout() (namespace uint64, words, maxLog int) { return g.memNS, 1, 0 }
+func (g *gcra) Layout() (namespace uint64, words, maxLog int, grain int64) {
+	return g.memNS, 1, 0, g.t
+}
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepWord on W[0].

@@ -34,6 +34,7 @@ type Algorithm struct {
 	// stores read the limit's versions (vs) through.
 	memNS uint64
 	vs    *algo.Versions
+	grain int64 // algo.Grain(spec)
 }
 
 // reservation is the argument of a reserving twin's step: nil for the
@@ -56,8 +57,8 @@ func (a *Algorithm) Spec() algo.Spec { return a.spec }
 
 // Layout implements [algo.Layout]: Spec's namespace, words and log bound,
 // without copying the whole Spec.
-func (a *Algorithm) Layout() (namespace uint64, words, maxLog int) {
-	return a.memNS, a.spec.Words, a.spec.MaxLog
+func (a *Algorithm) Layout() (namespace uint64, words, maxLog int, grain int64) {
+	return a.memNS, a.spec.Words, a.spec.MaxLog, a.grain
 }
 
 // Step implements [algo.Algorithm]: a request of cost n at now (Unix µs).
