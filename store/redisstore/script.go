@@ -224,7 +224,10 @@ local function load(v, q, now)
   local ps, s
   if v and q[3] == 0 then
     local n = q[2]
-    if n == 2 then
+    if n == 1 then
+      local a, r = string.match(v, wpat[1])
+      if r then s, ps = {tonumber(a)}, r end
+    elseif n == 2 then
       local a, b, r = string.match(v, wpat[2])
       if r then s, ps = {tonumber(a), tonumber(b)}, r end
     else
@@ -271,7 +274,9 @@ local function save(key, s, words, maxlog, now, injected, pstr, old, ow)
     return
   end
   local v
-  if maxlog == 0 then
+  if words == 1 and maxlog == 0 then
+    v = string.format('%d|%s', w, pstr)
+  elseif maxlog == 0 then
     v = string.format(wfmt[words], unpack(s, 1, words)) .. pstr
   else
     v = encode(s, words, maxlog) .. '|' .. pstr
