@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/redis/rueidis"
+
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
@@ -108,6 +110,7 @@ type group struct {
 	args   []string // ARGV; args[1] is the mode
 	opsAt  int      // index in args of the first op's fields (key, policy, cost)
 	script *script
+	twins  []uint16 // the script's twins, sorted
 }
 
 // op returns the index in the call of the group's j-th op.
@@ -195,6 +198,7 @@ func (s *Store) buildGroup(ops []store.Op, ps []*policy, idx []int) (group, erro
 	}
 	slices.Sort(ids)
 	g.script = scriptFor(kindGroup, ids)
+	g.twins = slices.Clone(ids)
 	g.keys = make([]string, len(entries))
 	for e, en := range entries {
 		g.keys[e] = s.redisKey(en.key, en.p.nsHex)
@@ -245,6 +249,9 @@ func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, c
 		mode := modeEvaluate
 		if commit {
 			mode = modeCommit
+		}
+		if s.coalesce > 0 && !s.cluster {
+			return s.groupCoalescerFor(&gs[0]).do(ctx, &gs[0], mode, out)
 		}
 		return s.exec(ctx, &gs[0], mode, out)
 	}
@@ -343,6 +350,11 @@ func (s *Store) exec(ctx context.Context, g *group, mode string, out []floodgate
 	if err != nil {
 		return false, err
 	}
+	return decodeGroup(arr, g, out)
+}
+
+// decodeGroup reads the reply of g's script (rungroup's) into out.
+func decodeGroup(arr []rueidis.RedisMessage, g *group, out []floodgate.Decision) (bool, error) {
 	if len(arr) != 1+6*g.n {
 		return false, errReply
 	}
