@@ -66,7 +66,13 @@ func (b *groupCoalescer) do(ctx context.Context, g *group, mode string, out []fl
 		b.release()
 		return all, err
 	}
-	c := &groupCall{g: g, mode: mode, out: make([]floodgate.Decision, len(out)), done: make(chan struct{}, 1)}
+	c := groupCallPool.Get().(*groupCall)
+	c.g, c.mode, c.all, c.err = g, mode, false, nil
+	if cap(c.out) < len(out) {
+		c.out = make([]floodgate.Decision, len(out))
+	}
+	c.out = c.out[:len(out)]
+	c.state.Store(callWaiting)
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 
@@ -84,11 +90,14 @@ func (b *groupCoalescer) do(ctx context.Context, g *group, mode string, out []fl
 		if q == c {
 			b.queue = append(b.queue[:i], b.queue[i+1:]...)
 			b.mu.Unlock()
+			c.g = nil
+			groupCallPool.Put(c)
 			return false, cctx.Err()
 		}
 	}
 	b.mu.Unlock()
-	// A batch took it: abandon it unless its result is already here.
+	// A batch took it: abandon it unless its result is already here (an
+	// abandoned call is left to the garbage collector).
 	if c.state.CompareAndSwap(callWaiting, callAbandoned) {
 		return false, cctx.Err()
 	}
@@ -96,15 +105,19 @@ func (b *groupCoalescer) do(ctx context.Context, g *group, mode string, out []fl
 	return c.finish(out)
 }
 
-// finish copies c's decisions to the caller's out.
+var groupCallPool = sync.Pool{New: func() any { return &groupCall{done: make(chan struct{}, 1)} }}
+
+// finish copies c's decisions to the caller's out and recycles c.
 func (c *groupCall) finish(out []floodgate.Decision) (bool, error) {
-	if c.err != nil {
-		return false, c.err
+	all, err := c.all, c.err
+	if err == nil {
+		for j := range c.g.n {
+			out[c.g.op(j)] = c.out[c.g.op(j)]
+		}
 	}
-	for j := range c.g.n {
-		out[c.g.op(j)] = c.out[c.g.op(j)]
-	}
-	return c.all, nil
+	c.g, c.err = nil, nil
+	groupCallPool.Put(c)
+	return all, err
 }
 
 // release ends a script call; a worker takes over the queue if needed.
