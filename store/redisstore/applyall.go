@@ -246,14 +246,7 @@ func (g *group) peek() group {
 // for several.
 func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, commit bool) (bool, error) {
 	if len(gs) == 1 {
-		mode := modeEvaluate
-		if commit {
-			mode = modeCommit
-		}
-		if s.coalesce > 0 && !s.cluster {
-			return s.groupCoalescerFor(&gs[0]).do(ctx, &gs[0], mode, out)
-		}
-		return s.exec(ctx, &gs[0], mode, out)
+		return s.runOne(ctx, &gs[0], out, commit)
 	}
 	res := make([]result, len(gs))
 	eval := modeEvaluate
@@ -316,6 +309,19 @@ func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, c
 		}
 	}
 	return false, errors.Join(errs...)
+}
+
+// runOne decides a call of one group: one script, coalesced with other
+// calls of the same script where the store coalesces.
+func (s *Store) runOne(ctx context.Context, g *group, out []floodgate.Decision, commit bool) (bool, error) {
+	mode := modeEvaluate
+	if commit {
+		mode = modeCommit
+	}
+	if s.coalesce > 0 && !s.cluster {
+		return s.groupCoalescerFor(g).do(ctx, g, mode, out)
+	}
+	return s.exec(ctx, g, mode, out)
 }
 
 // result is what one group's script reported.
