@@ -24,10 +24,7 @@ import (
 type groupCoalescer struct {
 	s      *Store
 	script *script // scriptGroupsBody on the same twins
-
-	mu     sync.Mutex
-	queue  []*groupCall
-	flying int
+	q      inflight[*groupCall]
 
 	batches, batched atomic.Int64 // batch scripts run, groups they carried (tests)
 }
@@ -50,7 +47,9 @@ func (s *Store) groupCoalescerFor(g *group) *groupCoalescer {
 	if c, ok := s.groupCos.Load(g.script); ok {
 		return c.(*groupCoalescer)
 	}
-	c, _ := s.groupCos.LoadOrStore(g.script, &groupCoalescer{s: s, script: scriptFor(kindGroups, g.twins)})
+	b := &groupCoalescer{s: s, script: scriptFor(kindGroups, g.twins)}
+	b.q = inflight[*groupCall]{max: s.coalesce, limit: maxGroupBatch, run: b.runBatch}
+	c, _ := s.groupCos.LoadOrStore(g.script, b)
 	return c.(*groupCoalescer)
 }
 
@@ -58,23 +57,21 @@ func (s *Store) groupCoalescerFor(g *group) *groupCoalescer {
 // fewer than the bound of script calls are in flight, else through the
 // queue.
 func (b *groupCoalescer) do(ctx context.Context, g *group, mode string, out []floodgate.Decision) (bool, error) {
-	b.mu.Lock()
-	if b.flying < b.s.coalesce {
-		b.flying++
-		b.mu.Unlock()
+	c, direct := b.q.enter(func() *groupCall {
+		c := groupCallPool.Get().(*groupCall)
+		c.g, c.mode, c.all, c.err = g, mode, false, nil
+		if cap(c.out) < len(out) {
+			c.out = make([]floodgate.Decision, len(out))
+		}
+		c.out = c.out[:len(out)]
+		c.state.Store(callWaiting)
+		return c
+	})
+	if direct {
 		all, err := b.s.exec(ctx, g, mode, out)
-		b.release()
+		b.q.release()
 		return all, err
 	}
-	c := groupCallPool.Get().(*groupCall)
-	c.g, c.mode, c.all, c.err = g, mode, false, nil
-	if cap(c.out) < len(out) {
-		c.out = make([]floodgate.Decision, len(out))
-	}
-	c.out = c.out[:len(out)]
-	c.state.Store(callWaiting)
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
 
 	cctx, cancel := b.s.callContext(ctx)
 	if cancel != nil {
@@ -85,17 +82,11 @@ func (b *groupCoalescer) do(ctx context.Context, g *group, mode string, out []fl
 		return c.finish(out)
 	case <-cctx.Done():
 	}
-	b.mu.Lock()
-	for i, q := range b.queue {
-		if q == c {
-			b.queue = append(b.queue[:i], b.queue[i+1:]...)
-			b.mu.Unlock()
-			c.g = nil
-			groupCallPool.Put(c)
-			return false, cctx.Err()
-		}
+	if b.q.leave(c) {
+		c.g = nil
+		groupCallPool.Put(c)
+		return false, cctx.Err()
 	}
-	b.mu.Unlock()
 	// A batch took it: abandon it unless its result is already here (an
 	// abandoned call is left to the garbage collector).
 	if c.state.CompareAndSwap(callWaiting, callAbandoned) {
@@ -118,40 +109,6 @@ func (c *groupCall) finish(out []floodgate.Decision) (bool, error) {
 	c.g, c.err = nil, nil
 	groupCallPool.Put(c)
 	return all, err
-}
-
-// release ends a script call; a worker takes over the queue if needed.
-func (b *groupCoalescer) release() {
-	b.mu.Lock()
-	if len(b.queue) > 0 {
-		b.mu.Unlock()
-		go b.drain()
-		return
-	}
-	b.flying--
-	b.mu.Unlock()
-}
-
-// drain runs batches until the queue is empty. It owns one of the in-flight
-// slots.
-func (b *groupCoalescer) drain() {
-	for {
-		b.mu.Lock()
-		if len(b.queue) == 0 {
-			b.flying--
-			b.mu.Unlock()
-			return
-		}
-		batch := b.queue
-		if len(batch) > maxGroupBatch {
-			batch = batch[:maxGroupBatch]
-			b.queue = append([]*groupCall(nil), b.queue[maxGroupBatch:]...)
-		} else {
-			b.queue = nil
-		}
-		b.mu.Unlock()
-		b.runBatch(batch)
-	}
 }
 
 // maxGroupBatch bounds the groups of one batch script.

@@ -73,13 +73,17 @@ func main() {
 
 func runBenchmarks(pattern, benchtime string, count int, raw string) []byte {
 	// The test binary is built once and run once per round.
-	bin := filepath.Join(os.TempDir(), "floodgate-bench.test")
+	dir, err := os.MkdirTemp("", "floodgate-bench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "floodgate-bench.test")
 	build := exec.Command("go", "test", "-c", "-o", bin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		log.Fatalf("go test -c: %v", err)
 	}
-	defer os.Remove(bin)
 	var buf bytes.Buffer
 	for round := 1; round <= count; round++ {
 		args := []string{"-test.run", "^$", "-test.bench", pattern, "-test.benchmem",
