@@ -9,17 +9,21 @@
 //
 // # Which package for which job
 //
-//	job                                        package
-//	throttle your own outgoing calls           bucket.NewLimiter (keyless, lock-free; x/time/rate's API)
-//	a budget per client, route or token        bucket.NewKeyed, leaky.NewKeyed, window.* on a store
-//	the embedded default store                 store/memstore (sharded, bounded, idle keys evicted)
-//	one global rate across a fleet             store/redisstore (rueidis, Lua, Redis Cluster)
-//	protect net/http handlers, call out        middleware/httplimit (Middleware, Transport)
-//	protect gRPC servers, throttle clients     middleware/grpclimit (interceptors)
-//	limits that follow the origin's latency    adaptive (Vegas, Gradient2, AIMD, Fixed)
-//	shed the least important work first        priority (critical / standard / best-effort)
+//	job                                          package
+//	throttle your own outgoing calls             bucket.NewLimiter (keyless, lock-free; x/time/rate's API)
+//	a budget per client, route or token          bucket.NewKeyed, leaky.NewKeyed, window.New* on a store
+//	the embedded default store                   store/memstore (sharded, bounded, idle keys evicted)
+//	one global rate across a fleet               store/redisstore (rueidis, Lua, Redis Cluster)
+//	a global rate at local speed                 lease (tokens leased in batches from the global bucket)
+//	protect net/http handlers, call out          middleware/httplimit (Middleware, Transport)
+//	protect gRPC servers, throttle clients       middleware/grpclimit (interceptors)
+//	Envoy's global rate limiting                 rls (its own module; cmd floodgate-rls)
+//	limits that follow the origin's latency      adaptive (Vegas, Gradient2, AIMD, constant)
+//	shed the least important work first          priority (critical / standard / best-effort)
 //	limits as data: plans, config files, reload  policy (with httplimit.Policies, grpclimit.Policies)
-//	metrics and logs of every decision         observer/promobserver, observer/slogobserver
+//	measure demand, recommend and tune a limit   shadow (shadow/shadowprom: its Prometheus gauges)
+//	metrics and logs of every decision           observer/promobserver, observer/slogobserver
+//	check, diff, replay and report configs       cmd/floodgate (its own module)
 //
 // # Algorithms
 //
@@ -34,7 +38,7 @@
 //
 // The root package holds only what every part shares: [Decision], the keyed
 // [Limiter] interface (and [Refunder], [Describer], [GroupTaker]), [Rate],
-// [Policy], [Clock], the sentinel errors, [Wait] (block until admitted,
+// [Description], [Clock], the sentinel errors, [Wait] (block until admitted,
 // failing fast before a deadline), composition ([TakeAll] over (limiter, key)
 // checks and [All] over one key: all or nothing, with the longest RetryAfter
 // of every refusing limit) and the [Observer] hook that receives every
@@ -52,16 +56,24 @@
 //
 // # Where things go
 //
-//	floodgate (this package)      the shared vocabulary; imports nothing of the module
-//	bucket, leaky, window         algorithms: a Config, a pure Go step, its Lua twin
-//	store                         the Store contract and the one keyed Limiter type
-//	store/algo                    the contract between algorithms and stores (for implementers)
-//	store/memstore, redisstore    stores; store/storetest is the suite every store passes
-//	adaptive, priority            concurrency limits and shedding
-//	middleware/httplimit, grpclimit  transports: map requests to checks, translate verdicts
-//	policy                        named policies, plans, descriptor rules, config files, live changes
-//	internal/admit                the admission core of httplimit and grpclimit (rls decides in its own code)
-//	observer/...                  adapters of the Observer hook (Prometheus, slog)
+//	floodgate (this package)          the shared vocabulary; imports nothing of the module
+//	bucket, leaky, window             algorithms: a Config, a pure Go step, its Lua twin
+//	store                             the Store contract and the one keyed Limiter type
+//	store/algo                        the contract between algorithms and stores (for implementers)
+//	store/memstore, redisstore        stores; store/storetest is the suite every store passes
+//	lease                             global limits decided locally on leased tokens (over a store)
+//	adaptive, priority                concurrency limits and shedding
+//	middleware                        what the transports share: fail and delay modes, Acquirer, Waiter, Matcher
+//	middleware/httplimit, grpclimit   transports: map requests to checks, translate verdicts
+//	policy                            named policies, plans, descriptor rules, config files, live changes
+//	shadow, shadow/shadowprom         the demand recorder, its recommendation and tuner, its metrics
+//	observer/...                      adapters of the Observer hook (Prometheus, slog)
+//	internal/admit                    the admission core of httplimit and grpclimit (rls decides in its own code)
+//	internal/...                      what no user imports (header formats, test harnesses, ...)
+//	rls (module of its own)           the Envoy rate limit service and its command, floodgate-rls
+//	cmd/floodgate (module of its own) the operator's command
+//	benchmarks (module of its own)    floodgate side by side with its peers
+//	examples/...                      runnable programs, one idea each
 //
 // A new algorithm is a package with a Config whose Algorithm method returns
 // an algo.Algorithm (Go step and Lua twin) and one storetest.RunAlgorithm

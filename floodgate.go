@@ -61,9 +61,9 @@ type Limiter interface {
 	Take(ctx context.Context, key string, n int) (Decision, error)
 }
 
-// Policy describes a limit the way a transport advertises it (the
+// Description describes a limit the way a transport advertises it (the
 // RateLimit-Policy field, Envoy's current_limit).
-type Policy struct {
+type Description struct {
 	// Name is the limit's name, "" when it has none.
 	Name string
 	// Quota is how many units the limit grants per Window: a rate's N per
@@ -79,10 +79,10 @@ type Policy struct {
 	Undelayed int64
 }
 
-// Describer is implemented by limiters that can describe their policy, so
+// Describer is implemented by limiters that can describe their limit, so
 // that transports derive what they advertise from the limiter itself.
 type Describer interface {
-	Policy() Policy
+	Describe() Description
 }
 
 // Refunder is implemented by limiters that can give back units taken earlier,

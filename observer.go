@@ -63,9 +63,11 @@ type Source uint8
 
 // The sources. Their String forms are stable and meant as metric labels.
 const (
-	// SourceRequest: the one event of a request's admission, reported by
-	// the transport (middleware, interceptor, Envoy service) or the
-	// concurrency limiter that decided it. Count requests on these.
+	// SourceRequest: a request's admission, reported by the transport
+	// (middleware, interceptor, Envoy service) or the concurrency limiter
+	// that decided it; the HTTP and gRPC middlewares report one event per
+	// (request, limit), so count a limit's requests on these, summed by
+	// policy.
 	SourceRequest Source = iota + 1
 	// SourceStore: a store's own outcome (a fallback decision, an error),
 	// reported by the store in addition to the request's event. Never
@@ -139,7 +141,3 @@ type ObserverFunc func(Event)
 
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
-
-// NopObserver discards every event. It is the default wherever an Observer is
-// optional.
-var NopObserver Observer = ObserverFunc(func(Event) {})

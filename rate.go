@@ -2,7 +2,6 @@ package floodgate
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -36,14 +35,6 @@ func (r Rate) Validate() error {
 		return fmt.Errorf("%w: rate needs Per > 0, got %v", ErrInvalidConfig, r.Per)
 	}
 	return nil
-}
-
-// PerSec returns the rate in units per second, as a float.
-func (r Rate) PerSec() float64 {
-	if r.Per <= 0 {
-		return math.NaN()
-	}
-	return float64(r.N) / r.Per.Seconds()
 }
 
 // String formats the rate as "100/1m0s".

@@ -2,6 +2,7 @@ package floodgate_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"log"
 	"math"
 	"net/http"
@@ -17,13 +18,17 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
+	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/priority"
 	"github.com/floodgate-go/floodgate/shadow"
+	"github.com/floodgate-go/floodgate/shadow/shadowprom"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -121,7 +126,7 @@ func readmeMiddleware(perClient floodgate.Limiter, apiHandler http.Handler) erro
 	return nil
 }
 
-func readmePolicies(ctx context.Context, s store.Store, secret []byte, audit func(policy.Change), metrics floodgate.Observer, mux http.Handler) error {
+func readmePolicies(ctx context.Context, s store.Store, secret []byte, audit func(policy.Change), metrics floodgate.Observer, mux http.Handler, serviceOf func(*http.Request) string) error {
 	cfg, err := policy.LoadFile("limits.yaml")
 	if err != nil {
 		return err // file:line: what is wrong
@@ -137,7 +142,8 @@ func readmePolicies(ctx context.Context, s store.Store, secret []byte, audit fun
 	limit, err := httplimit.Policies(live,
 		httplimit.WithDescriptor(httplimit.HeaderEntry("X-API-Key", "api_key")),
 		httplimit.WithDescriptor(origin), // the origin's own budget, every caller
-		httplimit.WithDescriptor(origin, httplimit.HeaderEntry("X-Service-Token", "service")),
+		// Per service: the name its verified token maps to, never the token.
+		httplimit.WithDescriptor(origin, httplimit.ValueEntry("service", false, serviceOf)),
 		httplimit.WithDescriptor(httplimit.ClientIPEntry("remote_address")),
 	)
 	if err != nil {
@@ -202,7 +208,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	shed, err := httplimit.Shed(httplimit.AcquirerFunc(lim.Slot)) // 503 + Retry-After when over the limit
+	shed, err := httplimit.Shed(middleware.AcquirerFunc(lim.Slot)) // 503 + Retry-After when over the limit
 	if err != nil {
 		return err
 	}
@@ -213,7 +219,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	if err != nil {
 		return err
 	}
-	shedBatch, err := httplimit.Shed(httplimit.AcquirerFunc(adaptive.SlotFunc(
+	shedBatch, err := httplimit.Shed(middleware.AcquirerFunc(adaptive.SlotFunc(
 		func(ctx context.Context) (*adaptive.Token, error) {
 			return classes.Acquire(ctx, priority.BestEffort)
 		})))
@@ -222,6 +228,120 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	}
 	http.Handle("/batch/", shedBatch(batchHandler))
 	return nil
+}
+
+func readmeMetrics(s *memstore.Store, rec *shadow.Recorder) (*promobserver.Observer, *prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	// floodgate_decisions_total, floodgate_decision_duration_seconds,
+	// floodgate_config_reloads_total, floodgate_config_last_reload_successful:
+	// hand obs to your middleware (WithObserver) and to your policy set.
+	obs, err := promobserver.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	// floodgate_memstore_keys, _max_keys, _evictions_total{store="local"}.
+	if err := promobserver.RegisterMemStore(reg, "local", s); err != nil {
+		return nil, nil, err
+	}
+	// floodgate_shadow_*: demand, limit, recommendation, heavy callers refused.
+	if err := shadowprom.Register(reg, rec); err != nil {
+		return nil, nil, err
+	}
+	return obs, reg, nil
+}
+
+// TestReadmeMetricsRuns: the metrics snippet registers every collector.
+func TestReadmeMetricsRuns(t *testing.T) {
+	s, err := memstore.New()
+	require.NoError(t, err)
+	defer s.Close()
+	rec, err := shadow.New(shadow.Config{})
+	require.NoError(t, err)
+	defer rec.Close()
+	obs, reg, err := readmeMetrics(s, rec)
+	require.NoError(t, err)
+	obs.Observe(floodgate.Event{Policy: "api", Outcome: floodgate.OutcomeAllowed})
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	assert.Contains(t, names, "floodgate_decisions_total")
+	assert.Contains(t, names, "floodgate_memstore_max_keys")
+}
+
+// serviceKey is the context key of the verified service's name.
+type serviceKey struct{}
+
+func readmeServiceTokens(s store.Store, tokens map[[sha256.Size]byte]string, mux *http.ServeMux, internalAPI http.Handler) error {
+	// tokens: the SHA-256 digest of each accepted token -> its service's name,
+	// from your secret store. The process keeps no token.
+	authenticate := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			service, ok := tokens[sha256.Sum256([]byte(token))]
+			if token == "" || !ok {
+				http.Error(w, "unknown service token", http.StatusUnauthorized)
+				return
+			}
+			r.Header.Del("Authorization") // the token goes no further
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceKey{}, service)))
+		})
+	}
+	serviceName := func(r *http.Request) string {
+		name, _ := r.Context().Value(serviceKey{}).(string) // "billing", never a token
+		return name
+	}
+	perService, err := bucket.NewKeyed(s, bucket.Config{Name: "per-service", Rate: floodgate.PerMinute(600), Burst: 50})
+	if err != nil {
+		return err
+	}
+	limit, err := httplimit.Middleware(perService, httplimit.WithKeyFunc(serviceName), httplimit.WithKeyPrefix("service"))
+	if err != nil {
+		return err
+	}
+	mux.Handle("/internal/", authenticate(limit(internalAPI)))
+	return nil
+}
+
+// TestReadmeServiceTokensRuns: through a real server, the two tokens of
+// one service spend one budget; an unknown token is refused.
+func TestReadmeServiceTokensRuns(t *testing.T) {
+	s, err := memstore.New()
+	require.NoError(t, err)
+	defer s.Close()
+	tokens := map[[sha256.Size]byte]string{
+		sha256.Sum256([]byte("svc_old_4KZ2XQ7ME6PLA3WJ")): "billing",
+		sha256.Sum256([]byte("svc_new_H5TNYC2RVB8DQ6SF")): "billing",
+	}
+	mux := http.NewServeMux()
+	require.NoError(t, readmeServiceTokens(s, tokens, mux, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.Empty(t, r.Header.Get("Authorization"), "the token reached the application")
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	codes := map[int]int{}
+	start := time.Now()
+	for i := range 120 {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/internal/x", nil)
+		req.Header.Set("Authorization", "Bearer "+[]string{"svc_old_4KZ2XQ7ME6PLA3WJ", "svc_new_H5TNYC2RVB8DQ6SF"}[i%2])
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	// One budget: the burst of 50 and what 10/s refilled meanwhile (keyed
+	// by token, each token would have had 50 of its 60).
+	bound := 50 + int(10*time.Since(start).Seconds()) + 1
+	assert.GreaterOrEqual(t, codes[http.StatusOK], 50, "%v", codes)
+	assert.LessOrEqual(t, codes[http.StatusOK], bound, "two tokens of billing, one budget: %v", codes)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/internal/x", nil)
+	req.Header.Set("Authorization", "Bearer billing")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 }
 
 func TestReadmeSnippets(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// AIMDConfig configures [AIMD], a loss-based limit: additive increase while
+// AIMDConfig configures [NewAIMD], a loss-based limit: additive increase while
 // requests succeed, multiplicative decrease on a drop. The zero value means
 // the reference defaults.
 type AIMDConfig struct {
@@ -34,9 +34,9 @@ func (c AIMDConfig) withDefaults() AIMDConfig {
 	return c
 }
 
-// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
 // configuration (with defaults applied) cannot work.
-func (c AIMDConfig) Validate() error {
+func (c AIMDConfig) validate() error {
 	c = c.withDefaults()
 	if err := checkLimits("AIMD", c.InitialLimit, c.MinLimit, c.MaxLimit); err != nil {
 		return err
@@ -50,7 +50,16 @@ func (c AIMDConfig) Validate() error {
 	return nil
 }
 
-// AIMD is the additive-increase / multiplicative-decrease [Algorithm] of the
+// aimd is the controller NewAIMD returns.
+type aimd struct {
+	cfg   AIMDConfig
+	limit int
+}
+
+// NewAIMD returns an AIMD controller, or an error wrapping
+// [floodgate.ErrInvalidConfig].
+//
+// AIMD is the additive-increase / multiplicative-decrease [Controller] of the
 // reference AIMDLimit. Per window:
 //
 //   - a drop, or a mean RTT above Timeout: limit = max(MinLimit,
@@ -58,26 +67,19 @@ func (c AIMDConfig) Validate() error {
 //   - otherwise, when the window used at least half the limit
 //     (2*InFlight >= limit): limit = min(MaxLimit, limit+1);
 //   - otherwise (the application did not need the limit) it stays.
-type AIMD struct {
-	cfg   AIMDConfig
-	limit int
-}
-
-// NewAIMD returns an AIMD algorithm, or an error wrapping
-// [floodgate.ErrInvalidConfig].
-func NewAIMD(cfg AIMDConfig) (*AIMD, error) {
-	if err := cfg.Validate(); err != nil {
+func NewAIMD(cfg AIMDConfig) (Controller, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &AIMD{cfg: cfg, limit: cfg.InitialLimit}, nil
+	return &aimd{cfg: cfg, limit: cfg.InitialLimit}, nil
 }
 
 // InitialLimit returns the configured initial limit.
-func (a *AIMD) InitialLimit() int { return a.cfg.InitialLimit }
+func (a *aimd) InitialLimit() int { return a.cfg.InitialLimit }
 
 // Update applies one window.
-func (a *AIMD) Update(s Sample) int {
+func (a *aimd) Update(s Sample) int {
 	switch {
 	case s.Dropped > 0 || s.RTT > a.cfg.Timeout:
 		a.limit = max(a.cfg.MinLimit, min(a.limit-1, int(float64(a.limit)*a.cfg.Backoff)))

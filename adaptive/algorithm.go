@@ -9,7 +9,7 @@ import (
 )
 
 // Sample summarises one window of finished requests. The [Gate] builds it
-// and hands it to its [Algorithm]; tests can build samples by hand.
+// and hands it to its [Controller]; tests can build samples by hand.
 type Sample struct {
 	// RTT is the mean round-trip time of the window's measured requests: those
 	// that ended with Success (Dropped requests are counted, not timed: an
@@ -28,35 +28,38 @@ type Sample struct {
 	Count int
 }
 
-// Algorithm is a limit algorithm: it turns window samples into a new
+// Controller is a limit algorithm: it turns window samples into a new
 // concurrency limit and does nothing else. The [Gate] calls it with its
-// lock held, so an Algorithm needs no synchronisation of its own; it keeps
-// state, so each Gate needs its own Algorithm value.
-type Algorithm interface {
+// lock held, so a Controller needs no synchronisation of its own; it keeps
+// state, so each Gate needs its own Controller value. [NewVegas],
+// [NewGradient2], [NewAIMD] and [NewConstant] return the package's
+// controllers; implement it for another algorithm.
+type Controller interface {
 	// InitialLimit is the limit before the first sample; it is >= 1.
 	InitialLimit() int
 	// Update consumes one window and returns the new limit (>= 1).
 	Update(s Sample) int
 }
 
-// Fixed is the [Algorithm] whose limit never changes. It turns a [Gate]
-// into a plain concurrency semaphore with tokens, observer and leak
-// detection, and gives package priority a fixed capacity.
-type Fixed struct{ n int }
+// constant is the controller NewConstant returns.
+type constant struct{ n int }
 
-// NewFixed returns a fixed limit of n concurrent requests (n >= 1).
-func NewFixed(n int) (*Fixed, error) {
+// NewConstant returns the [Controller] whose limit never changes: n
+// concurrent requests (n >= 1). It turns a [Gate] into a plain concurrency
+// semaphore with tokens, observer and leak detection, and gives package
+// priority a fixed capacity.
+func NewConstant(n int) (Controller, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%w: adaptive: fixed limit must be >= 1, got %d", floodgate.ErrInvalidConfig, n)
 	}
-	return &Fixed{n: n}, nil
+	return &constant{n: n}, nil
 }
 
 // InitialLimit returns the fixed limit.
-func (f *Fixed) InitialLimit() int { return f.n }
+func (f *constant) InitialLimit() int { return f.n }
 
 // Update ignores the sample and returns the fixed limit.
-func (f *Fixed) Update(Sample) int { return f.n }
+func (f *constant) Update(Sample) int { return f.n }
 
 // log10Root is the step function of the reference Vegas: max(1, floor(log10(x)))
 // below 1000 and floor(sqrt(x)) from 1000 on.

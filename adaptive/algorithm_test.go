@@ -21,7 +21,7 @@ type step struct {
 }
 
 func TestAIMDTable(t *testing.T) {
-	a, err := NewAIMD(AIMDConfig{})
+	a, err := asAIMD(NewAIMD(AIMDConfig{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestAIMDTable(t *testing.T) {
 		{s: Sample{RTT: 10 * ms, InFlight: 11, Count: 10}, limit: 22},             // 2*11 >= 21: +1
 		{s: Sample{RTT: 10 * ms, InFlight: 22, Dropped: 1, Count: 10}, limit: 20}, // floor(22*0.9)=19 -> min 20
 	})
-	b, _ := NewAIMD(AIMDConfig{InitialLimit: 100, MinLimit: 1, Backoff: 0.5, Timeout: time.Second})
+	b, _ := asAIMD(NewAIMD(AIMDConfig{InitialLimit: 100, MinLimit: 1, Backoff: 0.5, Timeout: time.Second}))
 	run(t, b, nil, []step{
 		{s: Sample{Dropped: 10, Count: 10}, limit: 50},                    // floor(100*0.5)
 		{s: Sample{RTT: 1500 * ms, InFlight: 50, Count: 10}, limit: 25},   // mean RTT above the timeout is a drop
@@ -41,7 +41,7 @@ func TestAIMDTable(t *testing.T) {
 		{s: Sample{Dropped: 1, Count: 10}, limit: 3}, {s: Sample{Dropped: 1, Count: 10}, limit: 1},
 		{s: Sample{Dropped: 1, Count: 10}, limit: 1}, // never below MinLimit
 	})
-	c, _ := NewAIMD(AIMDConfig{InitialLimit: 199})
+	c, _ := asAIMD(NewAIMD(AIMDConfig{InitialLimit: 199}))
 	run(t, c, nil, []step{
 		{s: Sample{RTT: ms, InFlight: 199, Count: 10}, limit: 200},
 		{s: Sample{RTT: ms, InFlight: 200, Count: 10}, limit: 200}, // MaxLimit
@@ -49,7 +49,7 @@ func TestAIMDTable(t *testing.T) {
 }
 
 func TestGradient2Table(t *testing.T) {
-	g, err := NewGradient2(Gradient2Config{})
+	g, err := asGradient2(NewGradient2(Gradient2Config{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestGradient2Table(t *testing.T) {
 
 	// Smoothing 1, no minimum: the rule without smoothing, and the recovery
 	// of the baseline when latency falls back (long/short > 2).
-	h, _ := NewGradient2(Gradient2Config{InitialLimit: 100, MinLimit: 1, Smoothing: 1, RTTTolerance: 1, QueueSize: 2})
+	h, _ := asGradient2(NewGradient2(Gradient2Config{InitialLimit: 100, MinLimit: 1, Smoothing: 1, RTTTolerance: 1, QueueSize: 2}))
 	run(t, h, func() float64 { return h.limit }, []step{
 		{s: Sample{RTT: 100 * ms, InFlight: 100, Count: 10}, limit: 102, exact: 102}, // gradient 1: +2
 		{s: Sample{RTT: 200 * ms, InFlight: 100, Count: 10}, limit: 76, exact: 76.5}, // baseline 150: gradient 0.75
@@ -97,7 +97,7 @@ func TestGradient2Table(t *testing.T) {
 // slower RTT from a window in which the gate was full does not move the
 // baseline; one from a window with room does.
 func TestGradient2BaselineIgnoresSelfInflictedLatency(t *testing.T) {
-	g, _ := NewGradient2(Gradient2Config{LongWindow: 9}) // EMA factor 0.2
+	g, _ := asGradient2(NewGradient2(Gradient2Config{LongWindow: 9})) // EMA factor 0.2
 	for range gradientWarmup {
 		g.Update(Sample{RTT: 100 * ms, InFlight: 5, Count: 10})
 	}
@@ -125,7 +125,7 @@ func TestGradient2BaselineIgnoresSelfInflictedLatency(t *testing.T) {
 // there. Learning the full windows in the warm-up lifted the baseline to
 // their mean (232ms) and the limit to 35.
 func TestGradient2ColdStartUnderOverload(t *testing.T) {
-	g, _ := NewGradient2(Gradient2Config{})
+	g, _ := asGradient2(NewGradient2(Gradient2Config{}))
 	limit, peak := g.InitialLimit(), 0
 	for w := range 300 {
 		limit = g.Update(Sample{RTT: 10 * ms * time.Duration(limit), InFlight: limit, Count: 50})
@@ -139,7 +139,7 @@ func TestGradient2ColdStartUnderOverload(t *testing.T) {
 	}
 	// A window with room still teaches the baseline a slower RTT (the
 	// server got slower for everyone), and a faster full one always does.
-	h, _ := NewGradient2(Gradient2Config{})
+	h, _ := asGradient2(NewGradient2(Gradient2Config{}))
 	h.Update(Sample{RTT: 100 * ms, InFlight: 20, Count: 50})
 	h.Update(Sample{RTT: 400 * ms, InFlight: 20, Count: 50}) // full, slower: skipped
 	h.Update(Sample{RTT: 400 * ms, InFlight: 19, Count: 50}) // room: (100+400)/2
@@ -156,7 +156,7 @@ func TestGradient2ColdStartUnderOverload(t *testing.T) {
 // baseline in the warm-up, the 5% cut of the baseline lasts: the next
 // window's mean starts from the cut sum instead of undoing it.
 func TestGradient2WarmupDecayKept(t *testing.T) {
-	g, _ := NewGradient2(Gradient2Config{})
+	g, _ := asGradient2(NewGradient2(Gradient2Config{}))
 	g.Update(Sample{RTT: 300 * ms, InFlight: 19, Count: 50})
 	g.Update(Sample{RTT: 300 * ms, InFlight: 19, Count: 50})
 	g.Update(Sample{RTT: 60 * ms, InFlight: 19, Count: 50}) // mean 220, 220/60 > 2: 209
@@ -170,7 +170,7 @@ func TestGradient2WarmupDecayKept(t *testing.T) {
 }
 
 func TestVegasTable(t *testing.T) {
-	v, err := NewVegas(VegasConfig{Rand: rand.New(rand.NewPCG(1, 1))})
+	v, err := asVegas(NewVegas(VegasConfig{Rand: rand.New(rand.NewPCG(1, 1))}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestVegasTable(t *testing.T) {
 	}
 
 	// Above 100 lg is 2: alpha 6, beta 12, threshold 2; smoothing 0.5.
-	w, _ := NewVegas(VegasConfig{InitialLimit: 150, Smoothing: 0.5, Rand: rand.New(rand.NewPCG(1, 1))})
+	w, _ := asVegas(NewVegas(VegasConfig{InitialLimit: 150, Smoothing: 0.5, Rand: rand.New(rand.NewPCG(1, 1))}))
 	run(t, w, func() float64 { return w.limit }, []step{
 		{s: Sample{RTT: 100 * ms, InFlight: 150, Count: 10}, limit: 150},
 		// queue 0: target 150+12, smoothed 0.5*150 + 0.5*162 = 156
@@ -206,7 +206,7 @@ func TestVegasTable(t *testing.T) {
 
 	// ProbeMultiplier 1 at limit 1: every measured window is a probe, so the
 	// no-load RTT follows the latest RTT, up as well as down.
-	p, _ := NewVegas(VegasConfig{InitialLimit: 1, MaxLimit: 1, ProbeMultiplier: 1, Rand: rand.New(rand.NewPCG(1, 1))})
+	p, _ := asVegas(NewVegas(VegasConfig{InitialLimit: 1, MaxLimit: 1, ProbeMultiplier: 1, Rand: rand.New(rand.NewPCG(1, 1))}))
 	p.Update(Sample{RTT: 100 * ms, InFlight: 1, Count: 10})
 	p.Update(Sample{RTT: 200 * ms, InFlight: 1, Count: 10})
 	if got := p.NoLoadRTT(); got != float64(200*ms) {
@@ -223,49 +223,49 @@ func TestLog10Root(t *testing.T) {
 }
 
 func TestFixed(t *testing.T) {
-	f, err := NewFixed(7)
+	f, err := NewConstant(7)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.InitialLimit() != 7 || f.Update(Sample{Dropped: 10, Count: 10}) != 7 {
 		t.Fatal("fixed limit moved")
 	}
-	if _, err := NewFixed(0); !errors.Is(err, floodgate.ErrInvalidConfig) {
-		t.Fatalf("NewFixed(0) err = %v", err)
+	if _, err := NewConstant(0); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		t.Fatalf("NewConstant(0) err = %v", err)
 	}
 }
 
 func TestConfigValidation(t *testing.T) {
 	bad := []error{
-		AIMDConfig{Backoff: 1}.Validate(),
-		AIMDConfig{Backoff: 0.4}.Validate(),
-		AIMDConfig{MinLimit: 50, MaxLimit: 10}.Validate(),
-		AIMDConfig{InitialLimit: 5}.Validate(), // below the default minimum 20
-		AIMDConfig{Timeout: -1}.Validate(),
-		Gradient2Config{Smoothing: 1.5}.Validate(),
-		Gradient2Config{RTTTolerance: 0.5}.Validate(),
-		Gradient2Config{LongWindow: -1}.Validate(),
-		Gradient2Config{QueueSize: -1}.Validate(),
-		Gradient2Config{InitialLimit: 500}.Validate(),
-		Gradient2Config{Smoothing: math.NaN()}.Validate(),
-		VegasConfig{Smoothing: -1}.Validate(),
-		VegasConfig{ProbeMultiplier: -1}.Validate(),
-		VegasConfig{InitialLimit: 2000}.Validate(),
-		VegasConfig{MaxLimit: -3}.Validate(),
+		AIMDConfig{Backoff: 1}.validate(),
+		AIMDConfig{Backoff: 0.4}.validate(),
+		AIMDConfig{MinLimit: 50, MaxLimit: 10}.validate(),
+		AIMDConfig{InitialLimit: 5}.validate(), // below the default minimum 20
+		AIMDConfig{Timeout: -1}.validate(),
+		Gradient2Config{Smoothing: 1.5}.validate(),
+		Gradient2Config{RTTTolerance: 0.5}.validate(),
+		Gradient2Config{LongWindow: -1}.validate(),
+		Gradient2Config{QueueSize: -1}.validate(),
+		Gradient2Config{InitialLimit: 500}.validate(),
+		Gradient2Config{Smoothing: math.NaN()}.validate(),
+		VegasConfig{Smoothing: -1}.validate(),
+		VegasConfig{ProbeMultiplier: -1}.validate(),
+		VegasConfig{InitialLimit: 2000}.validate(),
+		VegasConfig{MaxLimit: -3}.validate(),
 	}
 	for i, err := range bad {
 		if !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("case %d: err = %v, want ErrInvalidConfig", i, err)
 		}
 	}
-	for i, err := range []error{AIMDConfig{}.Validate(), Gradient2Config{}.Validate(), VegasConfig{}.Validate()} {
+	for i, err := range []error{AIMDConfig{}.validate(), Gradient2Config{}.validate(), VegasConfig{}.validate()} {
 		if err != nil {
 			t.Errorf("defaults %d: %v", i, err)
 		}
 	}
 }
 
-func run(t *testing.T, a Algorithm, exact func() float64, steps []step) {
+func run(t *testing.T, a Controller, exact func() float64, steps []step) {
 	t.Helper()
 	for i, st := range steps {
 		if got := a.Update(st.s); got != st.limit {
@@ -285,7 +285,7 @@ func run(t *testing.T, a Algorithm, exact func() float64, steps []step) {
 // climbs to the maximum. Reported as drops (as Gate.Do does for
 // context.DeadlineExceeded), the timeouts drive the limit to the minimum.
 func TestGradient2StableTimeouts(t *testing.T) {
-	g, _ := NewGradient2(Gradient2Config{InitialLimit: 100})
+	g, _ := asGradient2(NewGradient2(Gradient2Config{InitialLimit: 100}))
 	for range 30 {
 		g.Update(Sample{RTT: 0, InFlight: int(g.limit), Dropped: 50, Count: 50})
 	}
@@ -295,11 +295,27 @@ func TestGradient2StableTimeouts(t *testing.T) {
 	// The same windows reported as successes at a stable 5s RTT look like a
 	// healthy server to any gradient: the limit grows. Drops must be
 	// reported as drops.
-	h, _ := NewGradient2(Gradient2Config{InitialLimit: 100})
+	h, _ := asGradient2(NewGradient2(Gradient2Config{InitialLimit: 100}))
 	for range 30 {
 		h.Update(Sample{RTT: 5 * time.Second, InFlight: int(h.limit), Count: 50})
 	}
 	if got := int(h.limit); got <= 100 {
 		t.Fatalf("limit = %d, want growth: the RTT alone cannot tell stable timeouts from health", got)
 	}
+}
+
+// asGradient2, asVegas and asAIMD give the tests the controllers' state.
+func asGradient2(c Controller, err error) (*gradient2, error) {
+	g, _ := c.(*gradient2)
+	return g, err
+}
+
+func asVegas(c Controller, err error) (*vegas, error) {
+	v, _ := c.(*vegas)
+	return v, err
+}
+
+func asAIMD(c Controller, err error) (*aimd, error) {
+	a, _ := c.(*aimd)
+	return a, err
 }

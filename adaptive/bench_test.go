@@ -26,7 +26,7 @@ func BenchmarkAcquireSuccess(b *testing.B) {
 
 // BenchmarkReject measures a rejection at the limit.
 func BenchmarkReject(b *testing.B) {
-	l := must(adaptive.NewGate(must(adaptive.NewFixed(1))))
+	l := must(adaptive.NewGate(must(adaptive.NewConstant(1))))
 	ctx := context.Background()
 	hold := must(l.Acquire(ctx))
 	defer hold.Success()

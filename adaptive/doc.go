@@ -4,10 +4,10 @@
 //
 // Two roles are kept apart:
 //
-//   - an [Algorithm] turns samples into a limit and does nothing else:
-//     [Vegas] (delay-based, after TCP Vegas), [Gradient2] (compares the
-//     current RTT with a long-term baseline), [AIMD] (loss-based: +1 per
-//     window, x0.9 on a drop) and [Fixed];
+//   - a [Controller] turns samples into a limit and does nothing else:
+//     [NewVegas] (delay-based, after TCP Vegas), [NewGradient2] (compares the
+//     current RTT with a long-term baseline), [NewAIMD] (loss-based: +1 per
+//     window, x0.9 on a drop) and [NewConstant];
 //   - a [Gate] counts requests in flight, admits a request while the count
 //     is below the limit and hands out a [Token]; the token's Success,
 //     Dropped or Ignore ends the request, measures its RTT and feeds the
@@ -57,7 +57,7 @@
 // max 1000; Gradient2: initial 20, min 20, max 200, smoothing 0.2, long
 // window 600, RTT tolerance 1.5, queue size 4; AIMD: initial 20, min 20,
 // max 200, backoff 0.9, timeout 5s). A [Gate] and its tokens are safe for
-// concurrent use; an [Algorithm] value is used by one gate, under its
-// lock. Package [github.com/floodgate-go/floodgate/adaptive/simulate] runs a
-// gate against a simulated server in simulated time.
+// concurrent use; a [Controller] value is used by one gate, under its
+// lock. The program examples/shedding runs a gate and priority classes
+// against a simulated server, in simulated time.
 package adaptive

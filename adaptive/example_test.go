@@ -13,7 +13,7 @@ import (
 // A gate admits requests while fewer than the limit are in flight; each
 // admitted request ends its token with Success, Dropped or Ignore.
 func Example() {
-	alg, err := adaptive.NewFixed(2)
+	alg, err := adaptive.NewConstant(2)
 	if err != nil {
 		panic(err)
 	}
@@ -85,7 +85,7 @@ func ExampleNewAIMD() {
 // With a queue, Acquire waits for a slot (never past its context's
 // deadline) instead of failing at once.
 func ExampleWithQueue() {
-	l, _ := adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithQueue(10, adaptive.FIFO))
+	l, _ := adaptive.NewGate(must(adaptive.NewConstant(1)), adaptive.WithQueue(10, adaptive.FIFO))
 	hold, _ := l.Acquire(context.Background())
 	done := make(chan error)
 	go func() {

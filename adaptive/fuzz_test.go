@@ -24,7 +24,7 @@ func FuzzGate(f *testing.F) {
 	f.Add(uint64(4), uint8(3))
 	f.Fuzz(func(t *testing.T, seed uint64, which uint8) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		var alg adaptive.Algorithm
+		var alg adaptive.Controller
 		switch which % 4 {
 		case 0:
 			alg = must(adaptive.NewVegas(adaptive.VegasConfig{InitialLimit: 5, MaxLimit: 50, Rand: rand.New(rand.NewPCG(seed, 1))}))
@@ -33,7 +33,7 @@ func FuzzGate(f *testing.F) {
 		case 2:
 			alg = must(adaptive.NewAIMD(adaptive.AIMDConfig{InitialLimit: 5, MinLimit: 1, MaxLimit: 50}))
 		default:
-			alg = must(adaptive.NewFixed(5))
+			alg = must(adaptive.NewConstant(5))
 		}
 		clk := newFakeClock()
 		var bad string
@@ -114,7 +114,7 @@ func FuzzAlgorithms(f *testing.F) {
 	f.Add(int64(1<<62), 1000, 0, int64(1), 1<<20, -1.0)
 	f.Fuzz(func(t *testing.T, rtt int64, inflight, dropped int, rtt2 int64, inflight2 int, rtt3 float64) {
 		algs := []struct {
-			a        adaptive.Algorithm
+			a        adaptive.Controller
 			min, max int
 		}{
 			{must(adaptive.NewVegas(adaptive.VegasConfig{Rand: rand.New(rand.NewPCG(1, 1))})), 1, 1000},

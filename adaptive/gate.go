@@ -60,14 +60,14 @@ type Stats struct {
 // Gate is an adaptive concurrency limiter. It counts requests in flight,
 // admits a request while the count is below the limit, and hands out a
 // [Token] that the caller ends with Success, Dropped or Ignore. The tokens'
-// outcomes and RTTs are gathered into windows that the [Algorithm] turns into
+// outcomes and RTTs are gathered into windows that the [Controller] turns into
 // the next limit. (A gate, not a [floodgate.Limiter]: it has no key and no
 // Take, and it bounds the work in flight, not a rate.)
 //
 // A Gate is safe for concurrent use. Create it with [NewGate].
 type Gate struct {
 	o   options
-	alg Algorithm
+	alg Controller
 
 	mu       sync.Mutex
 	limit    int
@@ -103,7 +103,7 @@ type window struct {
 
 // NewGate returns a Gate driven by alg, or an error wrapping
 // [floodgate.ErrInvalidConfig].
-func NewGate(alg Algorithm, opts ...Option) (*Gate, error) {
+func NewGate(alg Controller, opts ...Option) (*Gate, error) {
 	if nilcheck.Is(alg) {
 		return nil, invalid("nil algorithm")
 	}

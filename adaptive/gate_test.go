@@ -76,7 +76,7 @@ func (s *script) Update(x adaptive.Sample) int {
 
 func TestAcquireRejectsAtLimit(t *testing.T) {
 	rec := &recorder{}
-	l := must(adaptive.NewGate(must(adaptive.NewFixed(2)), adaptive.WithObserver(rec), adaptive.WithName("api")))
+	l := must(adaptive.NewGate(must(adaptive.NewConstant(2)), adaptive.WithObserver(rec), adaptive.WithName("api")))
 	ctx := context.Background()
 	a := must(l.Acquire(ctx))
 	b := must(l.Acquire(ctx))
@@ -108,7 +108,7 @@ func TestAcquireRejectsAtLimit(t *testing.T) {
 }
 
 func TestTokenIdempotent(t *testing.T) {
-	l := must(adaptive.NewGate(must(adaptive.NewFixed(5))))
+	l := must(adaptive.NewGate(must(adaptive.NewConstant(5))))
 	tok := must(l.Acquire(context.Background()))
 	tok.Success()
 	tok.Success()
@@ -172,7 +172,7 @@ func TestWindowSample(t *testing.T) {
 func TestLeakedTokenIsReclaimed(t *testing.T) {
 	clk := newFakeClock()
 	var leaks []adaptive.Leak
-	l := must(adaptive.NewGate(must(adaptive.NewFixed(2)), adaptive.WithClock(clk),
+	l := must(adaptive.NewGate(must(adaptive.NewConstant(2)), adaptive.WithClock(clk),
 		adaptive.WithMaxAge(time.Minute), adaptive.OnLeak(func(lk adaptive.Leak) { leaks = append(leaks, lk) })))
 	ctx := context.Background()
 	leaked := must(l.AcquireRequest(ctx, adaptive.Request{Label: "batch"}))
@@ -205,13 +205,13 @@ func TestLeakedTokenIsReclaimed(t *testing.T) {
 
 func TestStatsFindsLeaksWithoutTraffic(t *testing.T) {
 	clk := newFakeClock()
-	l := must(adaptive.NewGate(must(adaptive.NewFixed(2)), adaptive.WithClock(clk), adaptive.WithMaxAge(time.Second)))
+	l := must(adaptive.NewGate(must(adaptive.NewConstant(2)), adaptive.WithClock(clk), adaptive.WithMaxAge(time.Second)))
 	must(l.Acquire(context.Background()))
 	clk.Advance(2 * time.Second)
 	if st := l.Stats(); st.Leaked != 1 || st.InFlight != 0 {
 		t.Fatalf("stats = %+v", st)
 	}
-	noDetect := must(adaptive.NewGate(must(adaptive.NewFixed(2)), adaptive.WithClock(clk), adaptive.WithMaxAge(0)))
+	noDetect := must(adaptive.NewGate(must(adaptive.NewConstant(2)), adaptive.WithClock(clk), adaptive.WithMaxAge(0)))
 	must(noDetect.Acquire(context.Background()))
 	clk.Advance(1000 * time.Hour)
 	if st := noDetect.Stats(); st.Leaked != 0 || st.InFlight != 1 {
@@ -220,7 +220,7 @@ func TestStatsFindsLeaksWithoutTraffic(t *testing.T) {
 }
 
 func TestDo(t *testing.T) {
-	l := must(adaptive.NewGate(must(adaptive.NewFixed(1))))
+	l := must(adaptive.NewGate(must(adaptive.NewConstant(1))))
 	ctx := context.Background()
 	other := errors.New("bad request")
 	for _, err := range []error{nil, adaptive.ErrDropped, context.DeadlineExceeded, other} {
@@ -249,7 +249,7 @@ func TestDo(t *testing.T) {
 }
 
 func TestOptionsValidation(t *testing.T) {
-	fixed := must(adaptive.NewFixed(1))
+	fixed := must(adaptive.NewConstant(1))
 	for i, opt := range []adaptive.Option{
 		adaptive.WithClock(nil), adaptive.WithObserver(nil), adaptive.WithWindow(0, time.Second),
 		adaptive.WithWindow(10, 0), adaptive.WithMinRTT(-1), adaptive.WithMaxAge(-1),
@@ -306,7 +306,7 @@ func TestQueueOrder(t *testing.T) {
 		{adaptive.LIFO, []string{"c", "b", "a"}},
 	} {
 		synctest.Test(t, func(t *testing.T) {
-			l := must(adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)), adaptive.WithQueue(5, c.order)))
+			l := must(adaptive.NewGate(must(adaptive.NewConstant(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)), adaptive.WithQueue(5, c.order)))
 			hold := must(l.Acquire(context.Background()))
 			ch := queued(t, l, adaptive.Request{Label: "a"}, adaptive.Request{Label: "b"}, adaptive.Request{Label: "c"})
 			if q := l.Stats().Queued; q != 3 {
@@ -323,7 +323,7 @@ func TestQueueOrder(t *testing.T) {
 func TestQueueRankAndEviction(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		l := must(adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)),
+		l := must(adaptive.NewGate(must(adaptive.NewConstant(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)),
 			adaptive.WithQueue(3, adaptive.FIFO), adaptive.WithObserver(rec)))
 		hold := must(l.Acquire(context.Background()))
 		ch := queued(t, l,
@@ -349,7 +349,7 @@ func TestQueueRankAndEviction(t *testing.T) {
 func TestQueueNeverPastDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		l := must(adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)),
+		l := must(adaptive.NewGate(must(adaptive.NewConstant(1)), adaptive.WithClock(floodgate.ClockFunc(time.Now)),
 			adaptive.WithQueue(5, adaptive.FIFO), adaptive.WithObserver(rec)))
 		hold := must(l.Acquire(context.Background()))
 		defer hold.Success()
@@ -412,7 +412,7 @@ func equal(a, b []string) bool {
 
 func TestAcquireFunc(t *testing.T) {
 	rec := &recorder{}
-	l := must(adaptive.NewGate(must(adaptive.NewFixed(1)), adaptive.WithQueue(1, adaptive.FIFO), adaptive.WithObserver(rec)))
+	l := must(adaptive.NewGate(must(adaptive.NewConstant(1)), adaptive.WithQueue(1, adaptive.FIFO), adaptive.WithObserver(rec)))
 	type result struct {
 		tok *adaptive.Token
 		err error
@@ -439,7 +439,7 @@ func TestAcquireFunc(t *testing.T) {
 		t.Fatalf("served: %+v", got)
 	}
 	got[2].tok.Success()
-	noQueue := must(adaptive.NewGate(must(adaptive.NewFixed(1))))
+	noQueue := must(adaptive.NewGate(must(adaptive.NewConstant(1))))
 	hold := must(noQueue.Acquire(context.Background()))
 	cancel := noQueue.AcquireFunc(adaptive.Request{}, done)
 	if len(got) != 4 || !errors.Is(got[3].err, adaptive.ErrLimitExceeded) || cancel() {

@@ -6,7 +6,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Gradient2Config configures [Gradient2]. The zero value means the reference
+// Gradient2Config configures [NewGradient2]. The zero value means the reference
 // defaults.
 type Gradient2Config struct {
 	// InitialLimit is the starting limit. Default 20.
@@ -40,9 +40,9 @@ func (c Gradient2Config) withDefaults() Gradient2Config {
 	return c
 }
 
-// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
 // configuration (with defaults applied) cannot work.
-func (c Gradient2Config) Validate() error {
+func (c Gradient2Config) validate() error {
 	c = c.withDefaults()
 	if err := checkLimits("Gradient2", c.InitialLimit, c.MinLimit, c.MaxLimit); err != nil {
 		return err
@@ -64,7 +64,20 @@ func (c Gradient2Config) Validate() error {
 // becomes an exponential average (the reference uses 10).
 const gradientWarmup = 10
 
-// Gradient2 is the [Algorithm] of the reference Gradient2Limit: it compares
+// gradient2 is the controller NewGradient2 returns.
+type gradient2 struct {
+	cfg   Gradient2Config
+	limit float64
+	// baseline RTT in nanoseconds and its warm-up state.
+	long  float64
+	sum   float64
+	count int
+}
+
+// NewGradient2 returns a Gradient2 controller, or an error wrapping
+// [floodgate.ErrInvalidConfig].
+//
+// Gradient2 is the [Controller] of the reference Gradient2Limit: it compares
 // each window's mean RTT (short) with a long exponential average of it (the
 // baseline, long) and moves the limit by the ratio. Per window, in order:
 //
@@ -97,34 +110,23 @@ const gradientWarmup = 10
 //     the first one sets the baseline whatever it saw, so a gate that
 //     starts under overload grows by at most RTTTolerance over that first
 //     RTT, and no further.
-type Gradient2 struct {
-	cfg   Gradient2Config
-	limit float64
-	// baseline RTT in nanoseconds and its warm-up state.
-	long  float64
-	sum   float64
-	count int
-}
-
-// NewGradient2 returns a Gradient2 algorithm, or an error wrapping
-// [floodgate.ErrInvalidConfig].
-func NewGradient2(cfg Gradient2Config) (*Gradient2, error) {
-	if err := cfg.Validate(); err != nil {
+func NewGradient2(cfg Gradient2Config) (Controller, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Gradient2{cfg: cfg, limit: float64(cfg.InitialLimit)}, nil
+	return &gradient2{cfg: cfg, limit: float64(cfg.InitialLimit)}, nil
 }
 
 // InitialLimit returns the configured initial limit.
-func (g *Gradient2) InitialLimit() int { return g.cfg.InitialLimit }
+func (g *gradient2) InitialLimit() int { return g.cfg.InitialLimit }
 
 // Baseline returns the current baseline (long) RTT in nanoseconds, 0 before
 // the first measured window.
-func (g *Gradient2) Baseline() float64 { return g.long }
+func (g *gradient2) Baseline() float64 { return g.long }
 
 // Update applies one window.
-func (g *Gradient2) Update(s Sample) int {
+func (g *gradient2) Update(s Sample) int {
 	if s.Dropped > 0 {
 		g.move(g.limit * 0.5)
 		return int(g.limit)
@@ -153,7 +155,7 @@ func (g *Gradient2) Update(s Sample) int {
 // gate full and is slower than the baseline is skipped, in the warm-up as
 // after it; the first measured window always sets the baseline, there being
 // nothing to compare it with.
-func (g *Gradient2) learn(rtt float64, notFull bool) {
+func (g *gradient2) learn(rtt float64, notFull bool) {
 	if g.count > 0 && rtt > g.long && !notFull {
 		return
 	}
@@ -170,7 +172,7 @@ func (g *Gradient2) learn(rtt float64, notFull bool) {
 // decay lowers the baseline by 5% (latency fell back after a long overload);
 // in the warm-up the sum is lowered too, so that the next window's mean
 // keeps the cut.
-func (g *Gradient2) decay() {
+func (g *gradient2) decay() {
 	g.long *= 0.95
 	if g.count < gradientWarmup {
 		g.sum *= 0.95
@@ -178,7 +180,7 @@ func (g *Gradient2) decay() {
 }
 
 // move smooths the limit towards target and bounds it.
-func (g *Gradient2) move(target float64) {
+func (g *gradient2) move(target float64) {
 	sm := g.cfg.Smoothing
 	g.limit = clampF(g.limit*(1-sm)+target*sm, float64(g.cfg.MinLimit), float64(g.cfg.MaxLimit))
 }

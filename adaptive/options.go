@@ -61,7 +61,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		clock:      floodgate.SystemClock,
-		observer:   floodgate.NopObserver,
+		observer:   floodgate.ObserverFunc(func(floodgate.Event) {}),
 		minSamples: 10,
 		window:     time.Second,
 		minRTT:     100 * time.Microsecond,
@@ -88,7 +88,7 @@ func WithClock(c floodgate.Clock) Option {
 // WithObserver sets the observer that receives every admission
 // ([floodgate.OutcomeAllowed]) and every rejection ([floodgate.OutcomeShed]),
 // with the gate's name as Event.Policy and the request's label as
-// Event.Class. Default [floodgate.NopObserver].
+// Event.Class. Default: none.
 func WithObserver(obs floodgate.Observer) Option {
 	return Option{func(o *options) error {
 		if obs == nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
-	"github.com/floodgate-go/floodgate/adaptive/simulate"
+	"github.com/floodgate-go/floodgate/internal/simulate"
 )
 
 // The simulated server of the convergence tests: capacity C = 50 requests at
@@ -16,7 +16,7 @@ var simServer = simulate.Server{Workers: 50, Queue: 5, Service: 200 * time.Milli
 
 type algCase struct {
 	name string
-	new  func(t *testing.T) adaptive.Algorithm
+	new  func(t *testing.T) adaptive.Controller
 }
 
 // must unwraps a constructor's result; the configurations in the tests are
@@ -29,20 +29,20 @@ func must[T any](v T, err error) T {
 }
 
 var algCases = []algCase{
-	{"Vegas", func(t *testing.T) adaptive.Algorithm {
+	{"Vegas", func(t *testing.T) adaptive.Controller {
 		return must(adaptive.NewVegas(adaptive.VegasConfig{Rand: rand.New(rand.NewPCG(1, 2))}))
 	}},
-	{"Gradient2", func(t *testing.T) adaptive.Algorithm {
+	{"Gradient2", func(t *testing.T) adaptive.Controller {
 		return must(adaptive.NewGradient2(adaptive.Gradient2Config{}))
 	}},
-	{"AIMD", func(t *testing.T) adaptive.Algorithm {
+	{"AIMD", func(t *testing.T) adaptive.Controller {
 		return must(adaptive.NewAIMD(adaptive.AIMDConfig{}))
 	}},
 }
 
 // runSim runs alg behind a gate on the simulated server with the offered
 // load given as a multiple of the server's capacity per window.
-func runSim(t *testing.T, alg adaptive.Algorithm, srv simulate.Server, load func(w int) float64, windows int) []simulate.Window {
+func runSim(t *testing.T, alg adaptive.Controller, srv simulate.Server, load func(w int) float64, windows int) []simulate.Window {
 	t.Helper()
 	sim := simulate.New(simulate.Config{
 		Server:  srv,
@@ -122,7 +122,7 @@ func TestSimNoLoadLatency(t *testing.T) {
 func TestDropsShrinkLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		alg  adaptive.Algorithm
+		alg  adaptive.Controller
 		want int // after 10 windows, by the update rule
 	}{
 		// 100 -> 90 -> 81 -> 72 -> 64 -> 57 -> 51 -> 45 -> 40 -> 36 -> 32

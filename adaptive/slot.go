@@ -6,9 +6,10 @@ import (
 )
 
 // Slot acquires a slot in the shape the middleware packages take for load
-// shedding (httplimit.Acquirer, grpclimit.Acquirer): pass the method value,
+// shedding ([middleware.Acquirer], which httplimit.Shed and grpclimit.Shed
+// take): pass the method value,
 //
-//	shed, err := httplimit.Shed(httplimit.AcquirerFunc(lim.Slot))
+//	shed, err := httplimit.Shed(middleware.AcquirerFunc(lim.Slot))
 //
 // ok is false when the request is shed: the limit is reached, or the request
 // waited in the queue until its context ended. err is non-nil only when the

@@ -11,7 +11,7 @@ import (
 )
 
 func TestSlot(t *testing.T) {
-	alg, err := adaptive.NewFixed(2)
+	alg, err := adaptive.NewConstant(2)
 	require.NoError(t, err)
 	lim, err := adaptive.NewGate(alg)
 	require.NoError(t, err)

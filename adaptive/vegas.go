@@ -8,7 +8,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// VegasConfig configures [Vegas]. The zero value means the reference
+// VegasConfig configures [NewVegas]. The zero value means the reference
 // defaults.
 type VegasConfig struct {
 	// InitialLimit is the starting limit. Default 20.
@@ -38,9 +38,9 @@ func (c VegasConfig) withDefaults() VegasConfig {
 	return c
 }
 
-// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
 // configuration (with defaults applied) cannot work.
-func (c VegasConfig) Validate() error {
+func (c VegasConfig) validate() error {
 	c = c.withDefaults()
 	if err := checkLimits("Vegas", c.InitialLimit, 1, c.MaxLimit); err != nil {
 		return err
@@ -54,7 +54,19 @@ func (c VegasConfig) Validate() error {
 	return nil
 }
 
-// Vegas is the delay-based [Algorithm] of the reference VegasLimit, after TCP
+// vegas is the controller NewVegas returns.
+type vegas struct {
+	cfg        VegasConfig
+	limit      float64
+	noLoad     float64 // ns; 0 before the first measured window
+	probeCount int
+	jitter     float64
+}
+
+// NewVegas returns a Vegas controller, or an error wrapping
+// [floodgate.ErrInvalidConfig].
+//
+// Vegas is the delay-based [Controller] of the reference VegasLimit, after TCP
 // Vegas. It keeps the smallest RTT seen as the no-load RTT and estimates the
 // queue the limit builds: queue = ceil(limit*(1 - noLoad/rtt)). With
 // lg(x) = max(1, floor(log10(x))) (floor(sqrt(x)) from 1000 on), alpha =
@@ -78,38 +90,28 @@ func (c VegasConfig) Validate() error {
 // can take (it grows whenever a window uses half of it and sees no queueing)
 // comes down slowly once the server starts refusing: for a server that
 // signals overload by refusing fast rather than by slowing down, prefer
-// [AIMD] or [Gradient2], which cut the limit by 10% per window with drops.
-type Vegas struct {
-	cfg        VegasConfig
-	limit      float64
-	noLoad     float64 // ns; 0 before the first measured window
-	probeCount int
-	jitter     float64
-}
-
-// NewVegas returns a Vegas algorithm, or an error wrapping
-// [floodgate.ErrInvalidConfig].
-func NewVegas(cfg VegasConfig) (*Vegas, error) {
-	if err := cfg.Validate(); err != nil {
+// [NewAIMD] or [NewGradient2], which cut the limit by 10% per window with drops.
+func NewVegas(cfg VegasConfig) (Controller, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	v := &Vegas{cfg: cfg, limit: float64(cfg.InitialLimit)}
+	v := &vegas{cfg: cfg, limit: float64(cfg.InitialLimit)}
 	v.resetJitter()
 	return v, nil
 }
 
-func (v *Vegas) resetJitter() { v.jitter = 0.5 + v.cfg.Rand.Float64()/2 }
+func (v *vegas) resetJitter() { v.jitter = 0.5 + v.cfg.Rand.Float64()/2 }
 
 // InitialLimit returns the configured initial limit.
-func (v *Vegas) InitialLimit() int { return v.cfg.InitialLimit }
+func (v *vegas) InitialLimit() int { return v.cfg.InitialLimit }
 
 // NoLoadRTT returns the current no-load RTT estimate in nanoseconds, 0 before
 // the first measured window.
-func (v *Vegas) NoLoadRTT() float64 { return v.noLoad }
+func (v *vegas) NoLoadRTT() float64 { return v.noLoad }
 
 // Update applies one window.
-func (v *Vegas) Update(s Sample) int {
+func (v *vegas) Update(s Sample) int {
 	lim := int(v.limit)
 	if s.Dropped > 0 {
 		v.set(v.limit - float64(log10Root(lim)))
@@ -147,7 +149,7 @@ func (v *Vegas) Update(s Sample) int {
 }
 
 // set bounds and smooths a new limit.
-func (v *Vegas) set(n float64) {
+func (v *vegas) set(n float64) {
 	n = clampF(n, 1, float64(v.cfg.MaxLimit))
 	sm := v.cfg.Smoothing
 	v.limit = (1-sm)*v.limit + sm*n

@@ -24,7 +24,7 @@ func (g *gcra) Reserve(maxWait int64) algo.Algorithm {
 // reservation located by resetIn when it is the last of the key's queue,
 // and nothing when later reservations pushed the TAT beyond it.
 func (g *gcra) Cancel(resetIn int64) algo.Algorithm {
-	return g.twin(0, algo.ClampReserveArg(resetIn))
+	return g.twin(0, min(max(resetIn, -algo.MaxReserveArg), algo.MaxReserveArg))
 }
 
 func (g *gcra) twin(maxWait, resetIn int64) *gcraTwin {

@@ -24,7 +24,7 @@ type Config struct {
 	Name string
 
 	// Rate is the zone's rate=: floodgate.PerSecond(10) for rate=10r/s,
-	// floodgate.PerMinute(30) for rate=30r/m (see [ParseRate]). Like nginx,
+	// floodgate.PerMinute(30) for rate=30r/m (see [ParseNginx]). Like nginx,
 	// the rate is kept as an integer number of milli-requests per second,
 	// truncated: 1r/m is 16 milli-requests per second (one request per
 	// 62.5 s, not 60 s), exactly as nginx computes it. The rate must be at
@@ -65,16 +65,16 @@ const (
 // the largest cost a single request may have.
 func (c Config) Capacity() int64 { return c.Burst + 1 }
 
-// UndelayedCapacity is how many requests of cost 1 pass from an idle key
+// undelayedCapacity is how many requests of cost 1 pass from an idle key
 // without being delayed: Capacity() with NoDelay, Delay + 1 otherwise (1 in
 // nginx's default mode, where every excess request is delayed).
-func (c Config) UndelayedCapacity() int64 { return c.delayMilli()/milli + 1 }
+func (c Config) undelayedCapacity() int64 { return c.delayMilli()/milli + 1 }
 
-// MilliRate returns the rate the way nginx keeps it: an integer number of
+// milliRate returns the rate the way nginx keeps it: an integer number of
 // thousandths of a request per second, truncated (10r/s is 10000, 1r/m is
 // 16). It returns an error wrapping [floodgate.ErrInvalidConfig] when the rate
 // is out of range.
-func (c Config) MilliRate() (int64, error) {
+func (c Config) milliRate() (int64, error) {
 	if err := c.Rate.Validate(); err != nil {
 		return 0, err
 	}
@@ -106,7 +106,7 @@ func (c Config) delayMilli() int64 {
 // delay above the burst, both NoDelay and Delay, or values so large that the
 // arithmetic would overflow.
 func (c Config) Validate() error {
-	r, err := c.MilliRate()
+	r, err := c.milliRate()
 	if err != nil {
 		return err
 	}
@@ -134,8 +134,8 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	r, _ := c.MilliRate()
-	a := &Algorithm{
+	r, _ := c.milliRate()
+	a := &algorithm{
 		rate:  r,
 		burst: c.Burst * milli,
 		delay: c.delayMilli(),
@@ -149,7 +149,7 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 	a.spec.Policy = c.Name
 	a.spec.Namespace = algo.Identity("leaky-bucket", c.Name, fmt.Sprintf("%d/%d/%d", a.rate, a.burst, a.delay))
 	a.spec.Capacity = a.limit
-	a.spec.Undelayed = c.UndelayedCapacity()
+	a.spec.Undelayed = c.undelayedCapacity()
 	a.spec.Quota, a.spec.Window = c.Rate.N, c.Rate.Per
 	a.spec.Words = 3
 	a.spec.Lua.Source = stepLua
@@ -175,9 +175,9 @@ func maxExcess(rate, burst int64) int64 {
 	return max(burst, min(int64(1)<<42, rate*perMsDrain-milli))
 }
 
-// ParseRate parses an nginx rate= value: "10r/s", "30r/m", or a bare number
+// parseRate parses an nginx rate= value: "10r/s", "30r/m", or a bare number
 // of requests per second ("10"), as limit_req_zone accepts it.
-func ParseRate(s string) (floodgate.Rate, error) {
+func parseRate(s string) (floodgate.Rate, error) {
 	num, per := s, time.Second
 	switch {
 	case strings.HasSuffix(s, "r/s"):
@@ -193,13 +193,14 @@ func ParseRate(s string) (floodgate.Rate, error) {
 }
 
 // ParseNginx builds a Config from the two nginx directives it replaces: rate
-// is limit_req_zone's rate= value ("10r/s", see [ParseRate]) and params is
+// is limit_req_zone's rate= value ("10r/s", "30r/m", or a bare number of
+// requests per second) and params is
 // the rest of a limit_req directive ("zone=ip burst=20 nodelay", the zone=
 // parameter ignored, a trailing ';' allowed). limit_req_dry_run is the
 // transport's dry-run mode (httplimit.WithDryRun, grpclimit.WithDryRun). The Config is validated; errors wrap
 // [floodgate.ErrInvalidConfig].
 func ParseNginx(rate, params string) (Config, error) {
-	r, err := ParseRate(rate)
+	r, err := parseRate(rate)
 	if err != nil {
 		return Config{}, err
 	}

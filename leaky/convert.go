@@ -6,15 +6,15 @@ import (
 )
 
 var (
-	_ algo.Lineage = (*Algorithm)(nil)
+	_ algo.Lineage = (*algorithm)(nil)
 	_ algo.Lineage = (*twin)(nil)
 )
 
 // asLeaky returns the bucket of a leaky-bucket algorithm or of one of its
 // twins, or nil.
-func asLeaky(x algo.Algorithm) *Algorithm {
+func asLeaky(x algo.Algorithm) *algorithm {
 	switch v := x.(type) {
-	case *Algorithm:
+	case *algorithm:
 		return v
 	case *twin:
 		return v.a
@@ -24,7 +24,7 @@ func asLeaky(x algo.Algorithm) *Algorithm {
 
 // Converts implements [algo.Converter]: from is a leaky bucket (or a
 // reserving twin of one) of the same limit.
-func (a *Algorithm) Converts(from algo.Algorithm) bool {
+func (a *algorithm) Converts(from algo.Algorithm) bool {
 	f := asLeaky(from)
 	return f != nil && f.spec.Namespace == a.spec.Namespace
 }
@@ -37,7 +37,7 @@ func (a *Algorithm) Converts(from algo.Algorithm) bool {
 // when reservations are queued beyond the burst), is kept, capped by the new
 // capacity: the new excess is the new burst less it, within the new
 // reservation bound. A state that is idle at now is fresh (the zero State).
-func (a *Algorithm) Convert(s algo.State, now int64, from algo.Algorithm) algo.State {
+func (a *algorithm) Convert(s algo.State, now int64, from algo.Algorithm) algo.State {
 	f := asLeaky(from)
 	if f == nil || f.spec.Namespace != a.spec.Namespace || s.W[0] <= now {
 		return algo.State{}
@@ -53,10 +53,10 @@ func (a *Algorithm) Convert(s algo.State, now int64, from algo.Algorithm) algo.S
 
 // FullWithin implements [algo.Converter]: the time to leak the most excess
 // a key may hold, plus the minute of a clock gone back that a state keeps.
-func (a *Algorithm) FullWithin() int64 { return (a.msCap + backJumpMs) * 1000 }
+func (a *algorithm) FullWithin() int64 { return (a.msCap + backJumpMs) * 1000 }
 
 // WithVersions implements [algo.Converter]; use [algo.Succeed].
-func (a *Algorithm) WithVersions(v *algo.Versions) algo.Lineage {
+func (a *algorithm) WithVersions(v *algo.Versions) algo.Lineage {
 	c := *a
 	c.vs = v
 	c.memNS = algo.VersionNamespace(a.spec)
@@ -64,7 +64,7 @@ func (a *Algorithm) WithVersions(v *algo.Versions) algo.Lineage {
 }
 
 // Versions implements [algo.Lineage].
-func (a *Algorithm) Versions() *algo.Versions { return a.vs }
+func (a *algorithm) Versions() *algo.Versions { return a.vs }
 
 // The reserving twins carry the bucket's lineage, so that a reservation
 // reads a key's state through the bucket's versions like a take.
@@ -88,8 +88,8 @@ func (t *twin) WithVersions(v *algo.Versions) algo.Lineage {
 // Versions implements [algo.Lineage] as the bucket's.
 func (t *twin) Versions() *algo.Versions { return t.a.vs }
 
-// convertLua is the Lua twin of Algorithm.Convert: op = {rate, burst} of
-// the old version, whose bounds it computes as maxExcess and Algorithm do
+// convertLua is the Lua twin of algorithm.Convert: op = {rate, burst} of
+// the old version, whose bounds it computes as maxExcess and algorithm do
 // (a rate above 4000 milli-requests/s reaches 2^42 at once, so that the
 // product stays exact), p the new one's Params.
 const convertLua = luasrc.FloorDiv + `

@@ -8,14 +8,15 @@
 //	---------------------------------------  -----------------------------------------------
 //	limit_req_zone $key zone=z rate=10r/s    Config{Name: "z", Rate: floodgate.PerSecond(10)};
 //	                                         NewKeyed(store, cfg), $key passed to Take
-//	limit_req_zone ... rate=30r/m            Rate: floodgate.PerMinute(30) (or ParseRate("30r/m"))
+//	limit_req_zone ... rate=30r/m            Rate: floodgate.PerMinute(30)
 //	limit_req zone=z                         Burst: 0 (the default): one request per 1/rate
 //	limit_req zone=z burst=20                Burst: 20: excess requests delayed (Decision.Delay)
 //	limit_req zone=z burst=20 nodelay        Burst: 20, NoDelay: true
 //	limit_req zone=z burst=20 delay=8        Burst: 20, Delay: 8 (two-stage)
 //	limit_req_dry_run on                     the transport's dry run (httplimit.WithDryRun,
-//	                                         grpclimit.WithDryRun); StatusOf(d, true)
-//	$limit_req_status                        StatusOf(decision, dryRun): PASSED, DELAYED, ...
+//	                                         grpclimit.WithDryRun)
+//	$limit_req_status                        from the Decision: REJECTED (!Allowed), DELAYED
+//	                                         (Delay > 0), PASSED (see ExampleNewKeyed_delay)
 //	limit_req_status 429                     the middleware's job: a denial is Allowed == false
 //	several limit_req in one location        floodgate.All(limiters...) (Delay = the largest)
 //	the request waits in nginx               Shape(ctx, limiter, key, 1), or wait Decision.Delay
@@ -30,9 +31,8 @@
 //
 // # The arithmetic (nginx's, in integers)
 //
-// The rate is kept in milli-requests per second, truncated as nginx does (see
-// [Config.MilliRate]: 1r/m is 16, so one request per 62.5 s). Each key keeps
-// last, the millisecond of its last admitted request, and excess, in
+// The rate is kept in milli-requests per second, truncated as nginx does (1r/m
+// is 16, so one request per 62.5 s). Each key keeps last, the millisecond of its last admitted request, and excess, in
 // milli-requests. A request at millisecond now computes
 //
 //	ms     = now - last        (a clock that went back by less than 60 s counts as 0,
@@ -55,8 +55,8 @@
 //     and every excess request is admitted with a Delay that spaces them at
 //     the rate: with rate=1r/s burst=5, Delays 0, 1s, 2s, ..., 5s, then
 //     rejections.
-//   - delay=N: the first N+1 requests from idle (the first plus N in excess,
-//     [Config.UndelayedCapacity]) pass undelayed, the next Burst-N are
+//   - delay=N: the first N+1 requests from idle (the first plus N in excess)
+//     pass undelayed, the next Burst-N are
 //     delayed, the rest rejected.
 //   - Time has millisecond granularity: two requests in the same millisecond
 //     see no leak between them.
@@ -92,9 +92,9 @@
 // limiter decides exactly as when enforcing (a would-be delay is charged like
 // a delay, a would-be rejection charges nothing, since a denial consumes
 // nothing), and the transport admits the request at once. The state therefore
-// evolves exactly as when enforcing. [StatusOf] with dryRun true gives
-// nginx's statuses (PASSED, DELAYED_DRY_RUN, REJECTED_DRY_RUN) from the
-// limiter's Decision.
+// evolves exactly as when enforcing, and nginx's dry-run statuses
+// (PASSED, DELAYED_DRY_RUN, REJECTED_DRY_RUN) follow from the limiter's
+// Decision.
 //
 // # Reservations and floodgate.Wait
 //
@@ -167,6 +167,6 @@
 // by [Config.Validate] with an error wrapping [floodgate.ErrInvalidConfig].
 //
 // Nothing in this package reads a clock except [Shape], and nothing but
-// [Shape] sleeps. [Algorithm] and the limiter [NewKeyed] returns are safe for
+// [Shape] sleeps. The algorithm [Config.Algorithm] returns and the limiter [NewKeyed] returns are safe for
 // concurrent use; the store serialises the steps of one key.
 package leaky

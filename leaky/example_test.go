@@ -54,11 +54,25 @@ func Example() {
 }
 
 // nginx's default mode ("burst=3", no nodelay) and delay=N mode admit excess
-// requests with a Delay that spaces them at the rate. StatusOf gives
-// $limit_req_status; with dryRun true (limit_req_dry_run on, which the
-// transports implement by admitting every request) it gives the dry-run
-// statuses of the same decisions.
-func ExampleStatusOf() {
+// requests with a Delay that spaces them at the rate. nginx's
+// $limit_req_status follows from the Decision: REJECTED when not Allowed,
+// DELAYED when Allowed with a Delay, PASSED otherwise; with limit_req_dry_run
+// on (which the transports implement by admitting every request) the same
+// decisions give the dry-run statuses.
+func ExampleNewKeyed_delay() {
+	status := func(d floodgate.Decision, dryRun bool) string {
+		s := "PASSED"
+		switch {
+		case !d.Allowed:
+			s = "REJECTED"
+		case d.Delay > 0:
+			s = "DELAYED"
+		}
+		if dryRun && s != "PASSED" {
+			s += "_DRY_RUN"
+		}
+		return s
+	}
 	frozen := floodgate.ClockFunc(func() time.Time { return time.Unix(1_767_225_600, 0) })
 	s, err := memstore.New(memstore.WithClock(frozen))
 	if err != nil {
@@ -85,7 +99,7 @@ func ExampleStatusOf() {
 			if err != nil {
 				panic(err)
 			}
-			line = append(line, fmt.Sprintf("%s/%v", leaky.StatusOf(d, mode.dryRun), d.Delay))
+			line = append(line, fmt.Sprintf("%s/%v", status(d, mode.dryRun), d.Delay))
 		}
 		fmt.Println(strings.Join(line, " "))
 	}
@@ -116,12 +130,12 @@ func ExampleNewKeyed_reserve() {
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("%s delay=%v retry-after=%v\n", leaky.StatusOf(d, false), d.Delay, d.RetryAfter)
+		fmt.Printf("allowed=%v delay=%v retry-after=%v\n", d.Allowed, d.Delay, d.RetryAfter)
 	}
 	// Output:
-	// PASSED delay=0s retry-after=0s
-	// PASSED delay=0s retry-after=0s
-	// DELAYED delay=500ms retry-after=0s
-	// DELAYED delay=1s retry-after=0s
-	// REJECTED delay=0s retry-after=1.5s
+	// allowed=true delay=0s retry-after=0s
+	// allowed=true delay=0s retry-after=0s
+	// allowed=true delay=500ms retry-after=0s
+	// allowed=true delay=1s retry-after=0s
+	// allowed=false delay=0s retry-after=1.5s
 }

@@ -74,7 +74,7 @@ func FuzzStep(f *testing.F) {
 			return
 		}
 		a := mustAlg(t, c)
-		r, _ := c.MilliRate()
+		r, _ := leaky.MilliRate(c)
 		limit := c.Capacity()
 		drainMs := (limit*1_000_000 + r - 1) / r
 		maxWait := time.Duration(60_000+drainMs+1) * time.Millisecond

@@ -5,7 +5,7 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-var _ algo.Reservable = (*Algorithm)(nil)
+var _ algo.Reservable = (*algorithm)(nil)
 
 // reserveName is the Spec.Name of the leaky bucket's reserving twin.
 const reserveName = "leaky-bucket+reserve"
@@ -17,29 +17,29 @@ const reserveName = "leaky-bucket+reserve"
 // ms, which in default and delay=N modes includes the shaping delay. Within
 // the burst and maxWait it decides exactly as Step. The reservation horizon
 // is the excess bound of the package documentation.
-func (a *Algorithm) Reserve(maxWait int64) algo.Algorithm {
+func (a *algorithm) Reserve(maxWait int64) algo.Algorithm {
 	return a.twin(min(max(maxWait, 0), algo.MaxReserveArg), algo.MaxReserveArg)
 }
 
 // Cancel implements [algo.Reservable]: the step whose refund gives back a
 // reservation located by resetIn when it is the last of the key's queue,
 // and nothing when later reservations are scheduled beyond it.
-func (a *Algorithm) Cancel(resetIn int64) algo.Algorithm {
-	return a.twin(0, algo.ClampReserveArg(resetIn))
+func (a *algorithm) Cancel(resetIn int64) algo.Algorithm {
+	return a.twin(0, min(max(resetIn, -algo.MaxReserveArg), algo.MaxReserveArg))
 }
 
-func (a *Algorithm) twin(maxWait, resetIn int64) *twin {
+func (a *algorithm) twin(maxWait, resetIn int64) *twin {
 	t := &twin{a: a, r: reservation{maxWait: maxWait, resetIn: resetIn}}
 	t.spec = a.reserveSpec
 	t.spec.Lua.Params = append(append(make([]int64, 0, 8), a.spec.Lua.Params...), maxWait, resetIn)
 	return t
 }
 
-// twin is the reserving twin of an Algorithm: the same state and
+// twin is the reserving twin of an algorithm: the same state and
 // arithmetic, with reservations for n > 0 and reservation-aware refunds for
 // n < 0.
 type twin struct {
-	a    *Algorithm
+	a    *algorithm
 	r    reservation
 	spec algo.Spec
 }
@@ -66,7 +66,7 @@ func (t *twin) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
 // is admitted within maxWait µs, and otherwise the RetryAfter (µs) of its
 // denial: the wait it would have had when that is beyond maxWait, or the
 // time until it fits within the horizon (maxExc).
-func (a *Algorithm) reserveRetry(last, exc, n, now, e1, maxWait int64) int64 {
+func (a *algorithm) reserveRetry(last, exc, n, now, e1, maxWait int64) int64 {
 	var wait int64
 	if e1 > a.delay {
 		wait = (e1 - a.delay) * milli / a.rate * 1000
@@ -91,7 +91,7 @@ func (a *Algorithm) reserveRetry(last, exc, n, now, e1, maxWait int64) int64 {
 // less the 1 ms idleAt may round up, so a shorter excess (rounded up to
 // whole ms) is the error of the caller's clock on the last one: k requests
 // less that excess come back. It is 0 or in (k-1)*1000..k*1000.
-func (a *Algorithm) given(last, exc, now, k, resetIn int64) int64 {
+func (a *algorithm) given(last, exc, now, k, resetIn int64) int64 {
 	us := satSub(satSub(a.idleAt(last, exc), now), resetIn)
 	if us <= 0 {
 		return k * milli

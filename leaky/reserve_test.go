@@ -170,7 +170,7 @@ func TestReserveKeepsTheLimit(t *testing.T) {
 		c := conformanceConfigs[name]
 		a := mustAlg(t, c)
 		r := mustReservable(t, c)
-		rate, _ := c.MilliRate()
+		rate, _ := leaky.MilliRate(c)
 		drain := (c.Capacity()*1_000_000 + rate - 1) / rate * ms
 		type pend struct {
 			leakyAct

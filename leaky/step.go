@@ -8,7 +8,7 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-// Algorithm is the leaky bucket as a [algo.Algorithm]: nginx limit_req's
+// algorithm is the leaky bucket as a [algo.Algorithm]: nginx limit_req's
 // arithmetic as a pure step over three words of state. Build it with
 // [Config.Algorithm]. It is immutable and safe for concurrent use.
 //
@@ -19,8 +19,8 @@ import (
 //	W[1]  last: Unix ms of the last admitted request (nginx's lr->last)
 //	W[2]  excess in milli-requests (nginx's lr->excess); a refund may take
 //	      it down to -1000, one request of credit, never below; reservations
-//	      (see [Algorithm.Reserve]) may take it above the burst
-type Algorithm struct {
+//	      (see algorithm.Reserve) may take it above the burst
+type algorithm struct {
 	rate        int64 // milli-requests per second
 	burst       int64 // milli-requests
 	delay       int64 // milli-requests served undelayed
@@ -53,18 +53,18 @@ const maxLastMs = int64(1) << 50
 const backJumpMs = 60_000
 
 // Spec implements [algo.Algorithm].
-func (a *Algorithm) Spec() algo.Spec { return a.spec }
+func (a *algorithm) Spec() algo.Spec { return a.spec }
 
 // Layout implements [algo.Layout]: Spec's namespace, words and log bound,
 // without copying the whole Spec.
-func (a *Algorithm) Layout() (namespace uint64, words, maxLog int, grain int64) {
+func (a *algorithm) Layout() (namespace uint64, words, maxLog int, grain int64) {
 	return a.memNS, a.spec.Words, a.spec.MaxLog, a.grain
 }
 
 // Step implements [algo.Algorithm]: a request of cost n at now (Unix µs).
 // n > 0 takes, n < 0 refunds -n requests, n == 0 peeks. See the package
-// documentation. It is [Algorithm.StepState] on a copy of s.
-func (a *Algorithm) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
+// documentation. It is algorithm.StepState on a copy of s.
+func (a *algorithm) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {
 	var d floodgate.Decision
 	a.StepState(&s, now, n, &d)
 	return s, d
@@ -72,12 +72,12 @@ func (a *Algorithm) Step(s algo.State, now int64, n int64) (algo.State, floodgat
 
 // StepState implements [algo.StateStepper]: Step on *s in place, the
 // decision written to *d (every field set).
-func (a *Algorithm) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
+func (a *algorithm) StepState(s *algo.State, now, n int64, d *floodgate.Decision) {
 	a.step(s, now, n, d, nil)
 }
 
 // step is StepState, and with r the reserving twin's step.
-func (a *Algorithm) step(s *algo.State, now, n int64, d *floodgate.Decision, r *reservation) {
+func (a *algorithm) step(s *algo.State, now, n int64, d *floodgate.Decision, r *reservation) {
 	n = min(max(n, -(a.limit+1)), a.limit+1)
 	last, exc, nowMs, ms, leaked := a.leak(s, now)
 	// base is the excess a request of cost 1 would have now: nginx's
@@ -148,7 +148,7 @@ func (a *Algorithm) step(s *algo.State, now, n int64, d *floodgate.Decision, r *
 // since last (ms, bounded; nowMs is now in ms), and leaked, the excess left
 // now before any request, which may be negative (the bucket has been idle
 // for a while). A clock gone back by more than a minute re-bases last.
-func (a *Algorithm) leak(s *algo.State, now int64) (last, exc, nowMs, ms, leaked int64) {
+func (a *algorithm) leak(s *algo.State, now int64) (last, exc, nowMs, ms, leaked int64) {
 	last = min(max(s.W[1], -maxLastMs), maxLastMs)
 	exc = min(max(s.W[2], -milli), a.maxExc)
 	nowMs = min(max(floorDiv(now, milli), -maxLastMs), maxLastMs)
@@ -171,7 +171,7 @@ func (a *Algorithm) leak(s *algo.State, now int64) (last, exc, nowMs, ms, leaked
 
 // hold is a peek (retry == 0) or a denial (retry > 0 µs): the state changes
 // only by normalisation, which credits nothing.
-func (a *Algorithm) hold(s *algo.State, last, exc, base, now, retry int64, d *floodgate.Decision) {
+func (a *algorithm) hold(s *algo.State, last, exc, base, now, retry int64, d *floodgate.Decision) {
 	idle := a.idleAt(last, exc)
 	s.W[0], s.W[1], s.W[2] = idle, last, exc
 	var rem, reset int64
@@ -191,13 +191,13 @@ func (a *Algorithm) hold(s *algo.State, last, exc, base, now, retry int64, d *fl
 
 // idleAt is the Unix µs from which a state (last, exc) has fully leaked:
 // rate*ms/1000 >= exc+1000.
-func (a *Algorithm) idleAt(last, exc int64) int64 {
+func (a *algorithm) idleAt(last, exc int64) int64 {
 	return (last + ceilDiv(milli*(exc+milli), a.rate)) * 1000
 }
 
 // retryAfter is how long (µs) until a request of cost n fits under bound
 // (its excess e1 <= bound), given that it does not now.
-func (a *Algorithm) retryAfter(last, exc, n, now, bound int64) int64 {
+func (a *algorithm) retryAfter(last, exc, n, now, bound int64) int64 {
 	allow := bound - (n-1)*milli // the largest base that admits n
 	if allow < 0 {
 		// n > Capacity: never admitted; the Limiter refuses such costs.
@@ -232,8 +232,8 @@ func satSub(a, b int64) int64 {
 	return d
 }
 
-// stepLua is the Lua twin of Algorithm.Step and of its reserving twin, then
-// of Algorithm.Convert (convertLua), for stores that run scripts. p = {rate, burst, delay, msCap, limit, maxExc}
+// stepLua is the Lua twin of algorithm.Step and of its reserving twin, then
+// of algorithm.Convert (convertLua), for stores that run scripts. p = {rate, burst, delay, msCap, limit, maxExc}
 // (milli-requests, ms); the reserving twin appends {maxWait, resetIn} (µs). Every value
 // stays an integer below 2^53; fdiv corrects the rounding of a/b so that it
 // is the exact floor, like Go's division on the same (non-negative) values.

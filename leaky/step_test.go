@@ -32,7 +32,7 @@ func repeat(at int64, k int, want func(i int64) floodgate.Decision) []step {
 func TestNoDelayBurstPlusOneFromIdle(t *testing.T) {
 	c := leaky.Config{Rate: floodgate.PerSecond(10), Burst: 20, NoDelay: true}
 	require.EqualValues(t, 21, c.Capacity())
-	require.EqualValues(t, 21, c.UndelayedCapacity())
+	require.EqualValues(t, 21, leaky.UndelayedCapacity(c))
 	steps := repeat(t0, 21, func(i int64) floodgate.Decision {
 		return pass(21-i, time.Duration(i)*100*msD)
 	})
@@ -51,7 +51,7 @@ func TestNoDelayBurstPlusOneFromIdle(t *testing.T) {
 // excess request so that they leave one per second.
 func TestDefaultModeDelaysEveryExcessRequest(t *testing.T) {
 	c := leaky.Config{Rate: floodgate.PerSecond(1), Burst: 5}
-	require.EqualValues(t, 1, c.UndelayedCapacity())
+	require.EqualValues(t, 1, leaky.UndelayedCapacity(c))
 	steps := repeat(t0, 6, func(i int64) floodgate.Decision {
 		return delayed(6-i, time.Duration(i)*sD, time.Duration(i-1)*sD)
 	})
@@ -69,7 +69,7 @@ func TestDefaultModeDelaysEveryExcessRequest(t *testing.T) {
 // apart, the 14th is rejected.
 func TestDelayNTwoStage(t *testing.T) {
 	c := leaky.Config{Rate: floodgate.PerSecond(5), Burst: 12, Delay: 8}
-	require.EqualValues(t, 9, c.UndelayedCapacity())
+	require.EqualValues(t, 9, leaky.UndelayedCapacity(c))
 	steps := repeat(t0, 13, func(i int64) floodgate.Decision {
 		var delay time.Duration
 		if i > 9 {
@@ -99,7 +99,7 @@ func TestMillisecondGranularity(t *testing.T) {
 // 16, so a request every 62.5 s, not every 60 s.
 func TestPerMinuteRateTruncatesLikeNginx(t *testing.T) {
 	c := leaky.Config{Rate: floodgate.PerMinute(1)}
-	r, err := c.MilliRate()
+	r, err := leaky.MilliRate(c)
 	require.NoError(t, err)
 	require.EqualValues(t, 16, r)
 	runSteps(t, c, []step{

@@ -19,7 +19,8 @@ import (
 // the same port. While Redis is away: no decision takes longer than the
 // store's timeout (plus scheduling slack), none returns an error, the
 // lease is spent first (admitted, not Fallback), then every decision is
-// the configured failure outcome. After the restart: leased decisions
+// the configured failure outcome (the store failing closed, or the divided
+// fallback over a store that reports its failures). After the restart: leased decisions
 // again within a second.
 func TestRedisKilled(t *testing.T) {
 	for _, tc := range []struct {
@@ -30,7 +31,14 @@ func TestRedisKilled(t *testing.T) {
 			rp := startRedis(t)
 			client := dial(t, rp.addr())
 			const timeout = 50 * time.Millisecond
-			st := newStore(t, client, redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(redisstore.FailClosed(time.Second)))
+			// The divided fallback with a store that reports its failures
+			// (FailError, as documented): a store that fails closed itself
+			// decides the direct calls it cannot make, as its own policy.
+			fp := redisstore.FailError()
+			if !tc.divided {
+				fp = redisstore.FailClosed(time.Second)
+			}
+			st := newStore(t, client, redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(fp))
 			var observed, observedUnavailable, allFallback atomic.Int64
 			l := newLease(t, st, lease.Config{
 				Bucket:             bucket.Config{Name: uniqueName(t), Rate: floodgate.PerSecond(100_000), Burst: 100_000},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
@@ -93,14 +95,11 @@ func TestFleetShares(t *testing.T) {
 }
 
 // TestFleetSharesCluster is TestFleetShares at 3x on the Redis Cluster of
-// $FLOODGATE_REDIS_CLUSTER (the processes find the cluster from its first
-// seed): the key, its board and the heartbeats each live in one slot.
+// $FLOODGATE_REDIS_CLUSTER, or the one redistest.Cluster starts (the
+// processes find the cluster from its first seed): the key, its board and
+// the heartbeats each live in one slot.
 func TestFleetSharesCluster(t *testing.T) {
-	seeds := os.Getenv("FLOODGATE_REDIS_CLUSTER")
-	if seeds == "" {
-		t.Fatal("FLOODGATE_REDIS_CLUSTER is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
-	}
-	fleetShares(t, strings.Split(seeds, ",")[0], 3)
+	fleetShares(t, redistest.Cluster(t)[0], 3)
 }
 
 func fleetShares(t *testing.T, addr string, load float64) {
@@ -209,8 +208,19 @@ func TestOutagePolicies(t *testing.T) {
 			per, offered := outage(t, p.node)
 			for s, n := range per {
 				t.Logf("%s: outage second %d: the fleet admitted %d of %d (%.2fx the global rate)", p.name, s+1, n, offered[s], float64(n)/1000)
-				if x := float64(n) / 1000; x < p.lo || x > p.hi {
-					t.Errorf("outage second %d: %.2fx the global rate, want %.2f..%.2f", s+1, x, p.lo, p.hi)
+				lo, hi := p.lo, p.hi
+				if slices.Min(offered[:s+1]) < 2000 {
+					// The generator fell behind (a loaded machine): what it
+					// did not offer, the limit kept, to spend later as one
+					// bucket would (its rate plus its burst in a second),
+					// and a second offered less measures less.
+					lo = 0
+					if hi > 0.5 { // a closed limit refuses all the same
+						hi = max(hi, 1.5)
+					}
+				}
+				if x := float64(n) / 1000; x < lo || x > hi {
+					t.Errorf("outage second %d: %.2fx the global rate, want %.2f..%.2f", s+1, x, lo, hi)
 				}
 				if p.open && float64(n) < 0.9*float64(offered[s]) {
 					t.Errorf("outage second %d: %d admitted of %d offered; the limit is removed, all should be", s+1, n, offered[s])

@@ -102,7 +102,7 @@ func TestAllRefunds(t *testing.T) {
 	if err := l.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	direct, _ := bucket.NewKeyed(st, bucket.Config{Name: l.Policy().Name, Rate: floodgate.PerHour(1), Burst: 100})
+	direct, _ := bucket.NewKeyed(st, bucket.Config{Name: l.Describe().Name, Rate: floodgate.PerHour(1), Burst: 100})
 	d, err := direct.Peek(ctx, "k")
 	if err != nil {
 		t.Fatal(err)

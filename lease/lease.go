@@ -313,8 +313,8 @@ func (l *Limiter) now() int64 {
 	return l.clock.Now().UnixNano()
 }
 
-// Policy implements [floodgate.Describer]: the global limit.
-func (l *Limiter) Policy() floodgate.Policy { return l.direct.Policy() }
+// Describe implements [floodgate.Describer]: the global limit.
+func (l *Limiter) Describe() floodgate.Description { return l.direct.Describe() }
 
 // Shared reports true: a Limiter's state is the global bucket that every
 // node shares, so that transports hashing credentials into its keys
@@ -523,7 +523,7 @@ func (l *Limiter) divide(ctx context.Context, e *entry, key string, n int64) (fl
 	case e == nil:
 		// An untracked key (beyond MaxKeys): where the global bucket
 		// stands is unknown, so its local bucket starts drained.
-		if d, err := lim.Peek(ctx, key); err == nil && d.Remaining == lim.Policy().Capacity {
+		if d, err := lim.Peek(ctx, key); err == nil && d.Remaining == lim.Describe().Capacity {
 			l.drain(ctx, lim, key, l.burst*l.tokenUS*int64(time.Microsecond))
 		}
 	case !e.falling.Load():

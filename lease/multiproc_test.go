@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -30,7 +31,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(child(spec))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	redistest.StopCluster()
+	os.Exit(code)
 }
 
 // The global limit of TestMultiProcess.
@@ -176,6 +179,31 @@ func idealAdmitted(t *testing.T, times []int64, c bucket.Config) int64 {
 		var d floodgate.Decision
 		s, d = alg.Step(s, at/1000, 1)
 		if d.Allowed {
+			n++
+		}
+	}
+	return n
+}
+
+// idealWithin is the most one bucket configured as c admits of requests
+// each decided at some time between sent[i] and answered[i] (in order, not
+// overlapping): each request is admitted at the earliest time of its
+// interval that the bucket allows, which leaves the most tokens to the
+// next ones.
+func idealWithin(t *testing.T, sent, answered []int64, c bucket.Config) int64 {
+	alg, err := c.Algorithm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s algo.State
+	var n int64
+	for i, at := range sent {
+		next, d := alg.Step(s, at/1000, 1)
+		if !d.Allowed && d.RetryAfter > 0 && at+int64(d.RetryAfter) <= answered[i] {
+			next, d = alg.Step(s, (at+int64(d.RetryAfter))/1000+1, 1)
+		}
+		if d.Allowed {
+			s = next
 			n++
 		}
 	}

@@ -1,7 +1,6 @@
 package lease_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -99,58 +98,11 @@ func dial(tb testing.TB, addr string) rueidis.Client {
 func redisClient(tb testing.TB) rueidis.Client { return dial(tb, redisAddr(tb)) }
 
 // clusterClient is a client of the test Redis Cluster:
-// $FLOODGATE_REDIS_CLUSTER (comma-separated seeds), or three
-// cluster-enabled redis-servers started for t, all slots split among them.
+// $FLOODGATE_REDIS_CLUSTER (comma-separated seeds), or the one
+// redistest.Cluster starts for the package's tests.
 func clusterClient(t *testing.T) rueidis.Client {
 	t.Helper()
-	if seeds := os.Getenv("FLOODGATE_REDIS_CLUSTER"); seeds != "" {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: strings.Split(seeds, ","), DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
-	ctx := context.Background()
-	var nodes []rueidis.Client
-	var addrs []string
-	for i := range 3 {
-		p := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
-		addrs = append(addrs, p.addr())
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.addr()}, ForceSingleClient: true, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		lo, hi := i*16384/3, (i+1)*16384/3-1
-		if err := c.Do(ctx, c.B().Arbitrary("CLUSTER", "ADDSLOTSRANGE").Args(strconv.Itoa(lo), strconv.Itoa(hi)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, c)
-	}
-	for _, p := range addrs[1:] {
-		host, port, _ := net.SplitHostPort(p)
-		pn, _ := strconv.Atoi(port)
-		if err := nodes[0].Do(ctx, nodes[0].B().ClusterMeet().Ip(host).Port(int64(pn)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := true
-		for _, c := range nodes {
-			info, err := c.Do(ctx, c.B().ClusterInfo().Build()).ToString()
-			ok = ok && err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the test cluster did not reach cluster_state:ok")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: redistest.Cluster(t), DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}

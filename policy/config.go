@@ -204,60 +204,7 @@ func (p *parser) policy(n *yaml.Node) (Policy, error) {
 	lines := map[string]int{} // of each field given, where its errors point
 	err := p.fields(n, "policy", known, func(k string, v *yaml.Node) error {
 		lines[k] = v.Line
-		var err error
-		switch k {
-		case "name":
-			pol.Name, err = p.str(v, "name")
-		case "algorithm":
-			var s string
-			s, err = p.str(v, "algorithm")
-			pol.Algorithm = Algorithm(s)
-			switch pol.Algorithm {
-			case TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingCounter:
-			default:
-				return p.errf(v, "unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-log or sliding-counter)", s)
-			}
-		case "rate":
-			var s string
-			if s, err = p.str(v, "rate"); err == nil {
-				if strings.HasPrefix(strings.TrimSpace(s), "-") {
-					return p.errf(v, "rate %q is negative", s)
-				}
-				pol.Rate, err = ParseRate(s)
-				if err != nil {
-					return p.errf(v, "%v", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": "))
-				}
-			}
-		case "burst":
-			pol.Burst, err = p.int(v, "burst")
-		case "nodelay":
-			pol.NoDelay, err = p.bool(v, "nodelay")
-		case "delay":
-			pol.Delay, err = p.int(v, "delay")
-		case "limit":
-			pol.Limit, err = p.int(v, "limit")
-		case "window":
-			var s string
-			if s, err = p.str(v, "window"); err == nil {
-				pol.Window, err = time.ParseDuration(s)
-				if err != nil || pol.Window <= 0 {
-					return p.errf(v, "window %q: want a positive duration such as 1s, 1m, 24h", s)
-				}
-			}
-		case "dry_run":
-			pol.DryRun, err = p.bool(v, "dry_run")
-		case "leased":
-			pol.Leased, err = p.bool(v, "leased")
-		case "lease_refresh":
-			var s string
-			if s, err = p.str(v, "lease_refresh"); err == nil {
-				pol.LeaseRefresh, err = time.ParseDuration(s)
-				if err != nil || pol.LeaseRefresh <= 0 {
-					return p.errf(v, "lease_refresh %q: want a positive duration such as 100ms", s)
-				}
-			}
-		}
-		return err
+		return p.policyField(&pol, k, v)
 	})
 	if err != nil {
 		return pol, err
@@ -274,6 +221,79 @@ func (p *parser) policy(n *yaml.Node) (Policy, error) {
 		return pol, p.errf(at, "%s", msg)
 	}
 	return pol, nil
+}
+
+// policyField reads the field k of a policy into pol.
+func (p *parser) policyField(pol *Policy, k string, v *yaml.Node) error {
+	var err error
+	switch k {
+	case "name":
+		pol.Name, err = p.str(v, "name")
+	case "algorithm":
+		pol.Algorithm, err = p.kind(v)
+	case "rate":
+		pol.Rate, err = p.rate(v)
+	case "burst":
+		pol.Burst, err = p.int(v, "burst")
+	case "nodelay":
+		pol.NoDelay, err = p.bool(v, "nodelay")
+	case "delay":
+		pol.Delay, err = p.int(v, "delay")
+	case "limit":
+		pol.Limit, err = p.int(v, "limit")
+	case "window":
+		pol.Window, err = p.duration(v, "window", "1s, 1m, 24h")
+	case "dry_run":
+		pol.DryRun, err = p.bool(v, "dry_run")
+	case "leased":
+		pol.Leased, err = p.bool(v, "leased")
+	case "lease_refresh":
+		pol.LeaseRefresh, err = p.duration(v, "lease_refresh", "100ms")
+	}
+	return err
+}
+
+// kind reads a policy's algorithm.
+func (p *parser) kind(v *yaml.Node) (Kind, error) {
+	s, err := p.str(v, "algorithm")
+	if err != nil {
+		return "", err
+	}
+	switch k := Kind(s); k {
+	case TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingCounter:
+		return k, nil
+	}
+	return "", p.errf(v, "unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-log or sliding-counter)", s)
+}
+
+// rate reads a policy's rate.
+func (p *parser) rate(v *yaml.Node) (floodgate.Rate, error) {
+	s, err := p.str(v, "rate")
+	if err != nil {
+		return floodgate.Rate{}, err
+	}
+	if strings.HasPrefix(strings.TrimSpace(s), "-") {
+		return floodgate.Rate{}, p.errf(v, "rate %q is negative", s)
+	}
+	r, err := parseRate(s)
+	if err != nil {
+		return floodgate.Rate{}, p.errf(v, "%v", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": "))
+	}
+	return r, nil
+}
+
+// duration reads the positive duration of field name; example is what the
+// error suggests.
+func (p *parser) duration(v *yaml.Node, name, example string) (time.Duration, error) {
+	s, err := p.str(v, name)
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, p.errf(v, "%s %q: want a positive duration such as %s", name, s, example)
+	}
+	return d, nil
 }
 
 // blame lists, for the errors of Policy.Validate that one field or two
@@ -324,49 +344,58 @@ func (p *parser) rules(n *yaml.Node, path string) ([]Rule, error) {
 	}
 	var out []Rule
 	for _, e := range n.Content {
-		var r Rule
-		var kids *yaml.Node
-		err := p.fields(e, "rule", []string{"key", "value", "policy", "plan", "rules"}, func(k string, v *yaml.Node) error {
-			var err error
-			switch k {
-			case "key":
-				r.Key, err = p.str(v, "key")
-			case "value":
-				r.Value, err = p.str(v, "value")
-			case "policy":
-				r.Policy, err = p.str(v, "policy")
-			case "plan":
-				r.Plan, err = p.bool(v, "plan")
-			case "rules":
-				kids = v
-			}
-			return err
-		})
+		r, err := p.rule(e, path)
 		if err != nil {
 			return nil, err
-		}
-		if r.Key == "" {
-			return nil, p.errf(e, "a rule needs a key")
-		}
-		at := path + r.Key
-		if r.Value != "" {
-			at += "=" + r.Value
-		}
-		p.ruleLine[at] = e.Line
-		if kids != nil {
-			if r.Rules, err = p.rules(kids, at+" > "); err != nil {
-				return nil, err
-			}
-		}
-		if r.Policy == "" && !r.Plan && len(r.Rules) == 0 {
-			return nil, p.errf(e, "rule %s limits nothing: give it a policy, plan: true, or nested rules", at)
 		}
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-// place turns a semantic error of Compile into a ConfigError at the line of
+// rule reads the rule e, at path in the tree, and its nested rules.
+func (p *parser) rule(e *yaml.Node, path string) (Rule, error) {
+	var r Rule
+	var kids *yaml.Node
+	err := p.fields(e, "rule", []string{"key", "value", "policy", "plan", "rules"}, func(k string, v *yaml.Node) error {
+		var err error
+		switch k {
+		case "key":
+			r.Key, err = p.str(v, "key")
+		case "value":
+			r.Value, err = p.str(v, "value")
+		case "policy":
+			r.Policy, err = p.str(v, "policy")
+		case "plan":
+			r.Plan, err = p.bool(v, "plan")
+		case "rules":
+			kids = v
+		}
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	if r.Key == "" {
+		return r, p.errf(e, "a rule needs a key")
+	}
+	at := path + r.Key
+	if r.Value != "" {
+		at += "=" + r.Value
+	}
+	p.ruleLine[at] = e.Line
+	if kids != nil {
+		if r.Rules, err = p.rules(kids, at+" > "); err != nil {
+			return r, err
+		}
+	}
+	if r.Policy == "" && !r.Plan && len(r.Rules) == 0 {
+		return r, p.errf(e, "rule %s limits nothing: give it a policy, plan: true, or nested rules", at)
+	}
+	return r, nil
+}
+
+// place turns a semantic error of compile into a ConfigError at the line of
 // what it names.
 func (p *parser) place(err error) error {
 	msg := strings.TrimPrefix(err.Error(), floodgate.ErrInvalidConfig.Error()+": ")

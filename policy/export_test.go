@@ -26,3 +26,9 @@ func SetTakeHook(f func()) func() {
 	takeHook = f
 	return func() { takeHook = nil }
 }
+
+// ParseRate and FormatRate read and write a rate as config files do.
+var (
+	ParseRate  = parseRate
+	FormatRate = formatRate
+)

@@ -123,23 +123,7 @@ func (ls lineages) commit(pl *plan) (dropped []string) {
 		ls[name] = append([]version{nv}, ls[name]...)
 	}
 	for name, vs := range ls {
-		kept := vs[:0]
-		var seen []uint64
-		lost := false
-		for _, v := range vs {
-			ns := algo.MemoryNamespace(v.alg)
-			switch {
-			case !v.until.IsZero() && !v.until.After(pl.now):
-			case slices.Contains(seen, ns):
-				// A newer version with the same parameters holds its keys.
-			case len(kept) > algo.MaxPredecessors:
-				lost = true
-			default:
-				seen = append(seen, ns)
-				kept = append(kept, v)
-			}
-		}
-		clear(vs[len(kept):])
+		kept, lost := prune(vs, pl.now)
 		if len(kept) == 0 {
 			delete(ls, name)
 		} else {
@@ -151,6 +135,30 @@ func (ls lineages) commit(pl *plan) (dropped []string) {
 	}
 	slices.Sort(dropped)
 	return dropped
+}
+
+// prune keeps, of a lineage's versions (newest first), those still needed
+// at now: not expired, not shadowed by a newer version with the same
+// parameters, and no more than the predecessors a store converts from;
+// lost reports that a needed version was dropped for the last reason.
+func prune(vs []version, now time.Time) (kept []version, lost bool) {
+	kept = vs[:0]
+	var seen []uint64
+	for _, v := range vs {
+		ns := algo.MemoryNamespace(v.alg)
+		switch {
+		case !v.until.IsZero() && !v.until.After(now):
+		case slices.Contains(seen, ns):
+			// A newer version with the same parameters holds its keys.
+		case len(kept) > algo.MaxPredecessors:
+			lost = true
+		default:
+			seen = append(seen, ns)
+			kept = append(kept, v)
+		}
+	}
+	clear(vs[len(kept):])
+	return kept, lost
 }
 
 // fullWithin is how long after a version is replaced every state it left

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -179,7 +180,7 @@ func NewLive(cfg Config, s store.Store, opts ...Option) (*Live, error) {
 	return l, nil
 }
 
-// liveOptions applies opts for a Live or a Set on s.
+// liveOptions applies opts for a Live on s.
 func liveOptions(s store.Store, opts []Option) (liveConfig, error) {
 	var c liveConfig
 	for i, o := range opts {
@@ -204,7 +205,7 @@ var errNoFleetSecret = fmt.Errorf("%w: policy: credentials on a store shared by 
 // credential. Transports whose descriptors hold credentials call it at
 // construction (httplimit.Policies, grpclimit.Policies); Match refuses such
 // entries with the same error.
-func (l *Live) CheckCredentials() error { return l.Set().CheckCredentials() }
+func (l *Live) CheckCredentials() error { return l.Set().checkCredentials() }
 
 // Set returns the running Set.
 func (l *Live) Set() *Set { return l.cur.Load() }
@@ -344,3 +345,6 @@ func (l *Live) Refund(ctx context.Context, key string, n int) error {
 func (l *Live) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) (checks []floodgate.Check, enforcing int, err error) {
 	return l.cur.Load().Match(ctx, descriptors, n, dst)
 }
+
+// Live is what the Policies wrappers of httplimit and grpclimit take.
+var _ middleware.Matcher = (*Live)(nil)

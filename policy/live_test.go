@@ -181,15 +181,6 @@ func TestSharedStoreNeedsTheSecret(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, live.CheckCredentials(), "a store of the process's own draws its secret")
 
-	// Compile too.
-	set, err := policy.Compile(cfg, sharedStore{s})
-	require.NoError(t, err)
-	require.ErrorIs(t, set.CheckCredentials(), floodgate.ErrInvalidConfig)
-	set, err = policy.Compile(cfg, sharedStore{s}, policy.WithKeySecret([]byte("sixteen bytes at least")))
-	require.NoError(t, err)
-	require.NoError(t, set.CheckCredentials())
-	_, err = policy.Compile(cfg, s, policy.WithOnChange(func(policy.Change) {}))
-	require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "a compiled Set never changes")
 }
 
 type sharedStore struct{ store.Store }

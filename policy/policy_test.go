@@ -128,8 +128,9 @@ rules:
 `))
 	require.NoError(t, err)
 	s, _ := clocked(t)
-	set, err := policy.Compile(cfg, s)
+	live, err := policy.NewLive(cfg, s)
 	require.NoError(t, err)
+	set := live.Set()
 	ctx := context.Background()
 	checks, enforcing, err := set.Match(ctx, []policy.Descriptor{
 		{{Key: "destination_cluster", Value: "image-origin.prod"}},

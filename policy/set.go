@@ -8,8 +8,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/credkey"
-	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -59,19 +59,15 @@ type Rule struct {
 	Rules []Rule
 }
 
-// Entry is one (key, value) of a request descriptor.
-type Entry struct {
-	Key, Value string
-	// Credential marks a value that is a credential (an API key, a service
-	// token): it is matched and resolved in clear, but the store key of a
-	// descriptor holding one is a keyed hash (see [WithKeySecret]), so that
-	// no store and no observer ever sees it.
-	Credential bool
-}
+// Entry is one (key, value) of a request descriptor: the transports'
+// [middleware.Entry], one type for both.
+type Entry = middleware.Entry
 
 // Descriptor is what one request says about itself, in order
-// ("service token t, route /img"); a request may carry several.
-type Descriptor []Entry
+// ("service token t, route /img"); a request may carry several. It is
+// [middleware.Descriptor]: [Live] implements [middleware.Matcher], the
+// interface the Policies wrappers of httplimit and grpclimit take.
+type Descriptor = middleware.Descriptor
 
 // ResolveFunc places a key (an API key, a token) on a plan: it returns the
 // name of a policy, or "" when it does not know the key. It is called only
@@ -121,50 +117,15 @@ type node struct {
 	children   []*node
 }
 
-// Compile checks cfg and builds its limiters on s: a Set that no reload
-// changes (use [Live] for one that does). Errors wrap
-// [floodgate.ErrInvalidConfig] and name what is wrong: a policy that cannot
-// work, two policies of one name, an override or a rule naming an unknown
-// policy, a rule without a key. The options are those of [NewLive] that
-// concern a Set: [WithKeySecret] (required on a shared store, as for
-// NewLive) and [WithResolver]; the others are refused.
-func Compile(cfg Config, s store.Store, opts ...Option) (*Set, error) {
-	if nilcheck.Is(s) {
-		return nil, fmt.Errorf("%w: policy: nil store", floodgate.ErrInvalidConfig)
-	}
-	c, err := liveOptions(s, opts)
-	if err != nil {
-		return nil, err
-	}
-	if c.onChange != nil || c.observer != nil {
-		return nil, fmt.Errorf("%w: policy: WithOnChange and WithObserver report changes, which a compiled Set never has: use NewLive", floodgate.ErrInvalidConfig)
-	}
-	for _, p := range cfg.Policies {
-		if p.Leased {
-			return nil, fmt.Errorf("%w: policy %q: a leased policy runs in a Live (NewLive), whose Close gives its leases back", floodgate.ErrInvalidConfig, p.Name)
-		}
-	}
-	var res *resolver
-	if c.resolve != nil {
-		res = newResolver(c.resolve, c.ttl, c.max)
-	}
-	set, err := compile(cfg, s, res, credkey.New(c.secret, "cred#"), nil)
-	if err != nil {
-		return nil, err
-	}
-	set.ownSecret = c.secret == nil
-	return set, nil
-}
-
-// CheckCredentials is [Live.CheckCredentials] for the Set.
-func (s *Set) CheckCredentials() error {
+// checkCredentials is [Live.CheckCredentials] for the Set.
+func (s *Set) checkCredentials() error {
 	if s.ownSecret && store.IsShared(s.store) {
 		return errNoFleetSecret
 	}
 	return nil
 }
 
-// compile is Compile with a resolver, a hasher and, when limiter is not
+// compile builds the Set of cfg on s with a resolver, a hasher and, when limiter is not
 // nil, the function that makes each (valid) policy's limiters (without
 // it, only store limiters: no leases).
 func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limiter func(Policy) (limit, error)) (*Set, error) {
@@ -176,99 +137,126 @@ func compile(cfg Config, s store.Store, res *resolver, h *credkey.Hasher, limite
 	}
 	set := &Set{cfg: cfg, store: s, limiters: map[string]*store.Limiter{}, policies: map[string]Policy{},
 		resolver: res, hasher: h, dry: map[floodgate.Limiter]bool{}}
-	overrides := map[string]planEntry{}
-	for _, p := range cfg.Policies {
-		if err := p.Validate(); err != nil {
-			return nil, err
-		}
-		if _, dup := set.limiters[p.Name]; dup {
-			return nil, fmt.Errorf("%w: two policies are named %q", floodgate.ErrInvalidConfig, p.Name)
-		}
-		l, err := limiter(p)
-		if err != nil {
-			return nil, err
-		}
-		set.limiters[p.Name] = l.lim
-		if l.lease != nil {
-			if set.leases == nil {
-				set.leases = map[string]*lease.Limiter{}
-			}
-			set.leases[p.Name] = l.lease
-		}
-		set.policies[p.Name] = p
-		if p.DryRun {
-			set.dry[l.decider()] = true
-		}
+	if err := set.addPolicies(cfg.Policies, limiter); err != nil {
+		return nil, err
 	}
-	lookup := func(what, name string) (limit, error) {
-		l, ok := set.limiters[name]
-		if !ok {
-			return limit{}, fmt.Errorf("%w: %s names the unknown policy %q", floodgate.ErrInvalidConfig, what, name)
-		}
-		return limit{lim: l, lease: set.leases[name]}, nil
-	}
-	if cfg.DefaultPlan != "" {
-		l, err := lookup("default_plan", cfg.DefaultPlan)
-		if err != nil {
-			return nil, err
-		}
-		set.deflt = l
-	}
-	for k, name := range cfg.Overrides {
-		if k == "" {
-			return nil, fmt.Errorf("%w: an override has an empty key", floodgate.ErrInvalidConfig)
-		}
-		l, err := lookup(fmt.Sprintf("the override of %q", k), name)
-		if err != nil {
-			return nil, err
-		}
-		overrides[k] = planEntry{limit: l}
-	}
-	set.plans = newSnapshot(overrides)
-	var build func(rs []Rule, path string) ([]*node, error)
-	build = func(rs []Rule, path string) ([]*node, error) {
-		var out []*node
-		seen := map[[2]string]bool{}
-		for _, r := range rs {
-			at := path + r.Key
-			if r.Value != "" {
-				at += "=" + r.Value
-			}
-			if r.Key == "" {
-				return nil, fmt.Errorf("%w: rule %s: a rule needs a key", floodgate.ErrInvalidConfig, path+"?")
-			}
-			if seen[[2]string{r.Key, r.Value}] {
-				return nil, fmt.Errorf("%w: rule %s appears twice", floodgate.ErrInvalidConfig, at)
-			}
-			seen[[2]string{r.Key, r.Value}] = true
-			n := &node{key: r.Key, value: r.Value, plan: r.Plan}
-			switch {
-			case r.Plan && r.Policy != "":
-				return nil, fmt.Errorf("%w: rule %s has both a policy and plan", floodgate.ErrInvalidConfig, at)
-			case r.Policy != "":
-				l, err := lookup("rule "+at, r.Policy)
-				if err != nil {
-					return nil, err
-				}
-				n.limiter = l
-			}
-			if r.Policy == "" && !r.Plan && len(r.Rules) == 0 {
-				return nil, fmt.Errorf("%w: rule %s limits nothing: give it a policy, plan: true, or nested rules", floodgate.ErrInvalidConfig, at)
-			}
-			kids, err := build(r.Rules, at+" > ")
-			if err != nil {
-				return nil, err
-			}
-			n.children = kids
-			out = append(out, n)
-		}
-		return out, nil
+	if err := set.addPlans(cfg); err != nil {
+		return nil, err
 	}
 	var err error
-	if set.rules, err = build(cfg.Rules, ""); err != nil {
+	if set.rules, err = set.buildRules(cfg.Rules, ""); err != nil {
 		return nil, err
 	}
 	return set, nil
+}
+
+// addPolicies validates each policy and makes its limiters.
+func (s *Set) addPolicies(policies []Policy, limiter func(Policy) (limit, error)) error {
+	for _, p := range policies {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if _, dup := s.limiters[p.Name]; dup {
+			return fmt.Errorf("%w: two policies are named %q", floodgate.ErrInvalidConfig, p.Name)
+		}
+		l, err := limiter(p)
+		if err != nil {
+			return err
+		}
+		s.limiters[p.Name] = l.lim
+		if l.lease != nil {
+			if s.leases == nil {
+				s.leases = map[string]*lease.Limiter{}
+			}
+			s.leases[p.Name] = l.lease
+		}
+		s.policies[p.Name] = p
+		if p.DryRun {
+			s.dry[l.decider()] = true
+		}
+	}
+	return nil
+}
+
+// lookup returns the limiters of the policy called name, which what names.
+func (s *Set) lookup(what, name string) (limit, error) {
+	l, ok := s.limiters[name]
+	if !ok {
+		return limit{}, fmt.Errorf("%w: %s names the unknown policy %q", floodgate.ErrInvalidConfig, what, name)
+	}
+	return limit{lim: l, lease: s.leases[name]}, nil
+}
+
+// addPlans sets the default plan and the overrides.
+func (s *Set) addPlans(cfg Config) error {
+	if cfg.DefaultPlan != "" {
+		l, err := s.lookup("default_plan", cfg.DefaultPlan)
+		if err != nil {
+			return err
+		}
+		s.deflt = l
+	}
+	overrides := map[string]planEntry{}
+	for k, name := range cfg.Overrides {
+		if k == "" {
+			return fmt.Errorf("%w: an override has an empty key", floodgate.ErrInvalidConfig)
+		}
+		l, err := s.lookup(fmt.Sprintf("the override of %q", k), name)
+		if err != nil {
+			return err
+		}
+		overrides[k] = planEntry{limit: l}
+	}
+	s.plans = newSnapshot(overrides)
+	return nil
+}
+
+// buildRules builds the rule tree of rs, at path in the tree.
+func (s *Set) buildRules(rs []Rule, path string) ([]*node, error) {
+	var out []*node
+	seen := map[[2]string]bool{}
+	for _, r := range rs {
+		at := path + r.Key
+		if r.Value != "" {
+			at += "=" + r.Value
+		}
+		if r.Key == "" {
+			return nil, fmt.Errorf("%w: rule %s: a rule needs a key", floodgate.ErrInvalidConfig, path+"?")
+		}
+		if seen[[2]string{r.Key, r.Value}] {
+			return nil, fmt.Errorf("%w: rule %s appears twice", floodgate.ErrInvalidConfig, at)
+		}
+		seen[[2]string{r.Key, r.Value}] = true
+		n, err := s.buildRule(r, at)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// buildRule builds the node of rule r, at at in the tree, and its children.
+func (s *Set) buildRule(r Rule, at string) (*node, error) {
+	n := &node{key: r.Key, value: r.Value, plan: r.Plan}
+	switch {
+	case r.Plan && r.Policy != "":
+		return nil, fmt.Errorf("%w: rule %s has both a policy and plan", floodgate.ErrInvalidConfig, at)
+	case r.Policy != "":
+		l, err := s.lookup("rule "+at, r.Policy)
+		if err != nil {
+			return nil, err
+		}
+		n.limiter = l
+	case !r.Plan && len(r.Rules) == 0:
+		return nil, fmt.Errorf("%w: rule %s limits nothing: give it a policy, plan: true, or nested rules", floodgate.ErrInvalidConfig, at)
+	}
+	kids, err := s.buildRules(r.Rules, at+" > ")
+	if err != nil {
+		return nil, err
+	}
+	n.children = kids
+	return n, nil
 }
 
 // Config returns the Config the Set was compiled from.
@@ -427,7 +415,7 @@ func (s *Set) match(ctx context.Context, descriptors []Descriptor, n int, dst []
 		key := s.cfg.Domain + "|" + descriptorKey(d)
 		for _, e := range d {
 			if e.Credential {
-				if err := s.CheckCredentials(); err != nil {
+				if err := s.checkCredentials(); err != nil {
 					return dst, err
 				}
 				key = s.hasher.Key(key)

@@ -14,16 +14,17 @@ import (
 	"github.com/floodgate-go/floodgate/window"
 )
 
-// Algorithm names the algorithm of a policy, as written in config files.
-type Algorithm string
+// Kind names the algorithm of a policy, as written in config files (the
+// algorithm: key).
+type Kind string
 
 // The algorithms.
 const (
-	TokenBucket    Algorithm = "token-bucket"
-	LeakyBucket    Algorithm = "leaky-bucket"
-	FixedWindow    Algorithm = "fixed-window"
-	SlidingLog     Algorithm = "sliding-log"
-	SlidingCounter Algorithm = "sliding-counter"
+	TokenBucket    Kind = "token-bucket"
+	LeakyBucket    Kind = "leaky-bucket"
+	FixedWindow    Kind = "fixed-window"
+	SlidingLog     Kind = "sliding-log"
+	SlidingCounter Kind = "sliding-counter"
 )
 
 // Policy is a limit as data: a name plus an algorithm and its parameters.
@@ -34,7 +35,7 @@ type Policy struct {
 	// Name identifies the policy. Required; printable ASCII without spaces.
 	Name string
 	// Algorithm is the algorithm; the default is TokenBucket.
-	Algorithm Algorithm
+	Algorithm Kind
 	// Rate is the rate of a token or leaky bucket.
 	Rate floodgate.Rate
 	// Burst is a token bucket's capacity (default: Rate.N) or a leaky
@@ -112,6 +113,15 @@ func (p Policy) Validate() error {
 	if err := p.validateName(); err != nil {
 		return err
 	}
+	if err := p.validateAlgorithm(); err != nil {
+		return err
+	}
+	return p.validateFields()
+}
+
+// validateAlgorithm checks the policy's parameters with its algorithm's
+// own validation, and says what is missing when a required one is.
+func (p Policy) validateAlgorithm() error {
 	var err error
 	switch p.algorithm() {
 	case TokenBucket:
@@ -128,26 +138,38 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: policy %q: unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-log or sliding-counter)",
 			floodgate.ErrInvalidConfig, p.Name, p.Algorithm)
 	}
-	isBucket := p.algorithm() == TokenBucket || p.algorithm() == LeakyBucket
 	switch {
-	case err != nil && isBucket && p.Rate == (floodgate.Rate{}):
+	case err == nil:
+		return nil
+	case p.isBucket() && p.Rate == (floodgate.Rate{}):
 		return fmt.Errorf("%w: policy %q: a %s needs a rate (rate: 100/s)", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
-	case err != nil && !isBucket && p.Limit == 0 && p.Window == 0:
+	case !p.isBucket() && p.Limit == 0 && p.Window == 0:
 		hint := ""
 		if p.Rate != (floodgate.Rate{}) || p.Burst != 0 {
 			hint = "; rate and burst belong to the buckets"
 		}
 		return fmt.Errorf("%w: policy %q: a %s needs a limit and a window (limit: 100, window: 1m)%s", floodgate.ErrInvalidConfig, p.Name, p.algorithm(), hint)
-	case err != nil:
-		return fmt.Errorf("policy %q: %w", p.Name, err)
 	}
+	return fmt.Errorf("policy %q: %w", p.Name, err)
+}
+
+// validateFields refuses the fields that do not belong to the policy's
+// algorithm, and a lease refresh out of range.
+func (p Policy) validateFields() error {
 	switch {
-	case isBucket && (p.Limit != 0 || p.Window != 0):
+	case p.isBucket() && (p.Limit != 0 || p.Window != 0):
 		return fmt.Errorf("%w: policy %q: limit and window belong to the window algorithms, not %s", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
-	case !isBucket && (p.Rate != floodgate.Rate{} || p.Burst != 0):
+	case !p.isBucket() && (p.Rate != floodgate.Rate{} || p.Burst != 0):
 		return fmt.Errorf("%w: policy %q: rate and burst belong to the buckets, not %s", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
 	case p.algorithm() != LeakyBucket && (p.NoDelay || p.Delay != 0):
 		return fmt.Errorf("%w: policy %q: nodelay and delay belong to the leaky bucket", floodgate.ErrInvalidConfig, p.Name)
+	}
+	return p.validateLease()
+}
+
+// validateLease checks the lease fields.
+func (p Policy) validateLease() error {
+	switch {
 	case p.Leased && p.algorithm() != TokenBucket:
 		return fmt.Errorf("%w: policy %q: leased is for token-bucket policies, not %s (a lease holds tokens)", floodgate.ErrInvalidConfig, p.Name, p.algorithm())
 	case p.LeaseRefresh != 0 && !p.Leased:
@@ -156,6 +178,11 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: policy %q: lease_refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, p.Name, p.LeaseRefresh)
 	}
 	return nil
+}
+
+// isBucket reports whether the policy is a token or a leaky bucket.
+func (p Policy) isBucket() bool {
+	return p.algorithm() == TokenBucket || p.algorithm() == LeakyBucket
 }
 
 func (p Policy) validateName() error {
@@ -170,7 +197,7 @@ func (p Policy) validateName() error {
 	return nil
 }
 
-func (p Policy) algorithm() Algorithm {
+func (p Policy) algorithm() Kind {
 	if p.Algorithm == "" {
 		return TokenBucket
 	}
@@ -194,7 +221,7 @@ func (p Policy) window() window.Config {
 }
 
 // String describes the policy on one line: its name, its algorithm and its
-// parameters, a bucket's rate as config files write it ([FormatRate]), as
+// parameters, a bucket's rate as config files write it ("100/s", "5/30s"), as
 // in "pro: token-bucket 100/s burst 100", a window's limit per duration, as
 // in "daily: fixed-window 1000 per 1h0m0s"; then "leased" and "(dry run)"
 // when set.
@@ -205,7 +232,7 @@ func (p Policy) String() string {
 	b.WriteString(string(p.algorithm()))
 	switch p.algorithm() {
 	case TokenBucket, LeakyBucket:
-		b.WriteString(" " + FormatRate(p.Rate))
+		b.WriteString(" " + formatRate(p.Rate))
 		if burst := p.bucket().Burst; p.algorithm() == TokenBucket {
 			b.WriteString(" burst " + strconv.FormatInt(burst, 10))
 		} else if p.Burst > 0 {
@@ -226,10 +253,10 @@ func (p Policy) String() string {
 	return b.String()
 }
 
-// ParseRate parses a rate as config files write it: "100/s", "30/m",
+// parseRate parses a rate as config files write it: "100/s", "30/m",
 // "1000/h", "2/d", "1/ms", "5/30s" (N per a duration), or "10r/s" as nginx
 // writes it. N is at least 1.
-func ParseRate(s string) (floodgate.Rate, error) {
+func parseRate(s string) (floodgate.Rate, error) {
 	n, per, ok := strings.Cut(strings.TrimSpace(s), "/")
 	n = strings.TrimSuffix(n, "r")
 	count, err := strconv.ParseInt(n, 10, 64)
@@ -263,8 +290,8 @@ func ParseRate(s string) (floodgate.Rate, error) {
 	return floodgate.Rate{N: count, Per: d}, nil
 }
 
-// FormatRate writes a rate the way ParseRate reads it.
-func FormatRate(r floodgate.Rate) string {
+// formatRate writes a rate the way parseRate reads it.
+func formatRate(r floodgate.Rate) string {
 	switch r.Per {
 	case time.Second:
 		return strconv.FormatInt(r.N, 10) + "/s"

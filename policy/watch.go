@@ -61,45 +61,49 @@ func (l *Live) WatchFile(ctx context.Context, path string) error {
 	}
 	fw := &fileWatch{w: w, abs: abs, last: sha256.Sum256(content)}
 	fw.follow()
-	go func() {
-		defer w.Close()
-		var timer *time.Timer
-		var fire <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				if timer != nil {
-					timer.Stop()
-				}
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if ev.Op == fsnotify.Chmod {
-					continue
-				}
-				if timer == nil {
-					timer = time.NewTimer(watchDebounce)
-				} else {
-					timer.Reset(watchDebounce)
-				}
-				fire = timer.C
-			case <-fire:
-				fire = nil
-				fw.follow()
-				if fw.changed() {
-					_, _ = l.ReloadFile(abs)
-				}
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				l.report(Change{Version: l.version.Load(), Source: path, At: time.Now(), Err: fmt.Errorf("policy: watching %s: %w", path, err)})
-			}
-		}
-	}()
+	go l.watch(ctx, fw, path)
 	return nil
+}
+
+// watch reloads fw's file after each burst of changes (debounced) until ctx
+// ends, and reports the watcher's errors as refused changes from path.
+func (l *Live) watch(ctx context.Context, fw *fileWatch, path string) {
+	defer fw.w.Close()
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case ev, ok := <-fw.w.Events:
+			if !ok {
+				return
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(watchDebounce)
+			} else {
+				timer.Reset(watchDebounce)
+			}
+			fire = timer.C
+		case <-fire:
+			fire = nil
+			fw.follow()
+			if fw.changed() {
+				_, _ = l.ReloadFile(fw.abs)
+			}
+		case err, ok := <-fw.w.Errors:
+			if !ok {
+				return
+			}
+			l.report(Change{Version: l.version.Load(), Source: path, At: time.Now(), Err: fmt.Errorf("policy: watching %s: %w", path, err)})
+		}
+	}
 }
 
 // fileWatch is the state of one WatchFile.

@@ -1,9 +1,10 @@
 // Package priority sheds load by class: several traffic classes share one
 // capacity, and when it runs short the least important class is shed first.
 //
-// The capacity is a number of requests in flight: a fixed one ([NewFixed])
-// or the current limit of an [adaptive.Gate] ([NewShedder]), so that it
-// follows the server's latency. Each class has a threshold, ShedAt, a fraction of the
+// The capacity is a number of requests in flight: the current limit of the
+// [adaptive.Gate] given to [NewShedder]: a fixed one (the gate of
+// [adaptive.NewConstant]) or an adaptive one, so that it follows the
+// server's latency. Each class has a threshold, ShedAt, a fraction of the
 // capacity: a request of the class is admitted only while the requests in
 // flight (all classes together) are fewer than ShedAt x capacity. The
 // defaults ([DefaultClasses]) are critical at 100%, standard at 95% and

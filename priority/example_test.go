@@ -11,7 +11,9 @@ import (
 // Three classes share a capacity of 20 requests in flight: best-effort is
 // shed at 85% (17 in flight), standard at 95% (19), critical at 100%.
 func Example() {
-	p, err := priority.NewFixed(20, nil)
+	twenty, _ := adaptive.NewConstant(20)
+	capacity, _ := adaptive.NewGate(twenty)
+	p, err := priority.NewShedder(capacity) // the default classes
 	if err != nil {
 		panic(err)
 	}
@@ -56,7 +58,7 @@ func ExampleNewShedder() {
 	}
 	c, _ := p.Class("analytics")
 	tok, err := p.Acquire(context.Background(), c)
-	fmt.Println(err, p.InFlight(), "of", p.Limit())
+	fmt.Println(err, capacity.InFlight(), "of", capacity.Limit())
 	tok.Success()
 	// Output:
 	// <nil> 1 of 20

@@ -58,7 +58,7 @@ type ClassStats struct {
 }
 
 // Shedder sheds traffic by class from one shared capacity. It is safe for
-// concurrent use. Create it with [NewShedder] or [NewFixed].
+// concurrent use. Create it with [NewShedder].
 type Shedder struct {
 	cap     *adaptive.Gate
 	classes []ClassConfig
@@ -103,20 +103,6 @@ func NewShedder(capacity *adaptive.Gate, classes ...ClassConfig) (*Shedder, erro
 		admit:   make([]atomic.Uint64, len(classes)),
 		shed:    make([]atomic.Uint64, len(classes)),
 	}, nil
-}
-
-// NewFixed returns a Shedder on a fixed capacity of n requests in flight;
-// opts configure the underlying [adaptive.Gate] (queue, observer, clock).
-func NewFixed(n int, classes []ClassConfig, opts ...adaptive.Option) (*Shedder, error) {
-	alg, err := adaptive.NewFixed(n)
-	if err != nil {
-		return nil, err
-	}
-	l, err := adaptive.NewGate(alg, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return NewShedder(l, classes...)
 }
 
 // Acquire asks for a slot for a request of class c. It returns the token to
@@ -181,12 +167,6 @@ func (p *Shedder) Classes() []ClassConfig { return append([]ClassConfig(nil), p.
 // Capacity returns the underlying gate (for its Limit, InFlight and
 // Stats; acquire through p, not through it).
 func (p *Shedder) Capacity() *adaptive.Gate { return p.cap }
-
-// Limit returns the current capacity.
-func (p *Shedder) Limit() int { return p.cap.Limit() }
-
-// InFlight returns the number of requests in flight, all classes together.
-func (p *Shedder) InFlight() int { return p.cap.InFlight() }
 
 // Stats returns each class's counters, in class order.
 func (p *Shedder) Stats() []ClassStats {

@@ -13,6 +13,19 @@ import (
 	"github.com/floodgate-go/floodgate/priority"
 )
 
+// newFixed returns a Shedder of classes on a constant capacity of n.
+func newFixed(n int, classes []priority.ClassConfig, opts ...adaptive.Option) (*priority.Shedder, error) {
+	alg, err := adaptive.NewConstant(n)
+	if err != nil {
+		return nil, err
+	}
+	g, err := adaptive.NewGate(alg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return priority.NewShedder(g, classes...)
+}
+
 // fill acquires for class c until it is shed, and returns the tokens.
 func fill(t *testing.T, p *priority.Shedder, c priority.Class) []*adaptive.Token {
 	t.Helper()
@@ -30,7 +43,7 @@ func fill(t *testing.T, p *priority.Shedder, c priority.Class) []*adaptive.Token
 }
 
 func TestThresholds(t *testing.T) {
-	p := must(priority.NewFixed(20, nil))
+	p := must(newFixed(20, nil))
 	// Best-effort fills 85% of 20 = 17, standard up to 95% = 19, critical
 	// the last slot.
 	be := fill(t, p, priority.BestEffort)
@@ -54,8 +67,8 @@ func TestThresholds(t *testing.T) {
 		st[2] != (priority.ClassStats{Name: "critical", Admitted: 1, Shed: 1}) {
 		t.Fatalf("stats = %+v", st)
 	}
-	if p.InFlight() != 19 || p.Limit() != 20 {
-		t.Fatalf("in flight %d, limit %d", p.InFlight(), p.Limit())
+	if p.Capacity().InFlight() != 19 || p.Capacity().Limit() != 20 {
+		t.Fatalf("in flight %d, limit %d", p.Capacity().InFlight(), p.Capacity().Limit())
 	}
 }
 
@@ -67,7 +80,7 @@ func TestCustomClasses(t *testing.T) {
 		}
 	})
 	classes := []priority.ClassConfig{{"crawler", 0.1}, {"prefetch", 0.3}, {"search", 0.6}, {"api", 0.9}, {"payments", 1}}
-	p := must(priority.NewFixed(10, classes, adaptive.WithObserver(obs)))
+	p := must(newFixed(10, classes, adaptive.WithObserver(obs)))
 	want := []int{1, 2, 3, 3, 1} // by class: crawler 1 (10%), prefetch up to 3, search to 6, api to 9, payments to 10
 	for c := range classes {
 		if got := len(fill(t, p, priority.Class(c))); got != want[c] {
@@ -101,7 +114,7 @@ func TestCustomClasses(t *testing.T) {
 // ignores Class's ok, or never sets a class, sheds such requests first. It
 // used to get Class 0 = critical, admitted up to 100% of the capacity.
 func TestUnknownClassIsLeastImportant(t *testing.T) {
-	p := must(priority.NewFixed(20, nil))
+	p := must(newFixed(20, nil))
 	var unset priority.Class
 	if unset != priority.BestEffort {
 		t.Fatalf("the zero Class is %d, want BestEffort (%d)", unset, priority.BestEffort)
@@ -125,7 +138,7 @@ func TestUnknownClassIsLeastImportant(t *testing.T) {
 		t.Fatalf("critical was then admitted %d times, want the 3 slots best-effort may not take", n)
 	}
 	// With classes of one's own, an unknown name is the first listed.
-	q := must(priority.NewFixed(10, []priority.ClassConfig{{"batch", 0.5}, {"interactive", 1}}))
+	q := must(newFixed(10, []priority.ClassConfig{{"batch", 0.5}, {"interactive", 1}}))
 	if c, ok := q.Class("interactive "); ok || c != 0 || q.Classes()[c].Name != "batch" {
 		t.Fatalf("Class(unknown) = %d, %v; want 0 (batch), false", c, ok)
 	}
@@ -139,14 +152,14 @@ func TestValidation(t *testing.T) {
 		{{"a", 1.5}},
 		{{"a", 0.9}, {"b", 0.8}}, // a more important class shedding earlier
 	} {
-		if _, err := priority.NewFixed(10, classes); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		if _, err := newFixed(10, classes); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("case %d: err = %v", i, err)
 		}
 	}
 	if _, err := priority.NewShedder(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("nil capacity: %v", err)
 	}
-	if _, err := priority.NewFixed(0, nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
+	if _, err := newFixed(0, nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("capacity 0: %v", err)
 	}
 }
@@ -155,7 +168,7 @@ func TestValidation(t *testing.T) {
 // most important waiter, whatever the arrival order.
 func TestQueueServesHigherClassFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := must(priority.NewFixed(1, nil, adaptive.WithQueue(10, adaptive.FIFO), adaptive.WithClock(floodgate.ClockFunc(time.Now))))
+		p := must(newFixed(1, nil, adaptive.WithQueue(10, adaptive.FIFO), adaptive.WithClock(floodgate.ClockFunc(time.Now))))
 		hold := must(p.Acquire(context.Background(), priority.Critical))
 		served := make(chan priority.Class, 3)
 		var wg sync.WaitGroup
@@ -184,7 +197,7 @@ func TestQueueServesHigherClassFirst(t *testing.T) {
 // TestAcquireFunc: the asynchronous form admits at once, or waits and is
 // served by a release, or is withdrawn by cancel.
 func TestAcquireFunc(t *testing.T) {
-	p := must(priority.NewFixed(1, nil, adaptive.WithQueue(2, adaptive.FIFO)))
+	p := must(newFixed(1, nil, adaptive.WithQueue(2, adaptive.FIFO)))
 	var first *adaptive.Token
 	cancel := p.AcquireFunc(priority.Standard, func(tok *adaptive.Token, err error) { first = tok })
 	if first == nil || cancel() {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
-	"github.com/floodgate-go/floodgate/adaptive/simulate"
+	"github.com/floodgate-go/floodgate/internal/simulate"
 	"github.com/floodgate-go/floodgate/priority"
 )
 
@@ -49,8 +49,8 @@ func run(t *testing.T, p *priority.Shedder, clk *simulate.Sim, queued bool) []si
 	t.Helper()
 	tg := simulate.Target{
 		Acquire:  func(c int) (*adaptive.Token, error) { return p.Acquire(context.Background(), class(c)) },
-		Limit:    p.Limit,
-		InFlight: p.InFlight,
+		Limit:    p.Capacity().Limit,
+		InFlight: p.Capacity().InFlight,
 	}
 	if queued {
 		tg.AcquireFunc = func(c int, done func(*adaptive.Token, error)) func() bool {
@@ -94,16 +94,16 @@ func (ph phase) rate(c int) float64 { return 1 - float64(ph.failed[c])/float64(p
 func TestPriorityUnderOverload(t *testing.T) {
 	algs := []struct {
 		name string
-		alg  func() adaptive.Algorithm
+		alg  func() adaptive.Controller
 		// minimum critical success at 3x, without and with the queue
 		critical [2]float64
 	}{
-		{"fixed", func() adaptive.Algorithm { return must(adaptive.NewFixed(srv.Workers)) }, [2]float64{0.88, 0.999}},
-		{"vegas", func() adaptive.Algorithm {
+		{"fixed", func() adaptive.Controller { return must(adaptive.NewConstant(srv.Workers)) }, [2]float64{0.88, 0.999}},
+		{"vegas", func() adaptive.Controller {
 			return must(adaptive.NewVegas(adaptive.VegasConfig{Rand: rand.New(rand.NewPCG(1, 2))}))
 		}, [2]float64{0.88, 0.985}},
-		{"gradient2", func() adaptive.Algorithm { return must(adaptive.NewGradient2(adaptive.Gradient2Config{})) }, [2]float64{0.8, 0.999}},
-		{"aimd", func() adaptive.Algorithm { return must(adaptive.NewAIMD(adaptive.AIMDConfig{})) }, [2]float64{0.85, 0.975}},
+		{"gradient2", func() adaptive.Controller { return must(adaptive.NewGradient2(adaptive.Gradient2Config{})) }, [2]float64{0.8, 0.999}},
+		{"aimd", func() adaptive.Controller { return must(adaptive.NewAIMD(adaptive.AIMDConfig{})) }, [2]float64{0.85, 0.975}},
 	}
 	for qi, queued := range []bool{false, true} {
 		for _, tc := range algs {

@@ -251,37 +251,9 @@ func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, 
 			n.share = d.Value
 		}
 		if d.RateLimit != nil {
-			lm := &limit{name: d.RateLimit.Name, replaces: d.RateLimit.Replaces, unlimited: d.RateLimit.Unlimited,
-				shadow: d.ShadowMode, quota: d.QuotaMode, detailed: d.DetailedMetric, statsKey: at}
-			if !lm.unlimited {
-				all := append([]RateLimit{*d.RateLimit}, d.RateLimits...)
-				for j, r := range all {
-					name := policyName(at)
-					if j > 0 {
-						name += "#" + strconv.Itoa(j)
-					}
-					if seen[name] {
-						return errf("two limits would share the floodgate policy name %q", name)
-					}
-					seen[name] = true
-					pol, err := r.policy(name)
-					if err != nil {
-						return &policy.ConfigError{File: p.file, Line: max(r.errLine(err), d.Line, 1), Msg: strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: ")}
-					}
-					if pol.Leased && c.leasedAt == nil {
-						c.leasedAt = &policy.ConfigError{File: p.file, Line: max(r.lines["leased"], r.Line, d.Line, 1)}
-					}
-					w, _ := r.Window()
-					l := lim{policy: name, header: headerName(d.RateLimit.Name, name), window: w, limit: int64(r.RequestsPerUnit),
-						fixed: r.Algorithm == "" || r.Algorithm == policy.FixedWindow,
-						pb:    currentLimit(r.RequestsPerUnit, w, r.Name, r.UnitMultiplier)}
-					if pol.Name == "" {
-						l.blocked = true
-					} else {
-						c.policies = append(c.policies, pol)
-					}
-					lm.lims = append(lm.lims, l)
-				}
+			lm, err := c.limit(p, d, at, seen)
+			if err != nil {
+				return err
 			}
 			n.limit = lm
 		}
@@ -294,6 +266,52 @@ func (c *compiled) build(p *parser, parent *node, ds []Descriptor, path string, 
 		parent.children[final] = n
 	}
 	return nil
+}
+
+// limit compiles the rate_limit and rate_limits of descriptor d, at
+// config path at: one lim per limit, each a floodgate policy named by the
+// path ("#1", "#2" for the limits of rate_limits) and advertised in the
+// headers under its own name.
+func (c *compiled) limit(p *parser, d *Descriptor, at string, seen map[string]bool) (*limit, error) {
+	lm := &limit{name: d.RateLimit.Name, replaces: d.RateLimit.Replaces, unlimited: d.RateLimit.Unlimited,
+		shadow: d.ShadowMode, quota: d.QuotaMode, detailed: d.DetailedMetric, statsKey: at}
+	if lm.unlimited {
+		return lm, nil
+	}
+	for j, r := range append([]RateLimit{*d.RateLimit}, d.RateLimits...) {
+		errf := func(format string, args ...any) error {
+			return &policy.ConfigError{File: p.file, Line: max(r.Line, d.Line, 1), Msg: fmt.Sprintf(format, args...)}
+		}
+		name := policyName(at)
+		if j > 0 {
+			name += "#" + strconv.Itoa(j)
+		}
+		if seen[name] {
+			return nil, errf("two limits would share the floodgate policy name %q", name)
+		}
+		seen[name] = true
+		pol, err := r.policy(name)
+		if err != nil {
+			return nil, &policy.ConfigError{File: p.file, Line: max(r.errLine(err), d.Line, 1), Msg: strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: ")}
+		}
+		if pol.Leased && c.leasedAt == nil {
+			c.leasedAt = &policy.ConfigError{File: p.file, Line: max(r.lines["leased"], r.Line, d.Line, 1)}
+		}
+		w, _ := r.Window()
+		l := lim{policy: name, header: headerName(r.Name, name), window: w, limit: int64(r.RequestsPerUnit),
+			fixed: r.Algorithm == "" || r.Algorithm == policy.FixedWindow, blocked: pol.Name == "",
+			pb: currentLimit(r.RequestsPerUnit, w, r.Name, r.UnitMultiplier)}
+		for _, o := range lm.lims {
+			if o.header == l.header {
+				return nil, errf("two limits of %s share the name %q: each limit of a descriptor is advertised under its own name", at, r.Name)
+			}
+		}
+		if !l.blocked {
+			c.policies = append(c.policies, pol)
+		}
+		lm.lims = append(lm.lims, l)
+	}
+	return lm, nil
 }
 
 // bind gives every limit its limiter from set.
@@ -318,7 +336,7 @@ func bindNode(n *node, set *policy.Set) error {
 			if l.l, ok = set.Limiter(l.policy); !ok {
 				return fmt.Errorf("%w: rls: policy %q is not running", floodgate.ErrInvalidConfig, l.policy)
 			}
-			l.q, l.w = ratehdr.Quota(l.l.Policy())
+			l.q, l.w = ratehdr.Quota(l.l.Describe())
 			if ll, ok := set.Lease(l.policy); ok {
 				l.leased = &leased{Limiter: ll, direct: l.l}
 			}
@@ -384,6 +402,8 @@ func direct(l floodgate.Limiter) *store.Limiter {
 		return v
 	case *leased:
 		return v.direct
+	case *knownOver:
+		return v.l
 	}
 	return nil
 }

@@ -101,7 +101,7 @@ type RateLimit struct {
 	Replaces       []string
 	// Algorithm is one of policy's algorithm names; "" is fixed-window,
 	// the reference's.
-	Algorithm policy.Algorithm
+	Algorithm policy.Kind
 	// Burst is a token bucket's capacity (default requests_per_unit) or a
 	// leaky bucket's burst (default 0).
 	Burst int64
@@ -353,41 +353,12 @@ func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) 
 	err := p.list(n, func(e *yaml.Node) error {
 		d := Descriptor{Line: e.Line, lines: map[string]int{}}
 		var nested *yaml.Node
-		err := p.fields(e, []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
-			"detailed_metric", "value_to_metric", "share_threshold", "credential"}, d.lines, func(k string, v *yaml.Node) error {
-			var err error
-			switch k {
-			case "key":
-				d.Key, err = p.str(v)
-			case "value":
-				d.Value, err = p.str(v)
-			case "rate_limit":
-				var r RateLimit
-				if r, err = p.rateLimit(v); err == nil {
-					d.RateLimit = &r
-				}
-			case "rate_limits":
-				err = p.list(v, func(e *yaml.Node) error {
-					r, err := p.rateLimit(e)
-					d.RateLimits = append(d.RateLimits, r)
-					return err
-				})
-			case "descriptors":
+		err := p.fields(e, descriptorFields, d.lines, func(k string, v *yaml.Node) error {
+			if k == "descriptors" {
 				nested = v
-			case "shadow_mode":
-				d.ShadowMode, err = p.bool(v)
-			case "quota_mode":
-				d.QuotaMode, err = p.bool(v)
-			case "detailed_metric":
-				d.DetailedMetric, err = p.bool(v)
-			case "value_to_metric":
-				d.ValueToMetric, err = p.bool(v)
-			case "share_threshold":
-				d.ShareThreshold, err = p.bool(v)
-			case "credential":
-				d.Credential, err = p.bool(v)
+				return nil
 			}
-			return err
+			return p.descriptorField(&d, k, v)
 		})
 		if err != nil {
 			return err
@@ -404,6 +375,46 @@ func (p *parser) descriptors(n *yaml.Node, parent string) ([]Descriptor, error) 
 		return nil
 	})
 	return out, err
+}
+
+// descriptorFields are the fields of a descriptor.
+var descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
+	"detailed_metric", "value_to_metric", "share_threshold", "credential"}
+
+// descriptorField parses field k of a descriptor into d (its nested
+// descriptors aside).
+func (p *parser) descriptorField(d *Descriptor, k string, v *yaml.Node) error {
+	var err error
+	switch k {
+	case "key":
+		d.Key, err = p.str(v)
+	case "value":
+		d.Value, err = p.str(v)
+	case "rate_limit":
+		var r RateLimit
+		if r, err = p.rateLimit(v); err == nil {
+			d.RateLimit = &r
+		}
+	case "rate_limits":
+		err = p.list(v, func(e *yaml.Node) error {
+			r, err := p.rateLimit(e)
+			d.RateLimits = append(d.RateLimits, r)
+			return err
+		})
+	case "shadow_mode":
+		d.ShadowMode, err = p.bool(v)
+	case "quota_mode":
+		d.QuotaMode, err = p.bool(v)
+	case "detailed_metric":
+		d.DetailedMetric, err = p.bool(v)
+	case "value_to_metric":
+		d.ValueToMetric, err = p.bool(v)
+	case "share_threshold":
+		d.ShareThreshold, err = p.bool(v)
+	case "credential":
+		d.Credential, err = p.bool(v)
+	}
+	return err
 }
 
 // checkDescriptor checks d, a descriptor of the level under parent whose
@@ -440,61 +451,11 @@ func (p *parser) checkDescriptor(d Descriptor, parent string, seen map[string]bo
 func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 	r := RateLimit{Line: n.Line, lines: map[string]int{}}
 	var unitNode *yaml.Node
-	err := p.fields(n, []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst",
-		"leased", "lease_refresh"}, r.lines, func(k string, v *yaml.Node) error {
-		var err error
-		var u uint64
-		switch k {
-		case "requests_per_unit":
-			u, err = p.uint(v, 32)
-			r.RequestsPerUnit = uint32(u)
-		case "unit":
+	err := p.fields(n, rateLimitFields, r.lines, func(k string, v *yaml.Node) error {
+		if k == "unit" {
 			unitNode = v
-			r.Unit, err = p.str(v)
-		case "unit_multiplier":
-			u, err = p.uint(v, 32)
-			r.UnitMultiplier = uint32(u)
-		case "unlimited":
-			r.Unlimited, err = p.bool(v)
-		case "name":
-			r.Name, err = p.str(v)
-		case "replaces":
-			err = p.list(v, func(e *yaml.Node) error {
-				var name string
-				err := p.fields(e, []string{"name"}, nil, func(_ string, v *yaml.Node) error {
-					var err error
-					name, err = p.str(v)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				if name == "" {
-					return p.errf(e, "should not have an empty replaces entry")
-				}
-				r.Replaces = append(r.Replaces, name)
-				r.replaceLines = append(r.replaceLines, e.Line)
-				return nil
-			})
-		case "algorithm":
-			var s string
-			s, err = p.str(v)
-			r.Algorithm = policy.Algorithm(s)
-		case "burst":
-			u, err = p.uint(v, 52)
-			r.Burst = int64(u)
-		case "leased":
-			r.Leased, err = p.bool(v)
-		case "lease_refresh":
-			var s string
-			if s, err = p.str(v); err == nil {
-				r.LeaseRefresh, err = time.ParseDuration(s)
-				if err != nil || r.LeaseRefresh <= 0 {
-					return p.errf(v, "lease_refresh %q: want a duration from 1ms to 10s, such as 100ms", s)
-				}
-			}
 		}
-		return err
+		return p.rateLimitField(&r, k, v)
 	})
 	if err != nil {
 		return r, err
@@ -503,15 +464,7 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 		return r, p.errf(&yaml.Node{Line: r.replaceLines[i]}, "replaces should not contain name of same descriptor")
 	}
 	if r.Unlimited {
-		if l := max(r.lines["leased"], r.lines["lease_refresh"]); l != 0 && (r.Leased || r.LeaseRefresh != 0) {
-			return r, p.errf(&yaml.Node{Line: l}, "an unlimited limit cannot be leased (leased and lease_refresh belong to a token bucket)")
-		}
-		if r.Unit != "" {
-			if _, err := r.Window(); err == nil {
-				return r, p.errf(unitNode, "should not specify rate limit unit when unlimited")
-			}
-		}
-		return r, nil
+		return r, p.checkUnlimited(r, unitNode)
 	}
 	at := unitNode
 	if at == nil {
@@ -524,4 +477,88 @@ func (p *parser) rateLimit(n *yaml.Node) (RateLimit, error) {
 		return r, p.errf(&yaml.Node{Line: r.errLine(err)}, "%s", strings.TrimPrefix(err.Error(), "floodgate: invalid configuration: "))
 	}
 	return r, nil
+}
+
+// rateLimitFields are the fields of a rate_limit.
+var rateLimitFields = []string{"requests_per_unit", "unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst",
+	"leased", "lease_refresh"}
+
+// rateLimitField parses field k of a rate_limit into r.
+func (p *parser) rateLimitField(r *RateLimit, k string, v *yaml.Node) error {
+	var err error
+	var u uint64
+	switch k {
+	case "requests_per_unit":
+		u, err = p.uint(v, 32)
+		r.RequestsPerUnit = uint32(u)
+	case "unit":
+		r.Unit, err = p.str(v)
+	case "unit_multiplier":
+		u, err = p.uint(v, 32)
+		r.UnitMultiplier = uint32(u)
+	case "unlimited":
+		r.Unlimited, err = p.bool(v)
+	case "name":
+		r.Name, err = p.str(v)
+	case "replaces":
+		err = p.list(v, func(e *yaml.Node) error { return p.replace(r, e) })
+	case "algorithm":
+		var s string
+		s, err = p.str(v)
+		r.Algorithm = policy.Kind(s)
+	case "burst":
+		u, err = p.uint(v, 52)
+		r.Burst = int64(u)
+	case "leased":
+		r.Leased, err = p.bool(v)
+	case "lease_refresh":
+		err = p.leaseRefresh(r, v)
+	}
+	return err
+}
+
+// replace parses one entry of a rate_limit's replaces into r.
+func (p *parser) replace(r *RateLimit, e *yaml.Node) error {
+	var name string
+	err := p.fields(e, []string{"name"}, nil, func(_ string, v *yaml.Node) error {
+		var err error
+		name, err = p.str(v)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		return p.errf(e, "should not have an empty replaces entry")
+	}
+	r.Replaces = append(r.Replaces, name)
+	r.replaceLines = append(r.replaceLines, e.Line)
+	return nil
+}
+
+// leaseRefresh parses a rate_limit's lease_refresh into r.
+func (p *parser) leaseRefresh(r *RateLimit, v *yaml.Node) error {
+	s, err := p.str(v)
+	if err != nil {
+		return err
+	}
+	r.LeaseRefresh, err = time.ParseDuration(s)
+	if err != nil || r.LeaseRefresh <= 0 {
+		return p.errf(v, "lease_refresh %q: want a duration from 1ms to 10s, such as 100ms", s)
+	}
+	return nil
+}
+
+// checkUnlimited refuses what an unlimited rate_limit cannot have: a
+// lease, a unit.
+func (p *parser) checkUnlimited(r RateLimit, unitNode *yaml.Node) error {
+	if l := max(r.lines["leased"], r.lines["lease_refresh"]); l != 0 && (r.Leased || r.LeaseRefresh != 0) {
+		return p.errf(&yaml.Node{Line: l}, "an unlimited limit cannot be leased (leased and lease_refresh belong to a token bucket)")
+	}
+	if r.Unit != "" {
+		if _, err := r.Window(); err == nil {
+			return p.errf(unitNode, "should not specify rate limit unit when unlimited")
+		}
+	}
+	return nil
 }

@@ -139,10 +139,14 @@
 // answers OK with limit_remaining 2^32-1 and no current_limit; a descriptor
 // without a limit (unknown domain or descriptor, or replaced) OK with
 // nothing; an empty domain or descriptor list is an InvalidArgument error. A
-// shadow-mode descriptor answers OK whatever its counter says; quota-mode
-// descriptors are grouped (by backend_name and model_name_override, else by
-// all their entries) and make the request OVER_LIMIT only when every group
-// is over one of its limits. is_negative_hits gives the hits back as a
+// shadow-mode descriptor answers OK whatever its counter says; a
+// quota-mode descriptor (quota_mode in the config, or every descriptor
+// under [WithGlobalQuotaMode]) over its limit answers OK with its
+// current_limit, limit_remaining 0 and no duration_until_reset, and never
+// makes the request OVER_LIMIT, as the reference that rls/benchmarks
+// builds answers (its main branch has since made a request whose every
+// quota descriptor is over OVER_LIMIT, #1059, not yet in a release).
+// is_negative_hits gives the hits back as a
 // floodgate refund: never beyond the limit (10 per hour, 3 used, 5 given
 // back: 10 left, a key is never more than full), and hits larger than the
 // limit fail the call as a store error does (Unavailable under the default
@@ -205,8 +209,64 @@
 //     its module, and this service side by side on one Redis and checks
 //     that they answer a sequence of requests covering the above
 //     identically (TestConformanceWithReference).
-//   - No local over-limit cache: floodgate's memory store answers at memory
-//     speed and Redis in one script per request.
+//   - There is no STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT switch: it
+//     would change nothing. The reference's switch stops charging a
+//     request's keys when one of them is known over its limit; here a
+//     refused request charges nothing on any descriptor, always (the
+//     first difference above), which is what the switch approximates.
+//   - The over-limit cache ([WithOverLimitCache], the reference's
+//     LOCAL_CACHE_SIZE_IN_BYTES) is bounded in keys, not bytes, and does
+//     not change an answer of this process: a key is remembered only when
+//     the store refused it with nothing left, until the instant the store
+//     would admit one unit again, and is forgotten when hits are given
+//     back here or the config is reloaded.
+//   - Each limit of a descriptor (rate_limit and every entry of
+//     rate_limits) is advertised in RateLimit-Policy under its own name:
+//     the rate_limit's name for the first, a short hash of the path and
+//     its index for the others.
+//
+// # The reference's settings
+//
+// The reference's environment settings that change answers map to options
+// of [New] (and flags of floodgate-rls):
+//
+//	SHADOW_MODE                             WithGlobalShadowMode           -shadow
+//	QUOTA_MODE                              WithGlobalQuotaMode            -quota-mode
+//	RESPONSE_DYNAMIC_METADATA               WithDynamicMetadata            -response-dynamic-metadata
+//	LIMIT_RESPONSE_HEADERS_ENABLED          WithHeaders(HeadersReference)  -headers reference
+//	LOCAL_CACHE_SIZE_IN_BYTES               WithOverLimitCache (in keys)   -over-limit-cache
+//	NEAR_LIMIT_RATIO                        WithNearLimitRatio
+//	STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT none: always so, and more (above)
+//
+// HeadersReference writes the reference's default names (RateLimit-Limit,
+// RateLimit-Remaining, RateLimit-Reset); its LIMIT_*_HEADER renames are
+// not offered, nor the per-descriptor metadata field of its main branch.
+// rls/benchmarks' TestConformanceSettings runs the reference with
+// QUOTA_MODE, RESPONSE_DYNAMIC_METADATA, LIMIT_RESPONSE_HEADERS_ENABLED and
+// LOCAL_CACHE_SIZE_IN_BYTES beside this service with the four options and
+// requires the same statuses, headers and metadata.
+//
+// # Store calls
+//
+// A request's counted descriptors are decided in one store call (one
+// script on Redis): the enforcing ones all or nothing, and with them the
+// quota-mode and shadow-mode ones when nothing refused the request before
+// (a look over its limit, a blocked limit, a key the over-limit cache
+// knows over): when every check admits, each kind is charged as it would
+// be on its own. When one refuses, nothing was charged and each kind is
+// decided on its own: each quota-mode descriptor in a call, the
+// enforcing ones in one, then each shadow-mode one. A look (hits_addend 0)
+// and a refund (is_negative_hits) are a call per limit each. On Redis
+// Cluster, keys in different hash slots are decided in two phases
+// (redisstore.Store.ApplyAll).
+//
+// # Metrics
+//
+// Every counted hit lands in total_hits and in one of within_limit,
+// over_limit, refused_by_other (hits of a descriptor within its limits
+// whose request another descriptor refused: a nested descriptor's refusal
+// shows on its parent) or, for the share below the limit of a hits_addend
+// that crosses it, near_limit (see [Metrics]).
 //
 // # Concurrency
 //

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -30,7 +31,8 @@ import (
 
 // The Redis tests run against real servers: $FLOODGATE_REDIS_ADDR (a
 // redis-server is started for the tests when it is not set) and
-// $FLOODGATE_REDIS_CLUSTER (scripts/redis.sh start exports both, and
+// $FLOODGATE_REDIS_CLUSTER (a 3-master cluster is started for the tests
+// when it is not set; scripts/redis.sh start exports both, and
 // scripts/test.sh runs these tests with them).
 var (
 	redisOnce    sync.Once
@@ -49,6 +51,7 @@ func TestMain(m *testing.M) {
 		redisCmd.Process.Kill()
 		redisCmd.Wait()
 	}
+	redistest.StopCluster()
 	os.Exit(code)
 }
 
@@ -89,11 +92,7 @@ func singleAddr(t testing.TB) string {
 
 func clusterAddrs(t testing.TB) []string {
 	t.Helper()
-	c := os.Getenv("FLOODGATE_REDIS_CLUSTER")
-	if c == "" {
-		t.Fatal("FLOODGATE_REDIS_CLUSTER is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
-	}
-	return strings.Split(c, ",")
+	return redistest.Cluster(t)
 }
 
 func redisClient(t testing.TB, addrs []string) rueidis.Client {

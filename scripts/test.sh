@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it, on a fresh Debian machine with Go:
 #   ./scripts/test.sh
-# It installs what the tests need (redis-server, and chromium for the pages
-# rendered in a headless browser, via apt-get, when missing),
+# It installs what the tests need (redis-server, promtool for the alert rules,
+# and chromium for the pages rendered in a headless browser, via apt-get,
+# when missing), checks and unit-tests the alert rules with promtool,
 # starts a single Redis and a 3-master Redis Cluster on loopback, checks
 # formatting and vet, runs every test with the race detector (fuzz seed corpora
 # included), those of the rls module too (on the same servers), compiles the
-# benchmarks module, and stops the servers on exit.
+# benchmarks module, proves the release (scripts/release: go install of both
+# commands from a module proxy built from this tree, GOWORK=off; the first run
+# on a machine compiles every dependency once more, with -trimpath), and stops
+# the servers on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +23,18 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
+
+if ! command -v promtool >/dev/null 2>&1; then
+	log "installing promtool (Debian's prometheus package)"
+	SUDO=""
+	if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+command -v promtool >/dev/null 2>&1 || { echo "promtool still missing after apt-get install prometheus"; exit 1; }
+# The Go test that checks the dashboard's queries with promtool fails
+# rather than skips without it.
+export FLOODGATE_REQUIRE_PROMTOOL=1
 
 if ! command -v chromium >/dev/null 2>&1; then
 	log "installing chromium"
@@ -47,6 +63,10 @@ go vet ./...
 (cd benchmarks && go vet ./...)
 (cd rls && go vet ./...)
 
+log "alert rules: promtool check rules, promtool test rules"
+promtool check rules deploy/prometheus/floodgate-rules.yml
+(cd deploy/prometheus && promtool test rules floodgate-rules_test.yml)
+
 log "go test -race"
 go test -race -count=1 -timeout 8m ./...
 
@@ -56,8 +76,14 @@ go test -count=1 -timeout 5m -run 'TestFleetShares|TestFleetSharesCluster|TestMu
 log "rls module (the Envoy rate limit service): go test -race"
 (cd rls && go test -race -count=1 -timeout 5m ./...)
 
+log "floodgate command (cmd/floodgate): go vet and go test -race"
+(cd cmd/floodgate && go vet ./... && go test -race -count=1 ./...)
+
 log "rls answers as envoyproxy/ratelimit (built from its module), on the same Redis"
 (cd rls/benchmarks && go vet ./... && go test -count=1 -timeout 5m ./...)
+
+log "release: go install of both commands from a module proxy built from this tree (GOWORK=off)"
+(cd scripts/release && go vet ./... && go test -count=1 -timeout 30m ./...)
 
 log "benchmarks module compiles and its benchmarks run once"
 (cd benchmarks && FLOODGATE_BENCH_KEYS=10000 go test -count=1 -run "^$" -bench . -benchtime 1x ./... >/dev/null)

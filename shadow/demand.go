@@ -202,24 +202,16 @@ func newDemand(r *Recorder, name string, window time.Duration, limit int64, now 
 	return d
 }
 
-// Name returns the policy's name.
-func (d *Demand) Name() string { return d.name }
-
-// Window returns the length of the windows demand is measured in: the
-// policy's own (a rate's period, a window's length).
-func (d *Demand) Window() time.Duration { return time.Duration(d.window) }
-
 // Observe records one decision of the policy: key asked for n units
 // (n <= 0 records nothing), and refused tells whether the policy's current
 // limit refused them (denied, or would have in dry run). It is timed by the
 // Recorder's clock, allocates nothing and never blocks for long.
 func (d *Demand) Observe(key string, n int64, refused bool) {
-	d.ObserveAt(d.rec.nanos(), key, n, refused)
+	d.observeAt(d.rec.nanos(), key, n, refused)
 }
 
-// ObserveAt is Observe at time now (Unix nanoseconds), for callers that
-// have the time at hand and for tests.
-func (d *Demand) ObserveAt(now int64, key string, n int64, refused bool) {
+// observeAt is Observe at time now (Unix nanoseconds).
+func (d *Demand) observeAt(now int64, key string, n int64, refused bool) {
 	if n <= 0 {
 		return
 	}
@@ -448,6 +440,8 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, ref
 	// A key takes the first free slot from its own place in the bucket,
 	// where a look-up starts.
 	home := int(h >> 16)
+	// The common case, without the lock: the key holds a slot in the
+	// current sub-window (and n is small).
 	for j := range ways {
 		i := (home + j) & (ways - 1)
 		if b.fp[i].Load() == fp {
@@ -467,6 +461,16 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, ref
 		}
 	}
 	b.acquire()
+	if !d.addLocked(b, home, fp, w32, sub, lvl, n, refused) {
+		d.claim(b, home, fp, w32, sub, lvl, n, refused)
+	}
+	b.release()
+}
+
+// addLocked adds n to the key's slot, under the bucket's lock: it ends
+// the slot's window and begins w32's when the slot holds an older one, or
+// moves it to sub-window sub. It reports false when the key holds no slot.
+func (d *Demand) addLocked(b *tbucket, home int, fp, w32, sub, lvl uint32, n uint64, refused bool) bool {
 	for j := range ways {
 		i := (home + j) & (ways - 1)
 		if b.fp[i].Load() != fp {
@@ -490,33 +494,22 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, ref
 			// key's latest window: it counts in the latest.
 			s.add(n, refused)
 		}
-		b.release()
-		return
+		return true
 	}
+	return false
+}
+
+// claim gives the key a slot of b, under the bucket's lock: a free one, or
+// one whose window is older than w32 (ended first). When there is none the
+// decision is dropped, and so are the bucket's next ones in window w32.
+func (d *Demand) claim(b *tbucket, home int, fp, w32, sub, lvl uint32, n uint64, refused bool) {
 	free := -1
-	if b.full == w32+1 {
-		b.drops++
-		b.release()
-		return
-	}
-	for j := range ways {
-		if i := (home + j) & (ways - 1); b.fp[i].Load() == 0 {
-			free = i
-			break
-		}
-	}
-	if free < 0 {
-		for j := range ways {
-			if i := (home + j) & (ways - 1); older(b.slots[i].win.Load(), w32) {
-				free = i
-				break
-			}
-		}
+	if b.full != w32+1 {
+		free = b.freeSlot(home, w32)
 	}
 	if free < 0 {
 		b.full = w32 + 1
 		b.drops++
-		b.release()
 		return
 	}
 	s := &b.slots[free]
@@ -526,7 +519,22 @@ func (d *Demand) sample(h uint64, now int64, w uint64, n uint64, lvl uint32, ref
 	b.fp[free].Store(fp)
 	b.starts++
 	d.begin(s, w32, sub, lvl, n, refused)
-	b.release()
+}
+
+// freeSlot returns the first slot from home that is free, else the first
+// whose window is older than w32, else -1.
+func (b *tbucket) freeSlot(home int, w32 uint32) int {
+	for j := range ways {
+		if i := (home + j) & (ways - 1); b.fp[i].Load() == 0 {
+			return i
+		}
+	}
+	for j := range ways {
+		if i := (home + j) & (ways - 1); older(b.slots[i].win.Load(), w32) {
+			return i
+		}
+	}
+	return -1
 }
 
 // subWindow returns the sub-window of an offset 0 <= x < window into it:
@@ -631,12 +639,6 @@ func (d *Demand) flush(now int64) {
 		b.release()
 	}
 }
-
-// MaxPolicyBytes bounds the memory of one policy's recording with the
-// default Config (4,096 slots, top 16): 192 KiB, whatever the number of
-// keys (153 KiB by construction, about 161 KiB once the allocator has
-// rounded the blocks up). [Demand.Bytes] gives the figure for any Config.
-const MaxPolicyBytes = 192 << 10
 
 // Bytes returns the memory the policy's recording holds, by construction:
 // it is allocated when the Demand is made and never grows.

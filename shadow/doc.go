@@ -39,7 +39,7 @@
 // # Accuracy
 //
 // Quantiles come from a log-bucketed sketch (in the manner of DDSketch): every
-// value is reported within a relative error of [SketchRelativeError] (1%).
+// value is reported within a relative error of 1%.
 // The per-key windows are measured exactly for a sample of the keys: a key is
 // sampled in a window when a hash of it and of the window number falls below
 // 2^-level, so that the sample changes with every window and, over many
@@ -92,7 +92,7 @@
 // demand), the count-min rows (8 KiB), the HyperLogLog (1 KiB) and the
 // top-K (3 KiB): 153 KiB by construction ([Demand.Bytes]), 161 KiB as
 // allocated (the allocator rounds large blocks up to pages), under
-// [MaxPolicyBytes] (192 KiB), whatever the number of keys
+// 192 KiB, whatever the number of keys
 // (TestMemoryBounded measures it from 1,000 to 1,000,000 keys).
 // Config.MaxPolicies bounds the number of policies.
 //

@@ -52,7 +52,7 @@ func (r *Recorder) Handler() http.Handler {
 		for i, rep := range reps {
 			pages[i] = pageReport{Report: rep, Chart: chart(rep)}
 		}
-		_ = page.Execute(w, pageData{At: time.Now().UTC().Format(time.RFC3339), Reports: pages, Error: SketchRelativeError * 100})
+		_ = page.Execute(w, pageData{At: time.Now().UTC().Format(time.RFC3339), Reports: pages, Error: sketchRelativeError * 100})
 	})
 }
 

@@ -2,6 +2,7 @@ package shadow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 
@@ -58,9 +59,15 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
-	bad := func(f string, a ...any) (Config, error) {
-		return Config{}, fmt.Errorf("%w: shadow: "+f, append([]any{floodgate.ErrInvalidConfig}, a...)...)
+	c = c.filled()
+	if err := c.validate(); err != nil {
+		return Config{}, fmt.Errorf("%w: shadow: %w", floodgate.ErrInvalidConfig, err)
 	}
+	return c, nil
+}
+
+// filled returns c with each zero field set to its default.
+func (c Config) filled() Config {
 	if c.Quantile == 0 {
 		c.Quantile = 0.95
 	}
@@ -85,27 +92,39 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Resolution == 0 {
 		c.Resolution = time.Millisecond
 	}
+	return c
+}
+
+// validate says what is out of range in a filled Config.
+func (c Config) validate() error {
 	switch {
 	case !(c.Quantile > 0 && c.Quantile < 1):
-		return bad("quantile %v outside (0, 1)", c.Quantile)
+		return fmt.Errorf("quantile %v outside (0, 1)", c.Quantile)
 	case !(c.BurstQuantile > 0 && c.BurstQuantile < 1):
-		return bad("burst quantile %v outside (0, 1)", c.BurstQuantile)
+		return fmt.Errorf("burst quantile %v outside (0, 1)", c.BurstQuantile)
 	case !(c.Headroom >= 0 && c.Headroom <= 10):
-		return bad("headroom %v outside [0, 10]", c.Headroom)
+		return fmt.Errorf("headroom %v outside [0, 10]", c.Headroom)
 	case c.MinObservation < time.Second:
-		return bad("minimum observation %v, want at least 1s", c.MinObservation)
-	case c.Slots < 256 || c.Slots > 65536 || c.Slots&(c.Slots-1) != 0:
-		return bad("%d slots, want a power of two in 256..65536", c.Slots)
-	case c.TopK < 1 || c.TopK > 64:
-		return bad("top-K of %d, want 1..64", c.TopK)
-	case c.MaxPolicies < 1 || c.MaxPolicies > 4096:
-		return bad("%d policies, want 1..4096", c.MaxPolicies)
-	case c.Resolution < 10*time.Microsecond || c.Resolution > time.Second:
-		return bad("resolution %v outside 10us..1s", c.Resolution)
+		return fmt.Errorf("minimum observation %v, want at least 1s", c.MinObservation)
 	case c.Clock != nil && nilcheck.Is(c.Clock):
-		return bad("typed-nil clock")
+		return errors.New("typed-nil clock")
 	}
-	return c, nil
+	return c.validateSizes()
+}
+
+// validateSizes says which size of a filled Config is out of range.
+func (c Config) validateSizes() error {
+	switch {
+	case c.Slots < 256 || c.Slots > 65536 || c.Slots&(c.Slots-1) != 0:
+		return fmt.Errorf("%d slots, want a power of two in 256..65536", c.Slots)
+	case c.TopK < 1 || c.TopK > 64:
+		return fmt.Errorf("top-K of %d, want 1..64", c.TopK)
+	case c.MaxPolicies < 1 || c.MaxPolicies > 4096:
+		return fmt.Errorf("%d policies, want 1..4096", c.MaxPolicies)
+	case c.Resolution < 10*time.Microsecond || c.Resolution > time.Second:
+		return fmt.Errorf("resolution %v outside 10us..1s", c.Resolution)
+	}
+	return nil
 }
 
 // Recorder records the demand of every policy whose decisions reach it:
@@ -189,9 +208,6 @@ func (r *Recorder) Close() error {
 	return nil
 }
 
-// Config returns the Recorder's configuration, defaults filled in.
-func (r *Recorder) Config() Config { return r.cfg }
-
 // nanos is the time of a decision, Unix nanoseconds.
 func (r *Recorder) nanos() int64 {
 	if r.cfg.Clock != nil {
@@ -199,9 +215,6 @@ func (r *Recorder) nanos() int64 {
 	}
 	return r.coarse.Load()
 }
-
-// Now returns the Recorder's time.
-func (r *Recorder) Now() time.Time { return time.Unix(0, r.nanos()) }
 
 // Track returns the Demand of the named policy, making it when it is new:
 // windows of the given length, the policy's current limit per window (0
@@ -309,7 +322,7 @@ func (s *recordingStore) Apply(ctx context.Context, key string, alg algo.Algorit
 	d, err := s.inner.Apply(ctx, key, alg, n)
 	if err == nil && n > 0 {
 		if dm := s.rec.lookup(alg); dm != nil {
-			dm.ObserveAt(s.rec.nanos(), key, n, !d.Allowed)
+			dm.observeAt(s.rec.nanos(), key, n, !d.Allowed)
 		}
 	}
 	return d, err
@@ -324,7 +337,7 @@ func (s *recordingStore) ApplyAll(ctx context.Context, ops []store.Op, out []flo
 	for i := range ops {
 		if ops[i].N > 0 {
 			if dm := s.rec.lookup(ops[i].Alg); dm != nil {
-				dm.ObserveAt(now, ops[i].Key, ops[i].N, !out[i].Allowed)
+				dm.observeAt(now, ops[i].Key, ops[i].N, !out[i].Allowed)
 			}
 		}
 	}

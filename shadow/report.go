@@ -72,7 +72,7 @@ type Report struct {
 }
 
 // Quantiles are points of a distribution, each within the sketch's
-// relative error ([SketchRelativeError]) of the sampled keys' true value.
+// relative error (1%) of the sampled keys' true value.
 type Quantiles struct {
 	P50 float64 `json:"p50"`
 	P90 float64 `json:"p90"`
@@ -188,11 +188,11 @@ func (r Recommendation) String() string {
 }
 
 // Report returns the policy's report now, by the Recorder's clock.
-func (d *Demand) Report() Report { return d.ReportAt(d.rec.nanos()) }
+func (d *Demand) Report() Report { return d.reportAt(d.rec.nanos()) }
 
-// ReportAt returns the policy's report at now (Unix nanoseconds). It
+// reportAt returns the policy's report at now (Unix nanoseconds). It
 // counts the windows that ended before now.
-func (d *Demand) ReportAt(now int64) Report {
+func (d *Demand) reportAt(now int64) Report {
 	d.flush(now)
 	run, followed := d.rec.running(d.name, d.window)
 	rep := Report{
@@ -402,7 +402,7 @@ func (r *Recorder) Reports() []Report {
 	now := r.nanos()
 	out := make([]Report, len(ds))
 	for i, d := range ds {
-		out[i] = d.ReportAt(now)
+		out[i] = d.reportAt(now)
 	}
 	return out
 }

@@ -13,13 +13,13 @@ import (
 // bin (and the exact maximum is kept apart). Counts are weights: a sample of
 // a key-window drawn with probability 2^-level counts 2^level.
 
-// SketchRelativeError is the relative error of every quantile the sketches
+// sketchRelativeError is the relative error of every quantile the sketches
 // report, before sampling: a reported value v stands for a true value in
 // [v/(1+e), v/(1-e)].
-const SketchRelativeError = 0.01
+const sketchRelativeError = 0.01
 
 var (
-	sketchGamma   = (1 + SketchRelativeError) / (1 - SketchRelativeError)
+	sketchGamma   = (1 + sketchRelativeError) / (1 - sketchRelativeError)
 	sketchLnGamma = math.Log(sketchGamma)
 	sketchBins    = int(math.Ceil(32*math.Ln2/sketchLnGamma)) + 1
 )

@@ -42,7 +42,7 @@ func TestSketchRelativeError(t *testing.T) {
 					continue // beyond the sketch's range: counted in its last bin
 				}
 				got := f.quantile(q)
-				assert.InEpsilon(t, want, got, SketchRelativeError+1e-9, "q%v", q)
+				assert.InEpsilon(t, want, got, sketchRelativeError+1e-9, "q%v", q)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package shadow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -138,9 +139,27 @@ type step struct {
 // recommendations of rec (which must record live's store). Errors wrap
 // [floodgate.ErrInvalidConfig].
 func NewTuner(live *policy.Live, rec *Recorder, cfg TuneConfig) (*Tuner, error) {
-	bad := func(f string, a ...any) (*Tuner, error) {
-		return nil, fmt.Errorf("%w: shadow: tuner: "+f, append([]any{floodgate.ErrInvalidConfig}, a...)...)
+	cfg = cfg.filled()
+	err := cfg.validate()
+	switch {
+	case live == nil:
+		err = errors.New("nil policy.Live")
+	case rec == nil:
+		err = errors.New("nil Recorder")
+	case err == nil:
+		if _, ok := live.Set().Policy(cfg.Policy); !ok {
+			err = fmt.Errorf("the running config has no policy %q", cfg.Policy)
+		}
 	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: shadow: tuner: %w", floodgate.ErrInvalidConfig, err)
+	}
+	rec.Follow(live)
+	return &Tuner{live: live, rec: rec, cfg: cfg}, nil
+}
+
+// filled returns cfg with each zero field set to its default.
+func (cfg TuneConfig) filled() TuneConfig {
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Minute
 	}
@@ -153,29 +172,26 @@ func NewTuner(live *policy.Live, rec *Recorder, cfg TuneConfig) (*Tuner, error) 
 	if cfg.CoolDown == 0 {
 		cfg.CoolDown = 10 * cfg.Interval
 	}
+	return cfg
+}
+
+// validate says what is wrong with a filled TuneConfig.
+func (cfg TuneConfig) validate() error {
 	switch {
-	case live == nil:
-		return bad("nil policy.Live")
-	case rec == nil:
-		return bad("nil Recorder")
 	case cfg.Policy == "":
-		return bad("no policy named")
+		return errors.New("no policy named")
 	case cfg.Interval < time.Millisecond || cfg.Interval > 24*time.Hour:
-		return bad("interval %v outside 1ms..24h", cfg.Interval)
+		return fmt.Errorf("interval %v outside 1ms..24h", cfg.Interval)
 	case cfg.CoolDown < 0 || cfg.CoolDown > 7*24*time.Hour:
-		return bad("cool-down %v outside 0..7 days", cfg.CoolDown)
+		return fmt.Errorf("cool-down %v outside 0..7 days", cfg.CoolDown)
 	case !(cfg.MaxStep > 0 && cfg.MaxStep <= 1):
-		return bad("max step %v outside (0, 1]", cfg.MaxStep)
+		return fmt.Errorf("max step %v outside (0, 1]", cfg.MaxStep)
 	case cfg.Floor < 1 || cfg.Ceiling < cfg.Floor:
-		return bad("floor %d and ceiling %d: want 1 <= floor <= ceiling", cfg.Floor, cfg.Ceiling)
+		return fmt.Errorf("floor %d and ceiling %d: want 1 <= floor <= ceiling", cfg.Floor, cfg.Ceiling)
 	case nilcheck.Is(cfg.Clock):
-		return bad("typed-nil clock")
+		return errors.New("typed-nil clock")
 	}
-	if _, ok := live.Set().Policy(cfg.Policy); !ok {
-		return bad("the running config has no policy %q", cfg.Policy)
-	}
-	rec.Follow(live)
-	return &Tuner{live: live, rec: rec, cfg: cfg}, nil
+	return nil
 }
 
 // Run steps every Interval until ctx ends, and returns ctx's error.
@@ -205,65 +221,19 @@ func (t *Tuner) Step(ctx context.Context) (events []TuneEvent, why string) {
 		return nil, "the running config has no policy " + t.cfg.Policy
 	}
 	healthy := t.cfg.Health == nil || t.cfg.Health(ctx)
-	var rec Recommendation
-	if d, ok := t.rec.Demand(t.cfg.Policy); ok {
-		rec = d.ReportAt(t.rec.nanos()).Recommendation
-	} else {
-		rec.Reason = "no demand recorded yet"
+	rec := t.recommendation()
+	if ev, ok := t.judgePending(cur, healthy, rec, now); ok {
+		return []TuneEvent{ev}, ev.Reason
 	}
-	if p := t.pending; p != nil {
-		t.pending = nil
-		switch {
-		case cur != p.after:
-			// Someone else changed the policy since: not ours to undo.
-		case !healthy:
-			ev := t.change(cur, p.before, RolledBack, "unhealthy after the step", rec, now)
-			bad, good := limitOf(p.after), limitOf(p.before)
-			t.coolDown(now, bad, bad > good)
-			if bad > good {
-				t.above = good + (bad-good)/2 + 1
-				if t.below != 0 && t.above <= t.below {
-					t.above = t.below + 1
-				}
-			} else {
-				t.below = bad + (good-bad+1)/2 - 1
-			}
-			return []TuneEvent{ev}, ev.Reason
-		default:
-			t.healthyAt(limitOf(p.after))
-		}
-	}
-	if !healthy {
-		return nil, "holding: the service is unhealthy"
-	}
-	if now.Before(t.coolUntil) {
-		return nil, fmt.Sprintf("holding: cool-down after a rollback until %s", t.coolUntil.Format(time.RFC3339))
-	}
-	if !t.last.IsZero() && now.Sub(t.last) < t.cfg.Interval {
-		return nil, "holding: the last step was less than an interval ago"
-	}
-	if !rec.OK {
-		return nil, "holding: " + rec.Reason
+	if why := t.holding(now, healthy, rec); why != "" {
+		return nil, why
 	}
 	have := limitOf(cur)
-	lo, hi := t.cfg.Floor, t.cfg.Ceiling
-	if t.above > 0 {
-		hi = min(hi, t.above-1)
-	}
-	if t.below > 0 {
-		lo = max(lo, t.below+1)
-	}
-	target := min(max(rec.Limit, lo), max(hi, lo))
-	var next int64
+	target, next, lo, hi := t.target(have, rec.Limit)
 	switch {
-	case target > have:
-		next = min(target, int64(math.Floor(float64(have)*(1+t.cfg.MaxStep))))
-	case target < have:
-		next = max(target, int64(math.Ceil(float64(have)*(1-t.cfg.MaxStep))))
-	default:
+	case target == have:
 		return nil, fmt.Sprintf("holding: at the target %d", target)
-	}
-	if next == have {
+	case next == have:
 		return nil, fmt.Sprintf("holding: the target %d is within one unit of %d but more than %.0f%% away", target, have, 100*t.cfg.MaxStep)
 	}
 	reason := fmt.Sprintf("toward %d (recommended %d, bounds %d..%d)", target, rec.Limit, lo, hi)
@@ -279,6 +249,90 @@ func (t *Tuner) Step(ctx context.Context) (events []TuneEvent, why string) {
 		t.pending = &step{before: cur, after: after}
 	}
 	return events, reason
+}
+
+// recommendation is the recorder's current recommendation for the policy.
+func (t *Tuner) recommendation() Recommendation {
+	d, ok := t.rec.Demand(t.cfg.Policy)
+	if !ok {
+		return Recommendation{Reason: "no demand recorded yet"}
+	}
+	return d.reportAt(t.rec.nanos()).Recommendation
+}
+
+// judgePending judges the last step, when one is pending: rolled back when
+// the service is unhealthy after it (ok true, the rollback's event), kept
+// otherwise. A step someone else has overwritten since is left alone.
+func (t *Tuner) judgePending(cur policy.Policy, healthy bool, rec Recommendation, now time.Time) (ev TuneEvent, ok bool) {
+	p := t.pending
+	if p == nil {
+		return TuneEvent{}, false
+	}
+	t.pending = nil
+	switch {
+	case cur != p.after:
+		// Someone else changed the policy since: not ours to undo.
+	case !healthy:
+		ev := t.change(cur, p.before, RolledBack, "unhealthy after the step", rec, now)
+		t.rolledBack(limitOf(p.after), limitOf(p.before), now)
+		return ev, true
+	default:
+		t.healthyAt(limitOf(p.after))
+	}
+	return TuneEvent{}, false
+}
+
+// rolledBack learns from a step from good to bad that was rolled back: a
+// cool-down, and a bound halfway between them that later steps respect.
+func (t *Tuner) rolledBack(bad, good int64, now time.Time) {
+	t.coolDown(now, bad, bad > good)
+	if bad > good {
+		t.above = good + (bad-good)/2 + 1
+		if t.below != 0 && t.above <= t.below {
+			t.above = t.below + 1
+		}
+	} else {
+		t.below = bad + (good-bad+1)/2 - 1
+	}
+}
+
+// holding says why the tuner holds at now, or "" when it may step.
+func (t *Tuner) holding(now time.Time, healthy bool, rec Recommendation) string {
+	switch {
+	case !healthy:
+		return "holding: the service is unhealthy"
+	case now.Before(t.coolUntil):
+		return fmt.Sprintf("holding: cool-down after a rollback until %s", t.coolUntil.Format(time.RFC3339))
+	case !t.last.IsZero() && now.Sub(t.last) < t.cfg.Interval:
+		return "holding: the last step was less than an interval ago"
+	case !rec.OK:
+		return "holding: " + rec.Reason
+	}
+	return ""
+}
+
+// target returns where the limit should go from have, given the
+// recommended limit: the target within the bounds lo..hi (the configured
+// ones, narrowed by what rollbacks taught), and the next limit, at most
+// MaxStep away from have.
+func (t *Tuner) target(have, recommended int64) (target, next, lo, hi int64) {
+	lo, hi = t.cfg.Floor, t.cfg.Ceiling
+	if t.above > 0 {
+		hi = min(hi, t.above-1)
+	}
+	if t.below > 0 {
+		lo = max(lo, t.below+1)
+	}
+	target = min(max(recommended, lo), max(hi, lo))
+	switch {
+	case target > have:
+		next = min(target, int64(math.Floor(float64(have)*(1+t.cfg.MaxStep))))
+	case target < have:
+		next = max(target, int64(math.Ceil(float64(have)*(1-t.cfg.MaxStep))))
+	default:
+		next = have
+	}
+	return target, next, lo, hi
 }
 
 // coolDown starts the hold after the rollback of a step to bad: CoolDown,

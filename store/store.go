@@ -120,11 +120,11 @@ func NewLimiter(s Store, alg algo.Algorithm) (*Limiter, error) {
 // has none.
 func (l *Limiter) Name() string { return l.name }
 
-// Policy implements [floodgate.Describer]: the limit as its Spec describes
+// Describe implements [floodgate.Describer]: the limit as its Spec describes
 // it.
-func (l *Limiter) Policy() floodgate.Policy {
+func (l *Limiter) Describe() floodgate.Description {
 	sp := l.alg.Spec()
-	return floodgate.Policy{Name: sp.Policy, Quota: sp.Quota, Window: sp.Window, Capacity: sp.Capacity, Undelayed: sp.Undelayed}
+	return floodgate.Description{Name: sp.Policy, Quota: sp.Quota, Window: sp.Window, Capacity: sp.Capacity, Undelayed: sp.Undelayed}
 }
 
 // Capacity returns the largest cost one request may have.

@@ -16,23 +16,23 @@ import (
 // doubles) compute exactly what the Go steps compute, even with a clock
 // jumped decades ahead.
 const (
-	// MaxWindow is the longest window: 2^50 microseconds, about 35 years.
-	MaxWindow = time.Duration(1<<50) * time.Microsecond
+	// maxWindow is the longest window: 2^50 microseconds, about 35 years.
+	maxWindow = time.Duration(1<<50) * time.Microsecond
 
-	// MaxLimit is the largest limit of the fixed window.
-	MaxLimit = int64(1) << 50
+	// maxLimit is the largest limit of the fixed window.
+	maxLimit = int64(1) << 50
 
-	// MaxLogLimit is the largest limit of the sliding log. The log keeps one
+	// maxLogLimit is the largest limit of the sliding log. The log keeps one
 	// timestamp (8 bytes) per admitted unit still in the window, so this caps
 	// the log at 80 KB per key. Use the sliding-window counter (a fixed 32
 	// bytes per key) for larger limits. The slice grows like append, so up to
 	// about twice the live entries may be allocated.
-	MaxLogLimit = int64(10_000)
+	maxLogLimit = int64(10_000)
 
-	// MaxCounterProduct bounds Limit x Window (in microseconds) for the
+	// maxCounterProduct bounds Limit x Window (in microseconds) for the
 	// sliding-window counter, whose estimate multiplies counts by
 	// microseconds: 2^52, e.g. 1,250,000 per hour or 52,000,000 per day.
-	MaxCounterProduct = int64(1) << 52
+	maxCounterProduct = int64(1) << 52
 )
 
 // Config is a window policy: at most Limit units of cost per Window, per key.
@@ -50,12 +50,14 @@ type Config struct {
 	Name string
 
 	// Limit is how many units of cost a key may take per window. Limit >= 1;
-	// it is also the largest cost one request may have. See [MaxLimit],
-	// [MaxLogLimit] and [MaxCounterProduct] for the upper bounds.
+	// it is also the largest cost one request may have. At most 2^50; the
+	// sliding log caps it at 10,000 and the sliding-window counter caps
+	// Limit x Window (in microseconds) at 2^52 (see the package
+	// documentation's "Units and bounds").
 	Limit int64
 
 	// Window is the length of the window: a whole number of microseconds
-	// between 1µs and [MaxWindow]. Fixed and sliding-counter windows are
+	// between 1µs and 2^50 µs (about 35 years). Fixed and sliding-counter windows are
 	// aligned to the Unix epoch (a 1-minute window starts on the minute), so
 	// that nodes and stores agree on them.
 	Window time.Duration
@@ -63,14 +65,14 @@ type Config struct {
 
 // Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
 // configuration cannot work for any of the three algorithms. The algorithm
-// constructors check the algorithm-specific bounds ([MaxLogLimit],
-// [MaxCounterProduct]) as well.
+// constructors check the algorithm-specific bounds (the sliding log's
+// limit, the sliding-window counter's Limit x Window) as well.
 func (c Config) Validate() error {
 	if c.Limit < 1 {
 		return fmt.Errorf("%w: window limit must be >= 1, got %d", floodgate.ErrInvalidConfig, c.Limit)
 	}
-	if c.Limit > MaxLimit {
-		return fmt.Errorf("%w: window limit %d above the maximum %d", floodgate.ErrInvalidConfig, c.Limit, MaxLimit)
+	if c.Limit > maxLimit {
+		return fmt.Errorf("%w: window limit %d above the maximum %d", floodgate.ErrInvalidConfig, c.Limit, maxLimit)
 	}
 	if c.Window <= 0 {
 		return fmt.Errorf("%w: window must be > 0, got %v", floodgate.ErrInvalidConfig, c.Window)
@@ -78,8 +80,8 @@ func (c Config) Validate() error {
 	if c.Window%time.Microsecond != 0 {
 		return fmt.Errorf("%w: window %v is not a whole number of microseconds", floodgate.ErrInvalidConfig, c.Window)
 	}
-	if c.Window > MaxWindow {
-		return fmt.Errorf("%w: window %v above the maximum %v", floodgate.ErrInvalidConfig, c.Window, MaxWindow)
+	if c.Window > maxWindow {
+		return fmt.Errorf("%w: window %v above the maximum %v", floodgate.ErrInvalidConfig, c.Window, maxWindow)
 	}
 	return nil
 }
@@ -88,8 +90,8 @@ func (c Config) validateLog() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if c.Limit > MaxLogLimit {
-		return fmt.Errorf("%w: sliding log limit %d above the maximum %d (the log keeps one timestamp per unit; use the sliding-window counter)", floodgate.ErrInvalidConfig, c.Limit, MaxLogLimit)
+	if c.Limit > maxLogLimit {
+		return fmt.Errorf("%w: sliding log limit %d above the maximum %d (the log keeps one timestamp per unit; use the sliding-window counter)", floodgate.ErrInvalidConfig, c.Limit, maxLogLimit)
 	}
 	return nil
 }
@@ -98,8 +100,8 @@ func (c Config) validateCounter() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if w := c.micros(); c.Limit > MaxCounterProduct/w {
-		return fmt.Errorf("%w: sliding-window counter limit %d x window %dus overflows (max %d)", floodgate.ErrInvalidConfig, c.Limit, w, MaxCounterProduct)
+	if w := c.micros(); c.Limit > maxCounterProduct/w {
+		return fmt.Errorf("%w: sliding-window counter limit %d x window %dus overflows (max %d)", floodgate.ErrInvalidConfig, c.Limit, w, maxCounterProduct)
 	}
 	return nil
 }
@@ -121,7 +123,7 @@ func (c Config) FixedAlgorithm() (algo.Algorithm, error) {
 
 // SlidingLogAlgorithm returns the sliding log as a [algo.Algorithm]. It
 // returns an error when the configuration is invalid or Limit is above
-// [MaxLogLimit].
+// 10,000.
 func (c Config) SlidingLogAlgorithm() (algo.Algorithm, error) {
 	if err := c.validateLog(); err != nil {
 		return nil, err
@@ -131,7 +133,7 @@ func (c Config) SlidingLogAlgorithm() (algo.Algorithm, error) {
 
 // SlidingCounterAlgorithm returns the sliding-window counter as a
 // [algo.Algorithm]. It returns an error when the configuration is invalid or
-// Limit x Window is above [MaxCounterProduct].
+// Limit x Window (in microseconds) is above 2^52.
 func (c Config) SlidingCounterAlgorithm() (algo.Algorithm, error) {
 	if err := c.validateCounter(); err != nil {
 		return nil, err

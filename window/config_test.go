@@ -26,15 +26,15 @@ func TestConfigInvalid(t *testing.T) {
 	}{
 		{"zero", Config{}, []string{"fixed", "log", "counter"}, "limit must be >= 1"},
 		{"negative limit", Config{Limit: -1, Window: time.Second}, []string{"fixed", "log", "counter"}, "limit must be >= 1"},
-		{"huge limit", Config{Limit: MaxLimit + 1, Window: time.Second}, []string{"fixed", "log", "counter"}, "above the maximum"},
+		{"huge limit", Config{Limit: maxLimit + 1, Window: time.Second}, []string{"fixed", "log", "counter"}, "above the maximum"},
 		{"zero window", Config{Limit: 1}, []string{"fixed", "log", "counter"}, "window must be > 0"},
 		{"negative window", Config{Limit: 1, Window: -time.Second}, []string{"fixed", "log", "counter"}, "window must be > 0"},
 		{"sub-microsecond", Config{Limit: 1, Window: time.Second + 1}, []string{"fixed", "log", "counter"}, "whole number of microseconds"},
 		{"nanosecond", Config{Limit: 1, Window: time.Nanosecond}, []string{"fixed", "log", "counter"}, "whole number of microseconds"},
-		{"window too long", Config{Limit: 1, Window: MaxWindow + time.Microsecond}, []string{"fixed", "log", "counter"}, "above the maximum"},
-		{"log too long", Config{Limit: MaxLogLimit + 1, Window: time.Second}, []string{"log"}, "sliding log limit"},
+		{"window too long", Config{Limit: 1, Window: maxWindow + time.Microsecond}, []string{"fixed", "log", "counter"}, "above the maximum"},
+		{"log too long", Config{Limit: maxLogLimit + 1, Window: time.Second}, []string{"log"}, "sliding log limit"},
 		{"counter overflows", Config{Limit: 1 << 30, Window: time.Hour}, []string{"log", "counter"}, "limit"},
-		{"counter overflows only", Config{Limit: MaxCounterProduct/us(time.Hour) + 1, Window: time.Hour}, []string{"log", "counter"}, "limit"},
+		{"counter overflows only", Config{Limit: maxCounterProduct/us(time.Hour) + 1, Window: time.Hour}, []string{"log", "counter"}, "limit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,10 +58,10 @@ func TestConfigInvalid(t *testing.T) {
 		name string
 		c    Config
 	}{
-		{"fixed", Config{Limit: MaxLimit, Window: MaxWindow}},
-		{"log", Config{Limit: MaxLogLimit, Window: MaxWindow}},
-		{"counter", Config{Limit: 4, Window: MaxWindow}},
-		{"counter", Config{Limit: MaxCounterProduct / us(time.Hour), Window: time.Hour}},
+		{"fixed", Config{Limit: maxLimit, Window: maxWindow}},
+		{"log", Config{Limit: maxLogLimit, Window: maxWindow}},
+		{"counter", Config{Limit: 4, Window: maxWindow}},
+		{"counter", Config{Limit: maxCounterProduct / us(time.Hour), Window: time.Hour}},
 		{"fixed", Config{Limit: 1, Window: time.Microsecond}},
 		{"log", Config{Limit: 1, Window: time.Microsecond}},
 		{"counter", Config{Limit: 1, Window: time.Microsecond}},

@@ -70,10 +70,11 @@
 // # Units and bounds
 //
 // Time is in Unix microseconds inside the steps ([store.Micros]); Window must
-// be a whole number of microseconds, at most [MaxWindow]. Limit is at least 1
-// and at most [MaxLimit]; the sliding log also caps it at [MaxLogLimit] (the
-// log keeps one timestamp per unit), the sliding counter at
-// [MaxCounterProduct] / Window in microseconds. The zero [Config] is invalid:
+// be a whole number of microseconds, at most 2^50 µs (about 35 years). Limit is at
+// least 1 and at most 2^50; the sliding log also caps it at 10,000 (the log
+// keeps one timestamp, 8 bytes, per unit: 80 KB per key at most), the sliding
+// counter at 2^52 / Window in microseconds (1,250,000 per hour, 52,000,000
+// per day). The zero [Config] is invalid:
 // Limit and Window have no defaults. The zero [algo.State] is a fresh key,
 // at full capacity. These bounds keep every
 // intermediate value below 2^53 so that the Lua twins, which compute in

@@ -4,9 +4,11 @@
 //   - every method: 10 calls per second per peer IP, bursts of 20;
 //   - /demo.Catalog/Search, an expensive method: in addition, 6 per minute
 //     per peer IP, bursts of 2;
-//   - /demo.Internal/Report: 3 per minute per service (x-service-token
-//     metadata), bursts of 3; a caller without a token is limited by its
-//     peer IP instead.
+//   - /demo.Internal/Report: 3 per minute per service token
+//     (x-service-token metadata, keyed by a keyed hash of it), bursts of 3;
+//     a caller without a token is limited by its peer IP instead. One
+//     budget per token: to limit by service, verify the token and key by
+//     the service's name (examples/servicetokens shows it over HTTP).
 //
 // Refused calls get codes.ResourceExhausted with a RetryInfo detail and the
 // grpc-retry-pushback-ms trailer. Decisions other than "allowed" are logged
@@ -286,7 +288,8 @@ func roughly(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-// tally is the demo's observer: it counts outcomes per policy.
+// tally is the demo's observer: it counts outcomes per policy (one event
+// per call and limit: a call checked against two limits counts under both).
 type tally struct {
 	mu     sync.Mutex
 	counts map[string]int

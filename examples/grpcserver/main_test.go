@@ -33,7 +33,10 @@ func TestDemo(t *testing.T) {
 		`^  /demo.Catalog/Search +peer +-> ResourceExhausted "rate limit exceeded" \| RetryInfo: (9|10)s$`,
 		`^  /demo.Catalog/Get +peer +-> OK$`,
 		`^  /demo.Catalog/Search +peer +-> DeadlineExceeded ".*pushback.*" \(not sent: held by pushback, failed in .*\)$`,
-		`^server observer: per-peer allowed=2, search allowed=2, search denied=2, per-service allowed=5, per-service denied=1$`, // one event per call
+		// One event per (call, limit): per-peer counts the 2 calls it checks
+		// alone and the 10 it checks beside search and per-service, the 3
+		// those refused included (per-peer would have admitted them).
+		`^server observer: per-peer allowed=12, search allowed=2, search denied=2, per-service allowed=5, per-service denied=1$`,
 	}
 	require.Len(t, lines, len(want))
 	for i, re := range want {

@@ -4,8 +4,11 @@
 //   - every route: 10 requests per second per client IP, bursts of 20;
 //   - /search, an expensive route: in addition, 6 per minute per client IP,
 //     bursts of 2;
-//   - /internal/: 3 per minute per service (X-Service-Token header), bursts
-//     of 3; a caller without a token is limited by its IP instead.
+//   - /internal/: 3 per minute per service token (X-Service-Token header,
+//     keyed by a keyed hash of it), bursts of 3; a caller without a token is
+//     limited by its IP instead. One budget per token: to give a service
+//     one budget whatever token it uses, verify the token and limit by the
+//     service's name (examples/servicetokens).
 //
 // Every refusal is logged to stderr through the log/slog observer.
 //

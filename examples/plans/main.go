@@ -2,7 +2,11 @@
 // and changes them live: a file (limits.yaml) holds the policies, the plans
 // and their overrides and the descriptor rules; the program serves HTTP
 // through httplimit.Policies and reloads the file whenever it changes,
-// keeping every key's state across the change.
+// keeping every key's state across the change. Internal callers send a
+// service token (X-Service-Token): it is verified against the digests of
+// the tokens the service accepts and mapped to the caller's service name,
+// and the per-service budgets are keyed by that name, never by the token
+// (see examples/servicetokens).
 //
 //	go run ./examples/plans              # serve on :8080, reload limits.yaml on change
 //	go run ./examples/plans -demo        # a scripted run: plans, a raise, a bad file
@@ -10,6 +14,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -98,18 +104,27 @@ func run(args []string, out io.Writer) error {
 	if err := live.WatchFile(ctx, path); err != nil {
 		return err
 	}
+	// The internal callers' tokens: in production, the digests come from
+	// your secret store; the demo makes fresh tokens.
+	tokens := map[string]string{}
+	known := serviceTokens{}
+	for _, svc := range []string{"purge-orchestrator", "log-shipper", "thumbnailer"} {
+		tokens[svc] = "svc_" + rand.Text()
+		known[sha256.Sum256([]byte(tokens[svc]))] = svc
+	}
 	// A service's rate limiting: the file, and this.
 	origin := httplimit.ValueEntry("destination", false, func(*http.Request) string { return "image-origin" })
 	limit, err := httplimit.Policies(live,
 		httplimit.WithDescriptor(httplimit.HeaderEntry("X-API-Key", "api_key")),
 		httplimit.WithDescriptor(origin), // the origin's own budget, every caller
-		httplimit.WithDescriptor(origin, httplimit.HeaderEntry("X-Service-Token", "service")),
+		// Per service: its verified name, never its token.
+		httplimit.WithDescriptor(origin, httplimit.ValueEntry("service", false, serviceOf)),
 		httplimit.WithDescriptor(httplimit.ClientIPEntry("remote_address")),
 	)
 	if err != nil {
 		return err
 	}
-	handler := limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "image\n") }))
+	handler := known.authenticate(limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "image\n") })))
 	listen := *addr
 	if *demo {
 		listen = "127.0.0.1:0"
@@ -126,7 +141,40 @@ func run(args []string, out io.Writer) error {
 		<-ctx.Done()
 		return nil
 	}
-	return runDemo(out, "http://"+ln.Addr().String(), path, changes, clock)
+	return runDemo(out, "http://"+ln.Addr().String(), path, changes, clock, tokens)
+}
+
+// serviceTokens maps the SHA-256 digest of each accepted service token to
+// its service's name: the process keeps no token.
+type serviceTokens map[[sha256.Size]byte]string
+
+type serviceKey struct{}
+
+// authenticate verifies the X-Service-Token of a request that has one
+// (401 when it is unknown), puts the service's name in the request's
+// context and drops the token from the request.
+func (k serviceTokens) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := r.Header.Get("X-Service-Token")
+		if token == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		name, ok := k[sha256.Sum256([]byte(token))]
+		if !ok {
+			http.Error(w, "unknown service token", http.StatusUnauthorized)
+			return
+		}
+		r.Header.Del("X-Service-Token")
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceKey{}, name)))
+	})
+}
+
+// serviceOf is the service descriptor's value: the verified service's
+// name, "" for a request without a service token.
+func serviceOf(r *http.Request) string {
+	name, _ := r.Context().Value(serviceKey{}).(string)
+	return name
 }
 
 // manualClock is the demo's clock: it moves only when the script says.
@@ -136,7 +184,7 @@ func (c *manualClock) Now() time.Time          { return time.Unix(0, c.ns.Load()
 func (c *manualClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // runDemo sends bursts as several callers and changes the file live.
-func runDemo(out io.Writer, base, path string, changes <-chan policy.Change, clock *manualClock) error {
+func runDemo(out io.Writer, base, path string, changes <-chan policy.Change, clock *manualClock, tokens map[string]string) error {
 	client := &http.Client{Timeout: 5 * time.Second}
 	burst := func(label string, n int, hdr map[string]string) error {
 		ok := 0
@@ -167,8 +215,10 @@ func runDemo(out io.Writer, base, path string, changes <-chan policy.Change, clo
 	}{
 		{"free API key (default plan):", 15, map[string]string{"X-API-Key": "key_someone"}},
 		{"pro API key (override):", 120, map[string]string{"X-API-Key": "key_pro_live_7"}},
-		{"purge-orchestrator token:", 520, map[string]string{"X-Service-Token": "purge-orchestrator"}},
-		{"log-shipper token:", 60, map[string]string{"X-Service-Token": "log-shipper"}},
+		{"purge-orchestrator token:", 520, map[string]string{"X-Service-Token": tokens["purge-orchestrator"]}},
+		{"log-shipper token:", 60, map[string]string{"X-Service-Token": tokens["log-shipper"]}},
+		{"thumbnailer token (other-service):", 30, map[string]string{"X-Service-Token": tokens["thumbnailer"]}},
+		{"a forged token:", 3, map[string]string{"X-Service-Token": "purge-orchestrator"}},
 	} {
 		if err := burst(step.label, step.n, step.hdr); err != nil {
 			return err

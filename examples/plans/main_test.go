@@ -37,6 +37,11 @@ func TestDemo(t *testing.T) {
 	within("pro API key (override):", 100, 100)
 	within("purge-orchestrator token:", 500, 500)
 	within("log-shipper token:", 50, 50)
+	// A verified service without a rule of its own: other-service's budget.
+	within("thumbnailer token (other-service):", 20, 20)
+	// A token that is not one of the accepted ones (here, a service's
+	// name, which the example once keyed by) is refused before any limit.
+	within("a forged token:", 0, 0)
 	// Just after the raise, the drained pro key is still drained (no
 	// fresh burst). It then refills at the new rate from its first request
 	// after the change, refused but converted: 200/s x 100 ms.

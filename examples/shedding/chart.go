@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-go/floodgate/adaptive/simulate"
+	"github.com/floodgate-go/floodgate/internal/simulate"
 )
 
 var bg = context.Background()

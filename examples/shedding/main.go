@@ -3,7 +3,7 @@
 // of offered load, successes, limit, in-flight and p99 latency over time per
 // class (an SVG, docs/shedding.svg by default) and prints a summary.
 //
-// Everything runs in simulated time (package adaptive/simulate): a run takes
+// Everything runs in simulated time (package internal/simulate): a run takes
 // a fraction of a second and is the same every time for a given seed.
 //
 //	go run ./examples/shedding                 # writes docs/shedding.svg
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
-	"github.com/floodgate-go/floodgate/adaptive/simulate"
+	"github.com/floodgate-go/floodgate/internal/simulate"
 	"github.com/floodgate-go/floodgate/priority"
 )
 
@@ -95,7 +95,7 @@ func run(args []string, stdout io.Writer) error {
 	// most important down; priority counts them from the least important.
 	classes := p.Classes()
 	class := func(c int) priority.Class { return priority.Class(len(classes) - 1 - c) }
-	tg := simulate.Target{Limit: p.Limit, InFlight: p.InFlight}
+	tg := simulate.Target{Limit: capacity.Limit, InFlight: capacity.InFlight}
 	if *queue {
 		tg.AcquireFunc = func(c int, done func(*adaptive.Token, error)) func() bool {
 			return p.AcquireFunc(class(c), done)
@@ -119,7 +119,7 @@ func run(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func newAlgorithm(name string, workers int, seed uint64) (adaptive.Algorithm, error) {
+func newAlgorithm(name string, workers int, seed uint64) (adaptive.Controller, error) {
 	switch name {
 	case "gradient2":
 		return adaptive.NewGradient2(adaptive.Gradient2Config{})
@@ -128,7 +128,7 @@ func newAlgorithm(name string, workers int, seed uint64) (adaptive.Algorithm, er
 	case "aimd":
 		return adaptive.NewAIMD(adaptive.AIMDConfig{})
 	case "fixed":
-		return adaptive.NewFixed(workers)
+		return adaptive.NewConstant(workers)
 	}
 	return nil, errors.New("unknown algorithm " + name + " (want gradient2, vegas, aimd or fixed)")
 }

@@ -1,7 +1,8 @@
 // Package admit is the admission core of floodgate's middleware: it turns
 // the decisions of a request's limits into one verdict (admit, deny, never
 // fits, unavailable), applying dry run, the fail mode, shaping delays,
-// panics and refunds, and reports the request's one observer event.
+// panics and refunds, and reports the request's observer events, one per
+// (request, limit).
 // httplimit and grpclimit call it and only translate the verdict into their
 // own status codes and headers. The Envoy rate limit service (module rls)
 // does not: it decides a request's descriptors in its own code
@@ -17,24 +18,27 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
-// FailMode is what happens when the limits cannot decide.
-type FailMode uint8
+// FailMode is what happens when the limits cannot decide: the transports'
+// [middleware.FailMode], one type for every transport.
+type FailMode = middleware.FailMode
 
 // The fail modes.
 const (
-	FailOpen FailMode = iota
-	FailClosed
+	FailOpen   = middleware.FailOpen
+	FailClosed = middleware.FailClosed
 )
 
-// DelayMode is what happens to a request admitted with a shaping delay.
-type DelayMode uint8
+// DelayMode is what happens to a request admitted with a shaping delay:
+// [middleware.DelayMode].
+type DelayMode = middleware.DelayMode
 
 // The delay modes.
 const (
-	DelayHonour DelayMode = iota
-	DelayRefuse
+	DelayHonour = middleware.DelayHonour
+	DelayRefuse = middleware.DelayRefuse
 )
 
 // Kind is the verdict's kind.
@@ -67,22 +71,26 @@ const (
 // decide and the fail mode is closed.
 const UnavailableRetry = time.Second
 
-// ErrPanic is wrapped by the error of a limiter that panicked.
-var ErrPanic = errors.New("floodgate: limiter panicked")
+// ErrPanic is wrapped by the error of a limiter that panicked:
+// [middleware.ErrLimiterPanic].
+var ErrPanic = middleware.ErrLimiterPanic
 
 // Limit is one policy a request is checked against.
 type Limit struct {
 	Limiter floodgate.Limiter
 	// Policy is what the limiter says of itself (zero when it cannot).
-	Policy floodgate.Policy
+	Policy floodgate.Description
 }
 
 // Config is what a transport sets up once.
 type Config struct {
-	// Name labels events when set; otherwise the deciding limit's name.
+	// Name, when set, names a fixed core's first limit in its events (the
+	// other limits keep their own names), and a dynamic core's event of a
+	// request that matched no limit.
 	Name string
 	Tier string
-	// Observer receives the request's one event (nil: none).
+	// Observer receives the request's events, one per (request, limit)
+	// (nil: none).
 	Observer  floodgate.Observer
 	FailMode  FailMode
 	DelayMode DelayMode
@@ -112,7 +120,7 @@ func New(cfg Config, limiters ...floodgate.Limiter) (*Core, error) {
 		}
 		lim := Limit{Limiter: l}
 		if d, ok := l.(floodgate.Describer); ok {
-			lim.Policy = d.Policy()
+			lim.Policy = d.Describe()
 		}
 		c.limits = append(c.limits, lim)
 	}
@@ -146,9 +154,13 @@ type Verdict struct {
 // Decide decides one request. checks holds one entry per limit (in the
 // order of Limits) with Key and N set by the transport; Limiter is set by
 // Decide. On return every check's Decision is its limit's own. ev is the
-// transport's start of the request's event (Route, Class); Decide fills the
-// rest and reports it. start is the Nanotime the decision began, or 0 when
-// there is no observer.
+// transport's start of the request's events (Route, Class); Decide fills
+// the rest and reports one event per limit, named by the limit (see
+// Config.Name), with the limit's own decision and the request's outcome,
+// except that a limit that would have admitted a request another limit
+// refused reports allowed: refusals are counted under the limits that
+// refused. start is the Nanotime the decision began, or 0 when there is no
+// observer.
 func (c *Core) Decide(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
 	for i := range checks {
 		checks[i].Limiter = c.limits[i].Limiter
@@ -170,11 +182,10 @@ func NewDynamic(cfg Config) *Core {
 // dynamic core's), and its shadow checks: the checks of dry-run policies,
 // which are charged only when the request is admitted and never refuse it.
 // A request without checks is admitted, without headers: no limit applies
-// to it. The request gives its event, with the enforcing verdict (its
-// counts per policy are those of the enforcing limits, whatever the
-// shadow ones say), and, when its shadow checks were charged, a
-// [floodgate.SourceShadow] event: allowed, or would_deny with the name of
-// the shadow policy that would have refused it.
+// to it. The request gives one event per check, named by the check's
+// policy (see [Core.Decide]), and, when its shadow checks were charged, one
+// [floodgate.SourceShadow] event per shadow check: allowed, or would_deny
+// for a dry-run policy that would have refused it.
 func (c *Core) DecideChecks(ctx context.Context, checks, shadow []floodgate.Check, ev floodgate.Event, start int64) Verdict {
 	v := Verdict{Kind: Admit, Outcome: floodgate.OutcomeAllowed}
 	if len(checks) > 0 {
@@ -184,11 +195,10 @@ func (c *Core) DecideChecks(ctx context.Context, checks, shadow []floodgate.Chec
 	if len(shadow) > 0 && v.Kind == Admit {
 		d, err := c.take(ctx, shadow)
 		if err == nil && c.cfg.Observer != nil {
-			sv := Verdict{Outcome: floodgate.OutcomeAllowed, Decision: d}
+			sv := Verdict{Kind: Admit, Outcome: floodgate.OutcomeAllowed, Decision: d}
 			if !d.Allowed {
-				sv.Outcome = floodgate.OutcomeWouldDeny
+				sv.Kind, sv.Outcome = Deny, floodgate.OutcomeWouldDeny
 			}
-			ev.Policy = c.deciding(shadow)
 			c.report(floodgate.SourceShadow, ev, start, sv, shadow)
 		}
 	}
@@ -274,48 +284,21 @@ func evaluate(ctx context.Context, checks []floodgate.Check) (d floodgate.Decisi
 // judge turns the limits' answer into the verdict. taken says whether the
 // checks were charged (a delay that is not honoured is then refunded).
 func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.Decision, err error, taken bool) Verdict {
-	switch {
-	case err != nil && (errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey)):
-		// Never admissible: failing open would exempt exactly the most
-		// expensive requests, or anyone who crafts a key a store refuses.
-		reason := ReasonCost
-		if errors.Is(err, floodgate.ErrInvalidKey) {
-			reason = ReasonKey
-		}
-		if c.cfg.DryRun {
-			return Verdict{Kind: Admit, Outcome: floodgate.OutcomeWouldDeny, Reason: reason, Err: err}
-		}
-		return Verdict{Kind: NeverFits, Outcome: floodgate.OutcomeDenied, Reason: reason, Err: err}
-	case err != nil:
-		if c.cfg.FailMode == FailClosed && !c.cfg.DryRun {
-			return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, RetryAfter: UnavailableRetry, Reason: ReasonUnavailable, Err: err}
-		}
-		return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Err: err}
+	if err != nil {
+		return c.failed(err)
 	}
 	fallback := false
 	for i := range checks {
 		fallback = fallback || checks[i].Decision.Fallback
+	}
+	if fallback && d.Limit == 0 {
+		return c.blanket(d)
 	}
 	outcome := func(o floodgate.Outcome) floodgate.Outcome {
 		if fallback {
 			return floodgate.OutcomeFallback
 		}
 		return o
-	}
-	if fallback && d.Limit == 0 {
-		// The store's blanket fail-open or fail-closed answer: no quota to
-		// advertise; a refusal is the limiter being unavailable (503), not
-		// a rate limit.
-		switch {
-		case d.Allowed || c.cfg.DryRun:
-			return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Decision: d}
-		default:
-			retry := d.RetryAfter
-			if retry <= 0 {
-				retry = UnavailableRetry
-			}
-			return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, Decision: d, RetryAfter: retry, Reason: ReasonUnavailable}
-		}
 	}
 	switch {
 	case c.cfg.DryRun:
@@ -334,21 +317,64 @@ func (c *Core) judge(ctx context.Context, checks []floodgate.Check, d floodgate.
 		d.RetryAfter = retry
 		return Verdict{Kind: Deny, Outcome: outcome(floodgate.OutcomeDenied), Decision: d, RetryAfter: retry, Reason: ReasonRateLimited, Headers: true}
 	case d.Delay > 0:
-		if c.cfg.DelayMode == DelayRefuse || !wait(ctx, d.Delay) {
-			if taken {
-				c.refund(ctx, checks)
-			}
-			d.Allowed, d.RetryAfter = false, d.Delay
-			d.Remaining = 0
-			d.Delay = 0
-			return Verdict{Kind: Deny, Outcome: outcome(floodgate.OutcomeDenied), Decision: d, RetryAfter: d.RetryAfter, Reason: ReasonDelay, Headers: true}
-		}
-		return Verdict{Kind: Admit, Outcome: outcome(floodgate.OutcomeDelayed), Decision: d, Headers: true}
+		v := c.delayed(ctx, checks, d, taken)
+		v.Outcome = outcome(v.Outcome)
+		return v
 	}
 	if c.cfg.DelayMode == DelayRefuse {
 		d = c.undelayed(checks)
 	}
 	return Verdict{Kind: Admit, Outcome: outcome(floodgate.OutcomeAllowed), Decision: d, Headers: true}
+}
+
+// delayed is the verdict of an admission with a delay: held for it, or
+// refused (DelayRefuse, or a delay the request cannot wait) and refunded
+// when taken.
+func (c *Core) delayed(ctx context.Context, checks []floodgate.Check, d floodgate.Decision, taken bool) Verdict {
+	if c.cfg.DelayMode != DelayRefuse && wait(ctx, d.Delay) {
+		return Verdict{Kind: Admit, Outcome: floodgate.OutcomeDelayed, Decision: d, Headers: true}
+	}
+	if taken {
+		c.refund(ctx, checks)
+	}
+	d.Allowed, d.RetryAfter = false, d.Delay
+	d.Remaining = 0
+	d.Delay = 0
+	return Verdict{Kind: Deny, Outcome: floodgate.OutcomeDenied, Decision: d, RetryAfter: d.RetryAfter, Reason: ReasonDelay, Headers: true}
+}
+
+// failed is the verdict of limits that returned err.
+func (c *Core) failed(err error) Verdict {
+	if errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey) {
+		// Never admissible: failing open would exempt exactly the most
+		// expensive requests, or anyone who crafts a key a store refuses.
+		reason := ReasonCost
+		if errors.Is(err, floodgate.ErrInvalidKey) {
+			reason = ReasonKey
+		}
+		if c.cfg.DryRun {
+			return Verdict{Kind: Admit, Outcome: floodgate.OutcomeWouldDeny, Reason: reason, Err: err}
+		}
+		return Verdict{Kind: NeverFits, Outcome: floodgate.OutcomeDenied, Reason: reason, Err: err}
+	}
+	if c.cfg.FailMode == FailClosed && !c.cfg.DryRun {
+		return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, RetryAfter: UnavailableRetry, Reason: ReasonUnavailable, Err: err}
+	}
+	return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Err: err}
+}
+
+// blanket is the verdict of a store's blanket fail-open or fail-closed
+// answer (a fallback decision without a limit): no quota to advertise; a
+// refusal is the limiter being unavailable (503), not a rate limit.
+func (c *Core) blanket(d floodgate.Decision) Verdict {
+	if d.Allowed || c.cfg.DryRun {
+		return Verdict{Kind: Admit, Outcome: floodgate.OutcomeErrorOpen, Decision: d}
+	}
+	retry := d.RetryAfter
+	if retry <= 0 {
+		retry = UnavailableRetry
+	}
+	return Verdict{Kind: Unavailable, Outcome: floodgate.OutcomeErrorClosed, Decision: d, RetryAfter: retry, Reason: ReasonUnavailable}
 }
 
 // undelayed recombines the checks' decisions counting as remaining only the
@@ -371,14 +397,14 @@ func (c *Core) undelayed(checks []floodgate.Check) floodgate.Decision {
 
 // policy is what check i's limiter says of itself: the core's fixed
 // limit's, or (on a dynamic core) the check's limiter's.
-func (c *Core) policy(checks []floodgate.Check, i int) floodgate.Policy {
+func (c *Core) policy(checks []floodgate.Check, i int) floodgate.Description {
 	if len(c.limits) > 0 {
 		return c.limits[i].Policy // a fixed core: checks[i] is limit i
 	}
 	if d, ok := checks[i].Limiter.(floodgate.Describer); ok {
-		return d.Policy()
+		return d.Describe()
 	}
-	return floodgate.Policy{}
+	return floodgate.Description{}
 }
 
 // refund gives back the units of an admitted request that is refused after
@@ -409,12 +435,16 @@ func wait(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// observe reports a request's event.
+// observe reports a request's events: one per (request, policy).
 func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
 	c.report(floodgate.SourceRequest, ev, start, v, checks)
 }
 
-// report is observe for the events of a source.
+// report reports one event of source src per check: each names its
+// check's policy and carries that policy's own decision and outcome (see
+// [checkOutcome]). A request without checks (a policy set matched none to
+// it) gets one event, under the core's Name. On a core of one limit the
+// event carries the verdict's decision (DelayRefuse's undelayed one).
 func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
 	o := c.cfg.Observer
 	if o == nil {
@@ -422,26 +452,61 @@ func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v V
 	}
 	ev.Source = src
 	ev.Tier = c.cfg.Tier
-	ev.Outcome = v.Outcome
-	ev.Decision = v.Decision
 	ev.Err = v.Err
-	switch {
-	case src == floodgate.SourceShadow:
-		// The shadow policy's own name, whatever the transport's.
-	case c.cfg.Name != "":
-		ev.Policy = c.cfg.Name
-	case ev.Policy == "":
-		ev.Policy = c.deciding(checks)
-	}
 	if start != 0 {
 		ev.Latency = time.Duration(monotime.Nanotime() - start)
 	}
-	o.Observe(ev)
+	if len(checks) == 0 {
+		ev.Outcome, ev.Decision, ev.Policy = v.Outcome, v.Decision, c.cfg.Name
+		o.Observe(ev)
+		return
+	}
+	for i := range checks {
+		e := ev
+		e.Policy = c.name(checks, i)
+		e.Outcome = checkOutcome(v, &checks[i].Decision, len(checks))
+		e.Decision = checks[i].Decision
+		if len(checks) == 1 && v.Decision != (floodgate.Decision{}) {
+			e.Decision = v.Decision
+		}
+		o.Observe(e)
+	}
 }
 
-// deciding names the limit that decided: the refusing one with the longest
-// RetryAfter, else the one with the fewest units remaining.
-func (c *Core) deciding(checks []floodgate.Check) string {
+// checkOutcome is the outcome of one of a request's n checks: the
+// request's, except that when several checks decided together and the
+// request was refused (or would have been, in dry run) for a rate limit,
+// a check that would have admitted it reports allowed: its policy did not
+// refuse (and, all or nothing, charged nothing). The refusal is counted
+// under the policies that refused.
+func checkOutcome(v Verdict, d *floodgate.Decision, n int) floodgate.Outcome {
+	if n == 1 || (v.Kind != Deny && v.Outcome != floodgate.OutcomeWouldDeny) || v.Reason == ReasonCost || v.Reason == ReasonKey {
+		return v.Outcome
+	}
+	refused := !d.Allowed || (v.Reason == ReasonDelay && d.Delay > 0)
+	if d.Fallback && !refused {
+		return floodgate.OutcomeFallback
+	}
+	if !refused {
+		return floodgate.OutcomeAllowed
+	}
+	return v.Outcome
+}
+
+// name is the policy name of check i: the core's Name for a fixed core's
+// first limit when set, else what the check's limiter says of itself.
+func (c *Core) name(checks []floodgate.Check, i int) string {
+	if i == 0 && c.cfg.Name != "" && len(c.limits) > 0 {
+		return c.cfg.Name
+	}
+	return c.policy(checks, i).Name
+}
+
+// Deciding names the limit that decided a request, for the transports'
+// diagnostic headers: the refusing one with the longest RetryAfter, else
+// the one with the fewest units remaining; the core's Name when set (on a
+// fixed core, for its first limit).
+func (c *Core) Deciding(checks []floodgate.Check) string {
 	if len(checks) == 0 {
 		if len(c.limits) == 0 {
 			return ""
@@ -458,5 +523,5 @@ func (c *Core) deciding(checks []floodgate.Check) string {
 			best = i
 		}
 	}
-	return c.policy(checks, best).Name
+	return c.name(checks, best)
 }

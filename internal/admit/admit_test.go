@@ -17,7 +17,7 @@ import (
 // fake is a limiter whose decisions a test sets; it records takes and
 // refunds and describes itself with policy.
 type fake struct {
-	policy floodgate.Policy
+	policy floodgate.Description
 	decide func(key string, n int) (floodgate.Decision, error)
 
 	mu       sync.Mutex
@@ -42,7 +42,7 @@ func (f *fake) Refund(_ context.Context, key string, n int) error {
 	return nil
 }
 
-func (f *fake) Policy() floodgate.Policy { return f.policy }
+func (f *fake) Describe() floodgate.Description { return f.policy }
 
 func (f *fake) refunds(key string) int {
 	f.mu.Lock()
@@ -55,7 +55,7 @@ func returns(d floodgate.Decision, err error) func(string, int) (floodgate.Decis
 }
 
 func named(name string, d floodgate.Decision, err error) *fake {
-	return &fake{policy: floodgate.Policy{Name: name, Capacity: 10, Undelayed: 10}, decide: returns(d, err)}
+	return &fake{policy: floodgate.Description{Name: name, Capacity: 10, Undelayed: 10}, decide: returns(d, err)}
 }
 
 // recorder is an observer that keeps its events.
@@ -76,6 +76,21 @@ func (r *recorder) one(t *testing.T) floodgate.Event {
 	defer r.mu.Unlock()
 	require.Len(t, r.ev, 1, "exactly one event per request")
 	return r.ev[0]
+}
+
+// outcomes is the outcome of each event by policy, checking there is one
+// event per policy.
+func (r *recorder) outcomes(t *testing.T) map[string]string {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[string]string{}
+	for _, e := range r.ev {
+		_, dup := m[e.Policy]
+		require.False(t, dup, "two events for policy %q", e.Policy)
+		m[e.Policy] = e.Source.String() + " " + e.Outcome.String()
+	}
+	return m
 }
 
 var (
@@ -222,7 +237,8 @@ func TestFail(t *testing.T) {
 }
 
 // TestAllOrNothing: several limits, one refuses; the others are refunded,
-// the event names the refusing limit, the retry time is the largest.
+// each limit gets its event (the refusal counted under the refusing ones),
+// the deciding limit is the longest refusal.
 func TestAllOrNothing(t *testing.T) {
 	rec := &recorder{}
 	peer := named("per-peer", allowed, nil)
@@ -234,17 +250,36 @@ func TestAllOrNothing(t *testing.T) {
 	assert.Equal(t, Deny, v.Kind)
 	assert.Equal(t, time.Hour, v.RetryAfter, "the longest refusal")
 	assert.Equal(t, 1, peer.refunds("p"), "the admitting limit gets its units back")
-	assert.Equal(t, "per-day", rec.one(t).Policy)
+	assert.Equal(t, map[string]string{
+		"per-peer":  "request allowed",
+		"per-token": "request denied",
+		"per-day":   "request denied",
+	}, rec.outcomes(t))
+	assert.Equal(t, "per-day", c.Deciding(checks))
 
-	// All admit: the event names the limit with the fewest units left.
+	// All admit: one allowed event per limit; Config.Name renames the
+	// first limit only.
 	rec = &recorder{}
 	low := named("low", floodgate.Decision{Allowed: true, Limit: 10, Remaining: 2}, nil)
-	c = mustCore(t, Config{Observer: rec}, peer, low)
+	c = mustCore(t, Config{Observer: rec, Name: "main"}, peer, low)
 	v = c.DecideOne(context.Background(), "same", 1, floodgate.Event{}, 0)
 	assert.Equal(t, Admit, v.Kind)
 	assert.Equal(t, int64(2), v.Decision.Remaining)
-	assert.Equal(t, "low", rec.one(t).Policy)
+	assert.Equal(t, map[string]string{"main": "request allowed", "low": "request allowed"}, rec.outcomes(t))
 	assert.Equal(t, []string{"same"}, low.takes, "DecideOne charges the key on every limit")
+
+	// Dry run: the refusing limit shows would_deny, the other allowed.
+	rec = &recorder{}
+	c = mustCore(t, Config{Observer: rec, DryRun: true}, peer, token)
+	v = c.DecideOne(context.Background(), "k", 1, floodgate.Event{}, 0)
+	assert.Equal(t, Admit, v.Kind)
+	assert.Equal(t, map[string]string{"per-peer": "request allowed", "per-token": "request would_deny"}, rec.outcomes(t))
+
+	// A failure before the limits: every limit gets the error's event.
+	rec = &recorder{}
+	c = mustCore(t, Config{Observer: rec}, peer, token)
+	c.Fail(context.Background(), errDown, floodgate.Event{}, 0)
+	assert.Equal(t, map[string]string{"per-peer": "request error_open", "per-token": "request error_open"}, rec.outcomes(t))
 }
 
 func TestDelayHonouredOrRefused(t *testing.T) {
@@ -302,7 +337,7 @@ func TestDelayHonouredOrRefused(t *testing.T) {
 // TestDelayRefuse: a delayed admission is refused and refunded, and an
 // undelayed one counts as remaining only what would pass without a delay.
 func TestDelayRefuse(t *testing.T) {
-	shaping := &fake{policy: floodgate.Policy{Name: "shape", Capacity: 10, Undelayed: 4}}
+	shaping := &fake{policy: floodgate.Description{Name: "shape", Capacity: 10, Undelayed: 4}}
 	c := mustCore(t, Config{DelayMode: DelayRefuse}, shaping)
 
 	shaping.decide = returns(floodgate.Decision{Allowed: true, Limit: 10, Remaining: 5, Delay: time.Second}, nil)

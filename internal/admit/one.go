@@ -49,11 +49,24 @@ func takeOne(ctx context.Context, ch *floodgate.Check) (d floodgate.Decision, er
 
 // Fail decides a request the transport could not put to its limits (its
 // key or cost function failed or panicked) as if the limits had returned
-// err: the fail mode and dry run apply, and the request's event is
-// reported (Policy: the core's Name, else the first limit's).
+// err: the fail mode and dry run apply, and the request's events are
+// reported, one per limit of a fixed core (a dynamic core's: one, under
+// its Name).
 func (c *Core) Fail(ctx context.Context, err error, ev floodgate.Event, start int64) Verdict {
+	if len(c.limits) == 0 {
+		v := c.judge(ctx, nil, floodgate.Decision{}, err, false)
+		c.observe(ev, start, v, nil)
+		return v
+	}
 	one := [1]floodgate.Check{{Limiter: c.limits[0].Limiter}}
-	v := c.judge(ctx, one[:], floodgate.Decision{}, err, false)
-	c.observe(ev, start, v, one[:])
+	checks := one[:]
+	if len(c.limits) > 1 {
+		checks = make([]floodgate.Check, len(c.limits))
+		for i := range checks {
+			checks[i].Limiter = c.limits[i].Limiter
+		}
+	}
+	v := c.judge(ctx, checks, floodgate.Decision{}, err, false)
+	c.observe(ev, start, v, checks)
 	return v
 }

@@ -1,10 +1,9 @@
 // Package credkey turns credentials (service tokens, API keys) into
 // rate-limit keys with a keyed hash, so that no store and no observer ever
 // sees a credential in clear. httplimit and grpclimit (keys read from a
-// header or metadata with WithHeaderKey, under WithKeySecret) and package
-// policy (descriptor entries marked Credential) use it. The Envoy rate
-// limit service (module rls) does not: it hashes a credential descriptor's
-// value with its own HMAC-SHA256 (128 bits in hex, Service.appendHash).
+// header or metadata with WithHeaderKey, under WithKeySecret), package
+// policy (descriptor entries marked Credential) and the Envoy rate limit
+// service (module rls: descriptors marked credential, prefix "#") use it.
 package credkey
 
 import (

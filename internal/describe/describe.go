@@ -8,7 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
-	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Entry is one entry of a descriptor: its key as the policy set's rules
@@ -37,9 +37,9 @@ func Check[R any](entries []Entry[R]) error {
 }
 
 // Set is the descriptors every request of a Policies wrapper yields, on a
-// live policy set, with buffers reused across requests.
+// policy set (a middleware.Matcher), with buffers reused across requests.
 type Set[R any] struct {
-	live  *policy.Live
+	live  middleware.Matcher
 	descs [][]Entry[R]
 	cost  func(R) int
 	bufs  sync.Pool // *Match
@@ -48,8 +48,8 @@ type Set[R any] struct {
 // New returns the Set of descs on live; cost, when not nil, is a request's
 // cost (else 1). It fails, with an error wrapping floodgate.ErrInvalidConfig
 // or the set's own, when there is no descriptor or when an entry is a
-// credential and live cannot keep credentials (policy.Live.CheckCredentials).
-func New[R any](live *policy.Live, descs [][]Entry[R], cost func(R) int) (*Set[R], error) {
+// credential and live cannot keep credentials (middleware.Matcher.CheckCredentials).
+func New[R any](live middleware.Matcher, descs [][]Entry[R], cost func(R) int) (*Set[R], error) {
 	if len(descs) == 0 {
 		return nil, fmt.Errorf("%w: Policies needs at least one WithDescriptor", floodgate.ErrInvalidConfig)
 	}
@@ -74,7 +74,7 @@ type Match struct {
 	// decisions after Decide.
 	Checks []floodgate.Check
 	all    []floodgate.Check
-	descs  []policy.Descriptor
+	descs  []middleware.Descriptor
 	pool   *sync.Pool
 }
 
@@ -145,7 +145,7 @@ func (s *Set[R]) match(ctx context.Context, r R, m *Match) (checks []floodgate.C
 				d = nil
 				break
 			}
-			d = append(d, policy.Entry{Key: e.Key, Value: v, Credential: e.Credential})
+			d = append(d, middleware.Entry{Key: e.Key, Value: v, Credential: e.Credential})
 		}
 		if d == nil {
 			m.descs = m.descs[:k] // not yielded; reset clears what was read

@@ -31,7 +31,7 @@ const MaxInt = 999_999_999_999_999
 // in 15 digits, q is the capacity (or the quota) and w the seconds it
 // takes to refill, rounded up: q/w then understates the rate, never
 // overstates it.
-func Quota(p floodgate.Policy) (q, w int64) {
+func Quota(p floodgate.Description) (q, w int64) {
 	if p.Quota <= 0 {
 		return 0, 0
 	}

@@ -10,22 +10,22 @@ import (
 func TestQuota(t *testing.T) {
 	year := 365 * 24 * time.Hour
 	for _, tc := range []struct {
-		p    floodgate.Policy
+		p    floodgate.Description
 		q, w int64
 	}{
-		{floodgate.Policy{Quota: 10, Window: time.Second, Capacity: 20}, 20, 2},
-		{floodgate.Policy{Quota: 10, Window: time.Second, Capacity: 5}, 10, 1},
-		{floodgate.Policy{Quota: 10, Window: time.Second, Capacity: 15}, 20, 2},
-		{floodgate.Policy{Quota: 5, Window: 500 * time.Millisecond, Capacity: 3}, 10, 1},
-		{floodgate.Policy{Quota: 1, Window: 700 * time.Millisecond, Capacity: 1}, 10, 7},
-		{floodgate.Policy{Quota: 3, Window: time.Minute, Capacity: 7}, 9, 180},
-		{floodgate.Policy{Quota: 100, Window: time.Hour, Capacity: 100}, 100, 3600},
-		{floodgate.Policy{Quota: 5, Capacity: 7}, 10, 0},
-		{floodgate.Policy{Window: time.Second, Capacity: 7}, 0, 0},
+		{floodgate.Description{Quota: 10, Window: time.Second, Capacity: 20}, 20, 2},
+		{floodgate.Description{Quota: 10, Window: time.Second, Capacity: 5}, 10, 1},
+		{floodgate.Description{Quota: 10, Window: time.Second, Capacity: 15}, 20, 2},
+		{floodgate.Description{Quota: 5, Window: 500 * time.Millisecond, Capacity: 3}, 10, 1},
+		{floodgate.Description{Quota: 1, Window: 700 * time.Millisecond, Capacity: 1}, 10, 7},
+		{floodgate.Description{Quota: 3, Window: time.Minute, Capacity: 7}, 9, 180},
+		{floodgate.Description{Quota: 100, Window: time.Hour, Capacity: 100}, 100, 3600},
+		{floodgate.Description{Quota: 5, Capacity: 7}, 10, 0},
+		{floodgate.Description{Window: time.Second, Capacity: 7}, 0, 0},
 		// No whole factor within 15 digits: the capacity per its refill
 		// time, rounded up (the rate understated, never overstated).
-		{floodgate.Policy{Quota: 1e14, Window: 7, Capacity: 1e14}, 1e14, 1},
-		{floodgate.Policy{Quota: 1, Window: 200 * year, Capacity: 100}, 100, 100 * int64(200*year/time.Second)},
+		{floodgate.Description{Quota: 1e14, Window: 7, Capacity: 1e14}, 1e14, 1},
+		{floodgate.Description{Quota: 1, Window: 200 * year, Capacity: 100}, 100, 100 * int64(200*year/time.Second)},
 	} {
 		q, w := Quota(tc.p)
 		if q != tc.q || w != tc.w {

@@ -1,6 +1,8 @@
-// Package redistest connects the tests of the algorithm packages to the
-// Redis server of the test setup: the one at FLOODGATE_REDIS_ADDR, which
-// scripts/redis.sh start exports. Tests only.
+// Package redistest connects the tests to the Redis servers of the test
+// setup: the server at FLOODGATE_REDIS_ADDR and the cluster at
+// FLOODGATE_REDIS_CLUSTER, which scripts/redis.sh start exports; without
+// them it starts servers of the tests' own ([Addr], [Cluster]), so that
+// go test needs nothing but redis-server on PATH. Tests only.
 package redistest
 
 import (

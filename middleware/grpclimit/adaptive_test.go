@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"testing"
 	"time"
 
@@ -18,8 +19,8 @@ import (
 
 // adaptiveAcquirer is the small adapter that plugs an adaptive.Gate into
 // Shed: a rejection is a shed, a token's end reports success or drop.
-func adaptiveAcquirer(l *adaptive.Gate) Acquirer {
-	return AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
+func adaptiveAcquirer(l *adaptive.Gate) middleware.Acquirer {
+	return middleware.AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
 		tok, err := l.Acquire(ctx)
 		switch {
 		case errors.Is(err, adaptive.ErrLimitExceeded):
@@ -40,7 +41,7 @@ func adaptiveAcquirer(l *adaptive.Gate) Acquirer {
 // TestShedderWithAdaptiveLimiter: a concurrency limit of 1 from the adaptive
 // package sheds the second concurrent call over a real connection.
 func TestShedderWithAdaptiveLimiter(t *testing.T) {
-	alg, err := adaptive.NewFixed(1)
+	alg, err := adaptive.NewConstant(1)
 	require.NoError(t, err)
 	lim, err := adaptive.NewGate(alg)
 	require.NoError(t, err)

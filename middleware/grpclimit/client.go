@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"io"
 	"math/rand/v2"
 	"strconv"
@@ -20,13 +21,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
-// Waiter is a local throttle for outgoing calls: WaitN blocks until n units
-// are available or ctx ends, and fails fast when the wait would pass ctx's
-// deadline. The keyless bucket.Limiter satisfies it.
-type Waiter interface {
-	WaitN(ctx context.Context, n int) error
-}
-
 // retryPolicy is the client interceptor's retry of refused unary calls
 // (WithMaxAttempts, WithBackoff, WithRetryable).
 type retryPolicy struct {
@@ -37,7 +31,7 @@ type retryPolicy struct {
 }
 
 type clientConfig struct {
-	waiter      Waiter
+	waiter      middleware.Waiter
 	limiter     floodgate.Limiter
 	limiterKey  KeyFunc
 	cost        CostFunc
@@ -51,8 +45,8 @@ type clientConfig struct {
 
 // WithThrottle throttles outgoing calls with w (for example a keyless
 // bucket.Limiter): every call waits for its cost before it is sent.
-func WithThrottle(w Waiter) Option {
-	return clientOption("WithThrottle", func(c *clientConfig) error {
+func WithThrottle(w middleware.Waiter) ClientOption {
+	return clientOption(func(c *clientConfig) error {
 		if nilcheck.Is(w) {
 			return invalid("nil waiter")
 		}
@@ -67,8 +61,8 @@ func WithThrottle(w Waiter) Option {
 // WithThrottleLimiter throttles outgoing calls with a keyed limiter: every
 // call waits (floodgate.Wait) for its cost under key(ctx, method). A nil key
 // func keys by the full method name.
-func WithThrottleLimiter(l floodgate.Limiter, key KeyFunc) Option {
-	return clientOption("WithThrottleLimiter", func(c *clientConfig) error {
+func WithThrottleLimiter(l floodgate.Limiter, key KeyFunc) ClientOption {
+	return clientOption(func(c *clientConfig) error {
 		if nilcheck.Is(l) {
 			return invalid("nil limiter")
 		}
@@ -88,8 +82,8 @@ func WithThrottleLimiter(l floodgate.Limiter, key KeyFunc) Option {
 // what the server refused: the same method ([WithPushbackPerMethod]) and
 // the same priority class ([WithPushbackClass]); calls of other scopes
 // are sent as usual.
-func WithPushback(on bool) Option {
-	return clientOption("WithPushback", func(c *clientConfig) error { c.pushback = on; return nil })
+func WithPushback(on bool) ClientOption {
+	return clientOption(func(c *clientConfig) error { c.pushback = on; return nil })
 }
 
 // WithPushbackPerMethod scopes pushback by method (on by default): a
@@ -98,8 +92,8 @@ func WithPushback(on bool) Option {
 // hold the others. Turn it off when the server's limit covers the client as
 // a whole (a rate limit per peer on every method), so that one refusal
 // holds every method's calls instead of letting each be refused once.
-func WithPushbackPerMethod(on bool) Option {
-	return clientOption("WithPushbackPerMethod", func(c *clientConfig) error { c.perMethod = on; return nil })
+func WithPushbackPerMethod(on bool) ClientOption {
+	return clientOption(func(c *clientConfig) error { c.perMethod = on; return nil })
 }
 
 // WithPushbackClass scopes pushback by priority class: the class of a call
@@ -111,8 +105,8 @@ func WithPushbackPerMethod(on bool) Option {
 // share one class of their own. By default calls are not told apart by
 // class. Keep the values few (class names, not request IDs): the client
 // keeps one pushback per method and class while it is in force.
-func WithPushbackClass(name string) Option {
-	return clientOption("WithPushbackClass", func(c *clientConfig) error {
+func WithPushbackClass(name string) ClientOption {
+	return clientOption(func(c *clientConfig) error {
 		name = strings.ToLower(name)
 		if !validMetadataName(name) {
 			return invalid("bad metadata name %q", name)
@@ -124,8 +118,8 @@ func WithPushbackClass(name string) Option {
 
 // WithMaxPushback caps the delay a server may impose (default one minute),
 // so that a wrong or hostile server cannot stall the client for hours.
-func WithMaxPushback(d time.Duration) Option {
-	return clientOption("WithMaxPushback", func(c *clientConfig) error {
+func WithMaxPushback(d time.Duration) ClientOption {
+	return clientOption(func(c *clientConfig) error {
 		if d <= 0 {
 			return invalid("max pushback %v <= 0", d)
 		}
@@ -144,8 +138,8 @@ func WithMaxPushback(d time.Duration) Option {
 // is not attempted. Do not also enable gRPC's own retry policy (from the
 // service config) for the same methods, or attempts multiply. It applies to
 // NewClient; the same option of package httplimit does the same for HTTP.
-func WithMaxAttempts(n int) Option {
-	return clientOption("WithMaxAttempts", func(c *clientConfig) error {
+func WithMaxAttempts(n int) ClientOption {
+	return clientOption(func(c *clientConfig) error {
 		if n < 1 || n > 10 {
 			return invalid("max attempts %d outside 1..10", n)
 		}
@@ -157,8 +151,8 @@ func WithMaxAttempts(n int) Option {
 // WithBackoff sets the retry backoff: the bound of the first retry's random
 // delay, doubled at each retry, and its cap (0 < base <= cap <= 1 h; the
 // default is 100 ms and 10 s). It applies to NewClient.
-func WithBackoff(base, cap time.Duration) Option {
-	return clientOption("WithBackoff", func(c *clientConfig) error {
+func WithBackoff(base, cap time.Duration) ClientOption {
+	return clientOption(func(c *clientConfig) error {
 		if base <= 0 || cap < base || cap > time.Hour {
 			return invalid("backoff base %v, cap %v: want 0 < base <= cap <= 1h", base, cap)
 		}
@@ -169,8 +163,8 @@ func WithBackoff(base, cap time.Duration) Option {
 
 // WithRetryable says which methods ("/package.Service/Method") may be sent
 // twice, for [WithMaxAttempts]. It applies to NewClient.
-func WithRetryable(f func(fullMethod string) bool) Option {
-	return clientOption("WithRetryable", func(c *clientConfig) error {
+func WithRetryable(f func(fullMethod string) bool) ClientOption {
+	return clientOption(func(c *clientConfig) error {
 		if f == nil {
 			return invalid("nil retryable func")
 		}
@@ -180,8 +174,8 @@ func WithRetryable(f func(fullMethod string) bool) Option {
 }
 
 // clientOption is an Option of NewClient alone.
-func clientOption(name string, f func(*clientConfig) error) Option {
-	return option(name, ctorClient, func(c *config) error { return f(&c.client) })
+func clientOption(f func(*clientConfig) error) ClientOption {
+	return clientOpt(func(c *config) error { return f(&c.client) })
 }
 
 // Client holds the state of the client-side interceptors: the throttle and,
@@ -206,8 +200,8 @@ const maxGates = 1024
 
 // NewClient returns the client-side interceptors configured by opts. With
 // no option it only honours server pushback, per method.
-func NewClient(opts ...Option) (*Client, error) {
-	cfg, err := buildConfig(ctorClient, opts)
+func NewClient(opts ...ClientOption) (*Client, error) {
+	cfg, err := buildConfig(false, opts, ClientOption.applyClient)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"io"
 	"strconv"
 	"testing"
@@ -69,7 +70,7 @@ func refused(code codes.Code, retry time.Duration, trailerMs string) func([]grpc
 	}
 }
 
-func newClient(t *testing.T, opts ...Option) *Client {
+func newClient(t *testing.T, opts ...ClientOption) *Client {
 	t.Helper()
 	c, err := NewClient(opts...)
 	require.NoError(t, err)
@@ -80,14 +81,14 @@ func TestClientPushbackHoldsLaterCalls(t *testing.T) {
 	cases := []struct {
 		name  string
 		first func([]grpc.CallOption) error
-		opts  []Option
+		opts  []ClientOption
 		hold  time.Duration
 	}{
 		{"retry info", refused(codes.ResourceExhausted, 200*time.Millisecond, ""), nil, 200 * time.Millisecond},
 		{"trailer", refused(codes.Unavailable, 0, "300"), nil, 300 * time.Millisecond},
 		{"longer of both", refused(codes.ResourceExhausted, 700*time.Millisecond, "300"), nil, 700 * time.Millisecond},
-		{"capped", refused(codes.ResourceExhausted, 0, "999999999999"), []Option{WithMaxPushback(2 * time.Second)}, 2 * time.Second},
-		{"off", refused(codes.ResourceExhausted, time.Second, "1000"), []Option{WithPushback(false)}, 0},
+		{"capped", refused(codes.ResourceExhausted, 0, "999999999999"), []ClientOption{WithMaxPushback(2 * time.Second)}, 2 * time.Second},
+		{"off", refused(codes.ResourceExhausted, time.Second, "1000"), []ClientOption{WithPushback(false)}, 0},
 		{"not a refusal", refused(codes.Internal, time.Second, "1000"), nil, 0},
 		{"malformed trailer", refused(codes.Unavailable, 0, "-5"), nil, 0},
 	}
@@ -117,13 +118,13 @@ func TestClientPushbackHoldsLaterCalls(t *testing.T) {
 func TestClientPushbackPerMethod(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []Option
+		opts []ClientOption
 		// how long the other method's call was held
 		other time.Duration
 	}{
 		{"default", nil, 0},
-		{"on", []Option{WithPushbackPerMethod(true)}, 0},
-		{"off", []Option{WithPushbackPerMethod(false)}, time.Second},
+		{"on", []ClientOption{WithPushbackPerMethod(true)}, 0},
+		{"off", []ClientOption{WithPushbackPerMethod(false)}, time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -235,7 +236,7 @@ func TestClientPushbackPastDeadlineFailsFast(t *testing.T) {
 }
 
 func TestClientRetry(t *testing.T) {
-	policy := []Option{
+	policy := []ClientOption{
 		WithMaxAttempts(4),
 		WithBackoff(100*time.Millisecond, 250*time.Millisecond),
 		WithRetryable(func(m string) bool { return m == checkMethod }),
@@ -323,15 +324,14 @@ func TestClientThrottle(t *testing.T) {
 
 	_, err = NewClient(WithThrottle(w), WithThrottleLimiter(newBucket(t, floodgate.PerSecond(1), 1), nil))
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	for _, o := range []Option{
+	for _, o := range []ClientOption{
 		WithThrottle(nil), WithThrottleLimiter(nil, nil), WithCost(nil), WithMaxPushback(0),
 		WithMaxAttempts(0), WithMaxAttempts(11), WithMaxAttempts(3), // the last without WithRetryable
 		WithBackoff(time.Second, time.Millisecond), WithBackoff(0, time.Second), WithBackoff(time.Second, 2*time.Hour),
-		WithRetryable(nil), {},
-		WithHeaderKey("x-token"), WithShedRetryAfter(time.Second), // server options
+		WithRetryable(nil), nil,
 	} {
 		_, err := NewClient(o)
-		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, o.name)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "%#v", o)
 	}
 }
 
@@ -420,7 +420,11 @@ func TestClientAgainstRealServer(t *testing.T) {
 // follow, which the server admits. (The client used to hold every call of
 // the connection after the shed.)
 func TestClientPushbackScopedToShedClass(t *testing.T) {
-	classes, err := priority.NewFixed(20, nil)
+	fixed, err := adaptive.NewConstant(20)
+	require.NoError(t, err)
+	gate, err := adaptive.NewGate(fixed)
+	require.NoError(t, err)
+	classes, err := priority.NewShedder(gate)
 	require.NoError(t, err)
 	ctx := testCtx(t)
 	for range 17 { // best-effort's 85% of 20, held for the whole test
@@ -428,7 +432,7 @@ func TestClientPushbackScopedToShedClass(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(tok.Success)
 	}
-	acq := AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
+	acq := middleware.AcquirerFunc(func(ctx context.Context) (func(bool), bool, error) {
 		var name string
 		if v := metadata.ValueFromIncomingContext(ctx, "x-priority"); len(v) > 0 {
 			name = v[0]
@@ -463,7 +467,7 @@ func TestClientPushbackScopedToShedClass(t *testing.T) {
 
 // The keyless token bucket is a Waiter: a client throttled at 10 calls per
 // second with bursts of 1 spaces its calls 100ms apart.
-var _ Waiter = (*bucket.Limiter)(nil)
+var _ middleware.Waiter = (*bucket.Limiter)(nil)
 
 func TestClientThrottleKeylessBucket(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

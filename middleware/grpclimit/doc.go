@@ -24,11 +24,14 @@
 // the calls a policy covers, so that an expensive method can have a policy
 // of its own.
 //
-// [Shed] does the same with a concurrency limiter (an [Acquirer]), for
+// [Shed] does the same with a concurrency limiter (an [middleware.Acquirer]), for
 // load shedding; [WithClassFunc] classifies calls for a priority shedder.
 //
-// Options are [Option] values; each says which of New and Shed it applies
-// to, and one given to the other is refused, never ignored.
+// Each constructor takes its own option type ([Option] for New,
+// [PoliciesOption], [ShedOption], [ClientOption]); the options several of
+// them share are a [CommonOption], a [LimitOption] or WithCost's
+// [CostOption]. An option given to a constructor it does not apply to does
+// not compile.
 //
 // # Credentials in keys
 //
@@ -48,14 +51,14 @@
 // verdict; the interceptors only translate it:
 //
 //   - Admitted: the handler runs (after the decision's shaping delay, if
-//     any: see [DelayMode]).
+//     any: see [middleware.DelayMode]).
 //   - Rate limited: codes.ResourceExhausted, message [MsgRateLimited], a
 //     google.rpc.RetryInfo status detail holding the delay after which a
 //     retry can succeed (read it with [RetryDelay]), and the
 //     grpc-retry-pushback-ms trailer ([PushbackTrailer]) holding the same
 //     delay in whole milliseconds, rounded up, so that a client that honours
 //     it is never early. A delay that cannot be honoured (it would pass the
-//     deadline, or [DelayRefuse]) is refused this way, its units given back.
+//     deadline, or [middleware.DelayRefuse]) is refused this way, its units given back.
 //   - Never admissible: a cost above the limit's capacity (or below 1), or
 //     a key the store refuses: codes.ResourceExhausted, message
 //     [MsgCostExceedsCapacity] (or [MsgInvalidKey]), no RetryInfo, and the
@@ -63,9 +66,9 @@
 //     not to retry (gRFC A6). This is whatever the fail mode: failing open
 //     would exempt exactly the most expensive calls.
 //   - Limiter failed (error or panic, of the limiter or of a key or cost
-//     function) and [FailClosed]: codes.Unavailable, message
+//     function) and [middleware.FailClosed]: codes.Unavailable, message
 //     [MsgLimiterUnavailable], RetryInfo and pushback of one second. With
-//     [FailOpen] (the default) the call goes through.
+//     [middleware.FailOpen] (the default) the call goes through.
 //   - Shed for overload ([Shed]): codes.Unavailable, message
 //     [MsgOverloaded], RetryInfo and pushback ([WithShedRetryAfter], one
 //     second by default).
@@ -81,13 +84,18 @@
 // # Observability, dry-run and failures
 //
 // Each call decided is reported to a [floodgate.Observer] ([WithObserver])
-// as one event (Source floodgate.SourceRequest) with its outcome (a
+// as one event per (call, limit) (Source floodgate.SourceRequest): a call
+// checked against several limits ([WithLimit], [Policies]) is counted
+// under each, a refusal under the limits that refused (the others report
+// allowed: they would have admitted it, and charged nothing), a policy
+// set's dry-run policies in events of their own (floodgate.SourceShadow),
+// each event with its outcome (a
 // decision of a store's local fallback is floodgate.OutcomeFallback; a
 // store's blanket FailOpen or FailClosed answer is error_open or
-// error_closed, the call answered as under [FailOpen] or [FailClosed]
+// error_closed, the call answered as under [middleware.FailOpen] or [middleware.FailClosed]
 // (Unavailable with one second), for one limiter and for a group alike),
 // the
-// policy's name (the limit that decided, unless [WithName]), the tier, the
+// limit's name (the main limiter's renamed by [WithName]), the tier, the
 // route class (the full method name unless [WithRouteFunc] maps it), the
 // priority class for a classifying shedder (Event.Class) and the time the
 // decision took. [WithDryRun] decides and reports but never refuses. A

@@ -3,6 +3,7 @@ package grpclimit_test
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-go/floodgate/middleware"
 	"net"
 	"time"
 
@@ -74,7 +75,7 @@ func Example() {
 // channel of one slot, with the interceptor called directly.
 func ExampleShed() {
 	slots := make(chan struct{}, 1)
-	acq := grpclimit.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
+	acq := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
 		select {
 		case slots <- struct{}{}:
 			return func(bool) { <-slots }, true, nil

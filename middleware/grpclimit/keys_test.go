@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
@@ -56,7 +57,7 @@ func TestHeaderKeyNeverReachesRedis(t *testing.T) {
 	client := redisClient(t)
 	prefix := "grpclimit-test-" + randomHex(t, 4) + ":"
 	token := "sk_live_" + randomHex(t, 16)
-	store, err := redisstore.New(client, redisstore.WithPrefix(prefix))
+	store, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	lim, err := bucket.NewKeyed(store, bucket.Config{Name: "per-token", Rate: floodgate.PerMinute(1), Burst: 2})
 	require.NoError(t, err)
@@ -101,7 +102,7 @@ func TestHeaderKeyNeverReachesRedis(t *testing.T) {
 // (the default: one per process) each node keeps its own budget.
 func TestKeySecretSharedByNodes(t *testing.T) {
 	client := redisClient(t)
-	store, err := redisstore.New(client, redisstore.WithPrefix("grpclimit-test-"+randomHex(t, 4)+":"))
+	store, err := redisstore.New(client, redisstore.WithPrefix("grpclimit-test-"+randomHex(t, 4)+":"), redisstore.WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	lim, err := bucket.NewKeyed(store, bucket.Config{Name: "per-token", Rate: floodgate.PerMinute(1), Burst: 2})
 	require.NoError(t, err)

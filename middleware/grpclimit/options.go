@@ -10,83 +10,83 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
-// Option configures the server interceptors built by [New] and [Shed] and
-// the client interceptors built by [NewClient]: one option type for the
-// package.
-// Build one with a WithX function; the zero Option is refused. Options are
-// applied in order. An option given a value it cannot use, or given to a
-// constructor it does not apply to (WithCost to Shed: a shedder has no
-// cost), makes the constructor return an error wrapping
-// [floodgate.ErrInvalidConfig]; no option is ever silently ignored. Each
-// WithX function says which constructors it applies to.
-type Option struct {
-	name  string
-	to    ctor
-	apply func(*config) error
+// Option configures [New] (and its shorthands [UnaryServerInterceptor] and
+// [StreamServerInterceptor]). Each constructor takes its own option type,
+// so that the compiler refuses an option given to a constructor it does
+// not apply to: New takes Option, [Policies] PoliciesOption, [Shed]
+// ShedOption, [NewClient] ClientOption. A [CommonOption] (names, observer,
+// filter, fail mode, dry run) fits New, Policies and Shed; a [LimitOption]
+// (IP prefixes, delays) fits New and Policies; [WithCost] fits New,
+// Policies and NewClient. Options are applied in order; an option given a
+// value it cannot use, or a nil option, makes the constructor return an
+// error wrapping [floodgate.ErrInvalidConfig].
+type Option interface {
+	applyNew(*config) error
 }
 
-// ctor is a set of the constructors an Option applies to.
-type ctor uint8
-
-const (
-	ctorNew ctor = 1 << iota
-	ctorShed
-	ctorClient
-	ctorPolicies
-	ctorAll    = ctorNew | ctorShed | ctorPolicies
-	ctorLimits = ctorNew | ctorPolicies
-)
-
-func (k ctor) String() string {
-	var names []string
-	for _, c := range []struct {
-		k    ctor
-		name string
-	}{{ctorNew, "New"}, {ctorShed, "Shed"}, {ctorClient, "NewClient"}, {ctorPolicies, "Policies"}} {
-		if k&c.k != 0 {
-			names = append(names, c.name)
-		}
-	}
-	return strings.Join(names, " and ")
+// PoliciesOption configures [Policies]: [WithDescriptor], [WithCost], a
+// [LimitOption] or a [CommonOption].
+type PoliciesOption interface {
+	applyPolicies(*config) error
 }
 
-func option(name string, to ctor, apply func(*config) error) Option {
-	return Option{name: name, to: to, apply: apply}
+// ShedOption configures [Shed]: [WithShedRetryAfter], [WithClassFunc] or a
+// [CommonOption].
+type ShedOption interface {
+	applyShed(*config) error
 }
 
-// FailMode says what happens to a call when the limiter cannot decide: it
-// returns an error, or panics.
-type FailMode uint8
+// ClientOption configures [NewClient].
+type ClientOption interface {
+	applyClient(*config) error
+}
 
-const (
-	// FailOpen lets the call through (reported as
-	// floodgate.OutcomeErrorOpen). It is the default: a broken limiter should
-	// not take the service down with it.
-	FailOpen FailMode = iota
-	// FailClosed refuses the call with codes.Unavailable, a RetryInfo of one
-	// second and the matching pushback trailer (reported as
-	// floodgate.OutcomeErrorClosed). Unavailable and not ResourceExhausted:
-	// the client did nothing wrong, the server could not check.
-	FailClosed
+// CommonOption configures [New], [Policies] and [Shed] alike.
+type CommonOption interface {
+	Option
+	PoliciesOption
+	ShedOption
+}
+
+// LimitOption configures [New] and [Policies] alike.
+type LimitOption interface {
+	Option
+	PoliciesOption
+}
+
+// CostOption is [WithCost]'s: it configures [New], [Policies] and
+// [NewClient].
+type CostOption interface {
+	LimitOption
+	ClientOption
+}
+
+// The implementations: one function type per set of constructors.
+type (
+	commonOpt   func(*config) error
+	limitOpt    func(*config) error
+	costOpt     func(*config) error
+	newOpt      func(*config) error
+	policiesOpt func(*config) error
+	shedOpt     func(*config) error
+	clientOpt   func(*config) error
 )
 
-// DelayMode says what happens to a call admitted with a Delay (a shaping
-// limiter such as the leaky bucket in delay mode).
-type DelayMode uint8
-
-const (
-	// DelayHonour holds the call for its Delay before the handler runs
-	// (reported as floodgate.OutcomeDelayed), unless the delay would pass
-	// the call's deadline or the call ends first: then it is refused like a
-	// denial, with the delay as retry time, and its units are given back.
-	// It is the default.
-	DelayHonour DelayMode = iota
-	// DelayRefuse refuses every delayed call at once, like a denial with
-	// the delay as retry time, and gives its units back.
-	DelayRefuse
-)
+func (f commonOpt) applyNew(c *config) error        { return f(c) }
+func (f commonOpt) applyPolicies(c *config) error   { return f(c) }
+func (f commonOpt) applyShed(c *config) error       { return f(c) }
+func (f limitOpt) applyNew(c *config) error         { return f(c) }
+func (f limitOpt) applyPolicies(c *config) error    { return f(c) }
+func (f costOpt) applyNew(c *config) error          { return f(c) }
+func (f costOpt) applyPolicies(c *config) error     { return f(c) }
+func (f costOpt) applyClient(c *config) error       { return f(c) }
+func (f newOpt) applyNew(c *config) error           { return f(c) }
+func (f policiesOpt) applyPolicies(c *config) error { return f(c) }
+func (f shedOpt) applyShed(c *config) error         { return f(c) }
+func (f clientOpt) applyClient(c *config) error     { return f(c) }
 
 // KeyFunc derives a rate-limit key from a call. fullMethod is the gRPC
 // method name, "/package.Service/Method". Returning "" means "no key": the
@@ -141,8 +141,8 @@ type config struct {
 	v4Bits        int
 	v6Bits        int
 	limits        []extraLimit
-	failMode      FailMode
-	delayMode     DelayMode
+	failMode      middleware.FailMode
+	delayMode     middleware.DelayMode
 	dryRun        bool
 
 	shedRetry time.Duration
@@ -159,7 +159,10 @@ func invalid(format string, args ...any) error {
 // maxRetryAfter bounds the retry delays an option may set.
 const maxRetryAfter = 24 * time.Hour
 
-func buildConfig(kind ctor, opts []Option) (config, error) {
+// buildConfig applies opts, in order, with apply (the constructor's method
+// of its option type); keyed says whether the constructor keys calls (New,
+// Policies).
+func buildConfig[O any](keyed bool, opts []O, apply func(O, *config) error) (config, error) {
 	c := config{
 		v4Bits:    32,
 		v6Bits:    64,
@@ -169,17 +172,14 @@ func buildConfig(kind ctor, opts []Option) (config, error) {
 			retry: retryPolicy{maxAttempts: 1, baseDelay: 100 * time.Millisecond, maxDelay: 10 * time.Second},
 		},
 	}
-	if kind == ctorNew || kind == ctorPolicies {
+	if keyed {
 		c.keys = new(keyCache)
 	}
-	for _, o := range opts {
-		if o.apply == nil {
-			return config{}, invalid("zero Option (build options with the WithX functions)")
+	for i, o := range opts {
+		if any(o) == nil {
+			return config{}, invalid("option %d is nil", i)
 		}
-		if o.to&kind == 0 {
-			return config{}, invalid("%s does not apply to %s (it applies to %s)", o.name, kind, o.to)
-		}
-		if err := o.apply(&c); err != nil {
+		if err := apply(o, &c); err != nil {
 			return config{}, err
 		}
 	}
@@ -199,12 +199,13 @@ func (c *config) setKey(k keyKind) error {
 	return nil
 }
 
-// WithName sets the policy name reported to the observer (Event.Policy).
-// The default is the name of the limit that decided (the limiter's
+// WithName sets the policy name reported to the observer (Event.Policy)
+// for the main limiter of [New] (limits added with [WithLimit] keep their
+// own) and for [Shed]. The default is the limiter's own name (its
 // [floodgate.Describer] policy name, its Config's Name; "" when it has
-// none) for [New], "" for [Shed]. It applies to New and Shed.
-func WithName(name string) Option {
-	return option("WithName", ctorAll, func(c *config) error {
+// none) for New, "" for Shed. It applies to New and Shed.
+func WithName(name string) CommonOption {
+	return commonOpt(func(c *config) error {
 		if name == "" {
 			return invalid("empty name")
 		}
@@ -216,8 +217,8 @@ func WithName(name string) Option {
 // WithTier sets the tier label reported to the observer (Event.Tier), for
 // example "edge" or "global". The default is empty. It applies to New and
 // Shed.
-func WithTier(tier string) Option {
-	return option("WithTier", ctorAll, func(c *config) error { c.tier = tier; return nil })
+func WithTier(tier string) CommonOption {
+	return commonOpt(func(c *config) error { c.tier = tier; return nil })
 }
 
 // WithRouteFunc sets how a full method name maps to the route class
@@ -226,8 +227,8 @@ func WithTier(tier string) Option {
 // services the server registers; map it to fewer classes to keep metric
 // cardinality down. A route function that panics reports the class
 // "unknown". It applies to New and Shed.
-func WithRouteFunc(route func(fullMethod string) string) Option {
-	return option("WithRouteFunc", ctorAll, func(c *config) error {
+func WithRouteFunc(route func(fullMethod string) string) CommonOption {
+	return commonOpt(func(c *config) error {
 		if route == nil {
 			return invalid("nil route func")
 		}
@@ -236,12 +237,13 @@ func WithRouteFunc(route func(fullMethod string) string) Option {
 	})
 }
 
-// WithObserver sends the one event of every call decided to o (with
-// Source floodgate.SourceRequest). The default sends none. o is called on
+// WithObserver sends the events of every call decided to o: one per
+// (call, limit), with Source floodgate.SourceRequest (see the package
+// documentation). The default sends none. o is called on
 // the call's goroutine and must not block or panic (see
 // [floodgate.Observer]). It applies to New and Shed.
-func WithObserver(o floodgate.Observer) Option {
-	return option("WithObserver", ctorAll, func(c *config) error {
+func WithObserver(o floodgate.Observer) CommonOption {
+	return commonOpt(func(c *config) error {
 		if nilcheck.Is(o) {
 			return invalid("nil observer")
 		}
@@ -256,8 +258,8 @@ func WithObserver(o floodgate.Observer) Option {
 // to handle, like a handler's). Use it to exempt health checks, or with
 // [Methods] to give an expensive method a tighter limit of its own. It
 // applies to New and Shed.
-func WithFilter(f func(ctx context.Context, fullMethod string) bool) Option {
-	return option("WithFilter", ctorAll, func(c *config) error {
+func WithFilter(f func(ctx context.Context, fullMethod string) bool) CommonOption {
+	return commonOpt(func(c *config) error {
 		if f == nil {
 			return invalid("nil filter")
 		}
@@ -310,7 +312,7 @@ func ExceptMethods(fullMethods ...string) func(ctx context.Context, fullMethod s
 //
 // It applies to New.
 func WithHeaderKey(name string) Option {
-	return option("WithHeaderKey", ctorNew, func(c *config) error {
+	return newOpt(func(c *config) error {
 		name = strings.ToLower(name)
 		if !validMetadataName(name) {
 			return invalid("bad metadata name %q", name)
@@ -334,7 +336,7 @@ const MinKeySecret = 16
 // token's budget to start afresh when it changes. The default is a random
 // secret per process. secret is copied. It applies to New.
 func WithKeySecret(secret []byte) Option {
-	return option("WithKeySecret", ctorNew, func(c *config) error {
+	return newOpt(func(c *config) error {
 		if len(secret) < MinKeySecret {
 			return invalid("key secret of %d bytes, want at least %d", len(secret), MinKeySecret)
 		}
@@ -347,10 +349,10 @@ func WithKeySecret(secret []byte) Option {
 // apart from peer keys, which are canonical addresses or prefixes such as
 // "192.0.2.1" and "2001:db8::/64", and hash what comes from a credential);
 // "" falls back to the peer address. A key function that panics is a
-// limiter that could not decide (the [FailMode] applies). It applies to
+// limiter that could not decide (the [middleware.FailMode] applies). It applies to
 // New.
 func WithKeyFunc(f KeyFunc) Option {
-	return option("WithKeyFunc", ctorNew, func(c *config) error {
+	return newOpt(func(c *config) error {
 		if f == nil {
 			return invalid("nil key func")
 		}
@@ -366,15 +368,15 @@ func WithKeyFunc(f KeyFunc) Option {
 // (peer, header or custom, on every limit), for example "search " to keep a
 // route's budgets apart from others' on one limiter. It applies to New.
 func WithKeyPrefix(prefix string) Option {
-	return option("WithKeyPrefix", ctorNew, func(c *config) error { c.prefix = prefix; return nil })
+	return newOpt(func(c *config) error { c.prefix = prefix; return nil })
 }
 
 // WithIPPrefix sets the prefix lengths peer addresses are aggregated to
 // before they become keys: v4 bits for IPv4 (default 32, the address
 // itself) and v6 bits for IPv6 (default 64: one budget per /64, the block a
 // single host usually holds). It applies to New.
-func WithIPPrefix(v4, v6 int) Option {
-	return option("WithIPPrefix", ctorLimits, func(c *config) error {
+func WithIPPrefix(v4, v6 int) LimitOption {
+	return limitOpt(func(c *config) error {
 		if v4 < 1 || v4 > 32 || v6 < 1 || v6 > 128 {
 			return invalid("IP prefix lengths %d/%d out of range 1..32/1..128", v4, v6)
 		}
@@ -386,9 +388,9 @@ func WithIPPrefix(v4, v6 int) Option {
 // WithCost sets the cost of each call; the default is 1. Streams are charged
 // once, when they open. Every limit of the call is charged the same cost. A
 // cost function that panics is a limiter that could not decide (the
-// [FailMode] applies). It applies to New; given to NewClient, it is the cost each call takes from the client's throttle.
-func WithCost(f CostFunc) Option {
-	return option("WithCost", ctorNew|ctorClient|ctorPolicies, func(c *config) error {
+// [middleware.FailMode] applies). It applies to New; given to NewClient, it is the cost each call takes from the client's throttle.
+func WithCost(f CostFunc) CostOption {
+	return costOpt(func(c *config) error {
 		if f == nil {
 			return invalid("nil cost func")
 		}
@@ -411,7 +413,7 @@ func WithCost(f CostFunc) Option {
 // (unless [WithName] is given). It may be given several times; it applies
 // to New.
 func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
-	return option("WithLimit", ctorNew, func(c *config) error {
+	return newOpt(func(c *config) error {
 		if nilcheck.Is(l) {
 			return invalid("nil limiter in WithLimit")
 		}
@@ -421,10 +423,10 @@ func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
 }
 
 // WithFailMode sets what happens when the limiter errors or panics; the
-// default is [FailOpen]. It applies to New and Shed.
-func WithFailMode(m FailMode) Option {
-	return option("WithFailMode", ctorAll, func(c *config) error {
-		if m != FailOpen && m != FailClosed {
+// default is [middleware.FailOpen]. It applies to New and Shed.
+func WithFailMode(m middleware.FailMode) CommonOption {
+	return commonOpt(func(c *config) error {
+		if m != middleware.FailOpen && m != middleware.FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}
 		c.failMode = m
@@ -433,10 +435,10 @@ func WithFailMode(m FailMode) Option {
 }
 
 // WithDelayMode sets what happens to a call admitted with a Delay; the
-// default is [DelayHonour]. It applies to New.
-func WithDelayMode(m DelayMode) Option {
-	return option("WithDelayMode", ctorLimits, func(c *config) error {
-		if m != DelayHonour && m != DelayRefuse {
+// default is [middleware.DelayHonour]. It applies to New.
+func WithDelayMode(m middleware.DelayMode) LimitOption {
+	return limitOpt(func(c *config) error {
+		if m != middleware.DelayHonour && m != middleware.DelayRefuse {
 			return invalid("unknown delay mode %d", m)
 		}
 		c.delayMode = m
@@ -450,15 +452,15 @@ func WithDelayMode(m DelayMode) Option {
 // call through whatever the fail mode (reported as error_open). A shaping
 // delay is not applied (the call is reported as allowed). It applies to New,
 // Shed and Policies.
-func WithDryRun(on bool) Option {
-	return option("WithDryRun", ctorAll, func(c *config) error { c.dryRun = on; return nil })
+func WithDryRun(on bool) CommonOption {
+	return commonOpt(func(c *config) error { c.dryRun = on; return nil })
 }
 
 // WithShedRetryAfter sets the retry delay sent with a shed call (RetryInfo
 // and pushback trailer), in (0, 24h]; the default is one second. It applies
 // to Shed.
-func WithShedRetryAfter(d time.Duration) Option {
-	return option("WithShedRetryAfter", ctorShed, func(c *config) error {
+func WithShedRetryAfter(d time.Duration) ShedOption {
+	return shedOpt(func(c *config) error {
 		if d <= 0 || d > maxRetryAfter {
 			return invalid("shed retry-after %v outside (0, %v]", d, maxRetryAfter)
 		}
@@ -468,12 +470,12 @@ func WithShedRetryAfter(d time.Duration) Option {
 }
 
 // WithClassFunc classifies calls for a priority shedder: f's result is
-// reported as the event's Class, and handed to the [Acquirer] in its
+// reported as the event's Class, and handed to the [middleware.Acquirer] in its
 // context (read it with [ClassFromContext]) so that the slot is claimed for
 // that class. [HeaderClass] reads it from a metadata entry. A class
 // function that panics gives the class "unknown". It applies to Shed.
-func WithClassFunc(f ClassFunc) Option {
-	return option("WithClassFunc", ctorShed, func(c *config) error {
+func WithClassFunc(f ClassFunc) ShedOption {
+	return shedOpt(func(c *config) error {
 		if f == nil {
 			return invalid("nil class func")
 		}

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-go/floodgate/middleware"
 	"testing"
 	"time"
 
@@ -62,17 +63,25 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 			srv.Kill()
 			for _, m := range mechanisms {
 				obs := &events{}
-				ic, err := New(m.l, append([]Option{WithKeyFunc(key), WithFailMode(FailClosed), WithObserver(obs)}, m.opts...)...)
+				ic, err := New(m.l, append([]Option{WithKeyFunc(key), WithFailMode(middleware.FailClosed), WithObserver(obs)}, m.opts...)...)
 				require.NoError(t, err)
 				conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
 				var trailer metadata.MD
 				_, err = healthpb.NewHealthClient(conn).Check(testCtx(t), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
 				retry, _ := RetryDelay(err)
 				got := fmt.Sprintf("%v retry=%ds pushback=%t", status.Code(err), (retry+time.Second-1)/time.Second, len(trailer.Get(PushbackTrailer)) == 1)
-				if evs := obs.all(); len(evs) == 1 {
-					got += " " + evs[0].Outcome.String()
-				} else {
+				// One event per (call, limit), each with the call's
+				// outcome: the limits failed together.
+				evs := obs.all()
+				if len(evs) != 1+len(m.opts) {
 					got += fmt.Sprintf(" %d events", len(evs))
+				} else {
+					got += " " + evs[0].Outcome.String()
+				}
+				for i, ev := range evs {
+					if ev.Outcome != evs[0].Outcome {
+						t.Errorf("%s under %s: event %d %s, event 0 %s", m.name, f.name, i, ev.Outcome, evs[0].Outcome)
+					}
 				}
 				if got != f.want {
 					t.Errorf("%s under %s: %s, want (as a single limiter) %s", m.name, f.name, got, f.want)

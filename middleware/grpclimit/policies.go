@@ -9,7 +9,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
-	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Source is one entry of a call descriptor: a key (as the policy set's rules
@@ -67,8 +67,8 @@ func ValueEntry(key string, credential bool, f func(ctx context.Context, method 
 // WithDescriptor adds a descriptor that every call yields to [Policies]:
 // its entries, in order. A call for which an entry has no value does not
 // yield that descriptor. It applies to Policies.
-func WithDescriptor(entries ...Source) Option {
-	return option("WithDescriptor", ctorPolicies, func(c *config) error {
+func WithDescriptor(entries ...Source) PoliciesOption {
+	return policiesOpt(func(c *config) error {
 		d := make([]describe.Entry[call], len(entries))
 		for i, e := range entries {
 			d[i] = e.e
@@ -93,12 +93,12 @@ func WithDescriptor(entries ...Source) Option {
 // enforcing verdict. A reload of the set applies to the next call.
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when live is
-// nil, no descriptor is given, or an option is invalid or does not apply.
-func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
+// nil, no descriptor is given, or an option is nil or invalid.
+func Policies(live middleware.Matcher, opts ...PoliciesOption) (*Interceptors, error) {
 	if nilcheck.Is(live) {
 		return nil, invalid("nil policy set")
 	}
-	cfg, err := buildConfig(ctorPolicies, opts)
+	cfg, err := buildConfig(true, opts, PoliciesOption.applyPolicies)
 	if err != nil {
 		return nil, err
 	}
@@ -113,13 +113,8 @@ func Policies(live *policy.Live, opts ...Option) (*Interceptors, error) {
 	if err != nil {
 		return nil, err
 	}
-	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun}
-	if cfg.failMode == FailClosed {
-		acfg.FailMode = admit.FailClosed
-	}
-	if cfg.delayMode == DelayRefuse {
-		acfg.DelayMode = admit.DelayRefuse
-	}
+	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun,
+		FailMode: cfg.failMode, DelayMode: cfg.delayMode}
 	return &Interceptors{cfg: cfg, core: admit.NewDynamic(acfg), set: set}, nil
 }
 

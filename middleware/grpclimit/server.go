@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-go/floodgate/middleware"
 	"strconv"
 	"strings"
 	"time"
@@ -49,35 +50,9 @@ const (
 	// shedder.
 	MsgOverloaded = "server overloaded"
 	// MsgLimiterUnavailable is the message of codes.Unavailable refusals
-	// under [FailClosed].
+	// under [middleware.FailClosed].
 	MsgLimiterUnavailable = "rate limiter unavailable"
 )
-
-// Acquirer is a concurrency limiter as [Shed] sees it: something that
-// hands out slots for in-flight work and sheds what it cannot take. The
-// adaptive and priority limiters of floodgate fit it through their Slot
-// adapters (adaptive.Gate.Slot, adaptive.SlotFunc); its method set is the
-// one httplimit.Acquirer has, so one value serves both.
-//
-// Implementations must be safe for concurrent use.
-type Acquirer interface {
-	// Acquire claims a slot for one call. ok false means the call is shed
-	// (overload); err non-nil means the limiter could not decide. When ok
-	// is true, release must be called exactly once when the work ends, with
-	// success false when the work failed in a way that signals overload (a
-	// drop that an adaptive limit learns from). release may be nil when there
-	// is nothing to release. ctx carries the call's class when the shedder
-	// classifies calls ([WithClassFunc], [ClassFromContext]).
-	Acquire(ctx context.Context) (release func(success bool), ok bool, err error)
-}
-
-// AcquirerFunc adapts a function to the [Acquirer] interface.
-type AcquirerFunc func(ctx context.Context) (release func(success bool), ok bool, err error)
-
-// Acquire calls f(ctx).
-func (f AcquirerFunc) Acquire(ctx context.Context) (func(success bool), bool, error) {
-	return f(ctx)
-}
 
 // Interceptors holds one limiting policy and hands out the unary and stream
 // server interceptors that enforce it. Build it with [New] (rate limiting)
@@ -88,7 +63,7 @@ func (f AcquirerFunc) Acquire(ctx context.Context) (func(success bool), bool, er
 type Interceptors struct {
 	cfg  config
 	core *admit.Core         // New, Policies
-	acq  Acquirer            // Shed
+	acq  middleware.Acquirer // Shed
 	set  *describe.Set[call] // Policies
 }
 
@@ -105,15 +80,15 @@ type Interceptors struct {
 // pushback "-1") or, when l fails and the fail mode is closed,
 // codes.Unavailable.
 //
-// Each call decided is reported to the observer as one event.
+// Each call decided is reported to the observer as one event per limit.
 //
 // New returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
-// (or a typed nil), an option is invalid or does not apply to New.
+// (or a typed nil), or an option is nil or invalid.
 func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
 	if nilcheck.Is(l) {
 		return nil, invalid("nil limiter")
 	}
-	cfg, err := buildConfig(ctorNew, opts)
+	cfg, err := buildConfig(true, opts, Option.applyNew)
 	if err != nil {
 		return nil, err
 	}
@@ -125,13 +100,8 @@ func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
 	if cfg.processSecret && credkey.Shared(limiters...) {
 		return nil, invalid("WithHeaderKey on a store shared by several processes needs WithKeySecret, the same secret on every node (a random one per process would give each node its own budget per credential)")
 	}
-	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun}
-	if cfg.failMode == FailClosed {
-		acfg.FailMode = admit.FailClosed
-	}
-	if cfg.delayMode == DelayRefuse {
-		acfg.DelayMode = admit.DelayRefuse
-	}
+	acfg := admit.Config{Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer, DryRun: cfg.dryRun,
+		FailMode: cfg.failMode, DelayMode: cfg.delayMode}
 	core, err := admit.New(acfg, limiters...)
 	if err != nil {
 		return nil, invalid("%v", err)
@@ -149,18 +119,19 @@ func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
 // errors that signal overload), true otherwise.
 //
 // [WithClassFunc] classifies calls for a priority shedder. The options
-// about keys, costs, extra limits and delays do not apply and are refused.
+// about keys, costs, extra limits and delays are not ShedOptions: the
+// compiler refuses them.
 // When the Acquirer reports to an observer of its own (adaptive's
 // WithObserver), give the observer to only one of the two, or each call is
 // counted twice.
 //
 // Shed returns an error wrapping [floodgate.ErrInvalidConfig] when a is nil
-// (or a typed nil), an option is invalid or does not apply to Shed.
-func Shed(a Acquirer, opts ...Option) (*Interceptors, error) {
+// (or a typed nil), or an option is nil or invalid.
+func Shed(a middleware.Acquirer, opts ...ShedOption) (*Interceptors, error) {
 	if nilcheck.Is(a) {
 		return nil, invalid("nil acquirer")
 	}
-	cfg, err := buildConfig(ctorShed, opts)
+	cfg, err := buildConfig(false, opts, ShedOption.applyShed)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +252,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 func (i *Interceptors) request(ctx context.Context, method string) (key string, n int, checks []floodgate.Check, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: grpclimit: a key or cost function: %v", ErrLimiterPanic, r)
+			err = fmt.Errorf("%w: grpclimit: a key or cost function: %v", middleware.ErrLimiterPanic, r)
 		}
 	}()
 	key = i.cfg.key(ctx, method)
@@ -354,7 +325,7 @@ func (i *Interceptors) route(method string) (route string) {
 type classKey struct{}
 
 // ClassFromContext returns the class [WithClassFunc] gave the call, in the
-// context a shedder's [Acquirer] receives; "" when there is none.
+// context a shedder's [middleware.Acquirer] receives; "" when there is none.
 func ClassFromContext(ctx context.Context) string {
 	c, _ := ctx.Value(classKey{}).(string)
 	return c
@@ -408,7 +379,7 @@ func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.Ser
 	release, ok, err := i.acquire(actx)
 	var refusal error
 	switch {
-	case err != nil && (i.cfg.failMode == FailOpen || i.cfg.dryRun):
+	case err != nil && (i.cfg.failMode == middleware.FailOpen || i.cfg.dryRun):
 		ev.Outcome = floodgate.OutcomeErrorOpen
 	case err != nil:
 		ev.Outcome = floodgate.OutcomeErrorClosed
@@ -439,7 +410,7 @@ func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.Ser
 func (i *Interceptors) acquire(ctx context.Context) (release func(bool), ok bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			release, ok, err = nil, false, fmt.Errorf("%w: grpclimit: the acquirer: %v", ErrLimiterPanic, r)
+			release, ok, err = nil, false, fmt.Errorf("%w: grpclimit: the acquirer: %v", middleware.ErrLimiterPanic, r)
 		}
 	}()
 	release, ok, err = i.acq.Acquire(ctx)
@@ -500,9 +471,3 @@ func RetryDelay(err error) (d time.Duration, ok bool) {
 	}
 	return 0, false
 }
-
-// ErrLimiterPanic is wrapped by the error reported to the observer when a
-// key, cost or descriptor function, a limiter or an Acquirer panics (the
-// same error as httplimit's). The panic is recovered and the call follows
-// the fail mode.
-var ErrLimiterPanic = admit.ErrPanic

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -159,8 +160,8 @@ func TestFailModes(t *testing.T) {
 		}),
 	}
 	for name, l := range limiters {
-		for _, mode := range []FailMode{FailOpen, FailClosed} {
-			t.Run(name+"/"+map[FailMode]string{FailOpen: "open", FailClosed: "closed"}[mode], func(t *testing.T) {
+		for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
+			t.Run(name+"/"+map[middleware.FailMode]string{middleware.FailOpen: "open", middleware.FailClosed: "closed"}[mode], func(t *testing.T) {
 				obs := &events{}
 				ic, err := New(l, WithFailMode(mode), WithObserver(obs))
 				require.NoError(t, err)
@@ -173,7 +174,7 @@ func TestFailModes(t *testing.T) {
 				for range 3 {
 					var trailer metadata.MD
 					_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
-					if mode == FailOpen {
+					if mode == middleware.FailOpen {
 						require.NoError(t, err)
 						continue
 					}
@@ -192,13 +193,13 @@ func TestFailModes(t *testing.T) {
 				w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
 				require.NoError(t, err)
 				_, err = w.Recv()
-				if mode == FailOpen {
+				if mode == middleware.FailOpen {
 					require.NoError(t, err)
 				} else {
 					require.Equal(t, codes.Unavailable, status.Code(err))
 				}
 				want := floodgate.OutcomeErrorOpen
-				if mode == FailClosed {
+				if mode == middleware.FailClosed {
 					want = floodgate.OutcomeErrorClosed
 				}
 				assert.Equal(t, 4, obs.count(want))
@@ -261,7 +262,7 @@ func TestHeaderKeys(t *testing.T) {
 }
 
 func TestKeysHostileAndIPv6(t *testing.T) {
-	c, err := buildConfig(ctorNew, []Option{WithHeaderKey("x-token")})
+	c, err := buildConfig(true, []Option{WithHeaderKey("x-token")}, Option.applyNew)
 	require.NoError(t, err)
 	hostile := []string{strings.Repeat("A", 64<<10), "a\x00b", "a\r\nb", "sp ace", "é", "plain"}
 	seen := map[string]bool{}
@@ -280,12 +281,12 @@ func TestKeysHostileAndIPv6(t *testing.T) {
 	assert.Equal(t, "192.0.2.7", c.key(mapped, checkMethod), "IPv4-mapped addresses are unmapped")
 	assert.Equal(t, UnknownPeer, c.key(context.Background(), checkMethod))
 
-	c2, err := buildConfig(ctorNew, []Option{WithIPPrefix(24, 48)})
+	c2, err := buildConfig(true, []Option{WithIPPrefix(24, 48)}, Option.applyNew)
 	require.NoError(t, err)
 	assert.Equal(t, "192.0.2.0/24", c2.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
 	assert.Equal(t, "2001:db8:1::/48", c2.key(v6, checkMethod))
 
-	c3, err := buildConfig(ctorNew, []Option{WithKeyPrefix("search "), WithHeaderKey("x-token")})
+	c3, err := buildConfig(true, []Option{WithKeyPrefix("search "), WithHeaderKey("x-token")}, Option.applyNew)
 	require.NoError(t, err)
 	assert.Equal(t, "search 192.0.2.99", c3.key(peerCtx(t, "192.0.2.99:5"), checkMethod))
 	md := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-token", "t1"))
@@ -306,9 +307,8 @@ func TestOptionsValidation(t *testing.T) {
 		"nil filter":      {WithFilter(nil)},
 		"fail mode":       {WithFailMode(7)},
 		"prefix":          {WithIPPrefix(0, 64)},
-		"shed retry":      {WithShedRetryAfter(0)},
 		"empty name":      {WithName("")},
-		"zero option":     {{}},
+		"nil option":      {nil},
 	}
 	for name, opts := range bad {
 		_, err := New(l, opts...)
@@ -318,7 +318,9 @@ func TestOptionsValidation(t *testing.T) {
 		_, err = StreamServerInterceptor(l, opts...)
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
 	}
-	_, err := New(nil)
+	_, err := Shed(nopAcquirer, WithShedRetryAfter(0))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "shed retry")
+	_, err = New(nil)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	_, err = Shed(nil)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
@@ -356,7 +358,7 @@ func TestDryRunCountsLikeEnforcement(t *testing.T) {
 
 func TestShedder(t *testing.T) {
 	var inFlight, releasedOK, releasedFail atomic.Int64
-	acq := AcquirerFunc(func(context.Context) (func(bool), bool, error) {
+	acq := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
 		if inFlight.Add(1) > 1 {
 			inFlight.Add(-1)
 			return nil, false, nil
@@ -394,7 +396,7 @@ func TestShedder(t *testing.T) {
 
 // shedWithWatch serves the health service behind a shedder on a, and opens a
 // Watch that holds one slot until cancel is called.
-func shedWithWatch(t *testing.T, a Acquirer, opts ...Option) (hc healthpb.HealthClient, ctx context.Context, cancel context.CancelFunc) {
+func shedWithWatch(t *testing.T, a middleware.Acquirer, opts ...ShedOption) (hc healthpb.HealthClient, ctx context.Context, cancel context.CancelFunc) {
 	t.Helper()
 	ic, err := Shed(a, opts...)
 	require.NoError(t, err)
@@ -413,7 +415,7 @@ func shedWithWatch(t *testing.T, a Acquirer, opts ...Option) (hc healthpb.Health
 
 func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
 	var got []bool
-	acq := AcquirerFunc(func(context.Context) (func(bool), bool, error) {
+	acq := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
 		return func(ok bool) { got = append(got, ok) }, true, nil
 	})
 	ic, err := Shed(acq)
@@ -436,12 +438,12 @@ func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
 	assert.Equal(t, []bool{false, true, false}, got)
 
 	// A panicking acquirer follows the fail mode.
-	boom := AcquirerFunc(func(context.Context) (func(bool), bool, error) { panic("acquirer bug") })
-	for _, mode := range []FailMode{FailOpen, FailClosed} {
+	boom := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) { panic("acquirer bug") })
+	for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
 		ic, err := Shed(boom, WithFailMode(mode))
 		require.NoError(t, err)
 		_, err = ic.Unary()(ctx, nil, info, func(context.Context, any) (any, error) { return "ok", nil })
-		if mode == FailOpen {
+		if mode == middleware.FailOpen {
 			assert.NoError(t, err)
 		} else {
 			assert.Equal(t, codes.Unavailable, status.Code(err))
@@ -547,12 +549,12 @@ func TestPanickingKeyAndCostFuncs(t *testing.T) {
 		"key":  WithKeyFunc(func(context.Context, string) string { panic("key bug") }),
 		"cost": WithCost(func(context.Context, string) int { panic("cost bug") }),
 	} {
-		for _, mode := range []FailMode{FailOpen, FailClosed} {
+		for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
 			obs := &events{}
 			ic, err := New(l, opt, WithFailMode(mode), WithObserver(obs))
 			require.NoError(t, err)
 			resp, err := ic.Unary()(peerCtx(t, "192.0.2.1:1"), nil, info, handler)
-			if mode == FailOpen {
+			if mode == middleware.FailOpen {
 				require.NoError(t, err, name)
 				assert.Equal(t, "served", resp)
 				assert.Equal(t, 1, obs.count(floodgate.OutcomeErrorOpen))
@@ -583,7 +585,7 @@ func FuzzHeaderKey(f *testing.F) {
 		f.Add(s)
 	}
 	secret := []byte("fuzz-secret-0123456789")
-	c, err := buildConfig(ctorNew, []Option{WithHeaderKey("x-token"), WithKeySecret(secret)})
+	c, err := buildConfig(true, []Option{WithHeaderKey("x-token"), WithKeySecret(secret)}, Option.applyNew)
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, v string) {
 		ctx := metadata.NewIncomingContext(peerCtx(t, "192.0.2.1:1"), metadata.Pairs("x-token", v))
@@ -669,7 +671,7 @@ func TestKeyCacheNeverMixesPeers(t *testing.T) {
 // mode: FailOpen admitted 8 of 8 on a burst of 5), like httplimit does,
 // with a fixed message, no RetryInfo and the pushback "-1" (do not retry).
 func TestCostAboveCapacityNeverFits(t *testing.T) {
-	for _, mode := range []FailMode{FailOpen, FailClosed} {
+	for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
 		obs := &events{}
 		lim := newBucket(t, floodgate.PerMinute(1), 5)
 		ic, err := New(lim, WithCost(func(context.Context, string) int { return 8 }),
@@ -812,11 +814,15 @@ func TestFallbackReachesObserver(t *testing.T) {
 // Route (the shedder used to report the method alone, where the class
 // belongs), and the Acquirer claims the slot for that class.
 func TestShedderEventsCarryClass(t *testing.T) {
-	p, err := priority.NewFixed(1, nil)
+	fixed, err := adaptive.NewConstant(1)
+	require.NoError(t, err)
+	gate, err := adaptive.NewGate(fixed)
+	require.NoError(t, err)
+	p, err := priority.NewShedder(gate)
 	require.NoError(t, err)
 	var asked []string
 	var mu sync.Mutex
-	acq := AcquirerFunc(adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
+	acq := middleware.AcquirerFunc(adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
 		name := ClassFromContext(ctx)
 		mu.Lock()
 		asked = append(asked, name)
@@ -859,7 +865,7 @@ func TestShedderEventsCarryClass(t *testing.T) {
 		assert.Equal(t, want, ev.Outcome, "event %d", i)
 	}
 	mu.Lock()
-	assert.Equal(t, wantClass, asked, "the Acquirer got the same class")
+	assert.Equal(t, wantClass, asked, "the middleware.Acquirer got the same class")
 	mu.Unlock()
 	st := p.Stats()
 	assert.Equal(t, uint64(1), st[0].Shed+st[0].Admitted, "critical")
@@ -906,12 +912,19 @@ func TestPerPeerAndPerToken(t *testing.T) {
 	require.Equal(t, codes.ResourceExhausted, status.Code(call("b")), "the peer is spent")
 	assert.Equal(t, int64(1), remaining(perToken, h.Key("b")), "the peer's refusal cost token b nothing")
 
-	var policies []string
+	// One event per (call, limit): 5 calls, 10 events; each refusal is
+	// counted under the limit that refused, the other limit's event says
+	// it would have admitted.
+	var denied, all []string
 	for _, ev := range obs.all() {
-		policies = append(policies, ev.Policy)
+		all = append(all, ev.Policy+" "+ev.Outcome.String())
+		if ev.Outcome == floodgate.OutcomeDenied {
+			denied = append(denied, ev.Policy)
+		}
 	}
-	assert.Equal(t, "per-token", policies[2])
-	assert.Equal(t, "per-peer", policies[4])
+	assert.Len(t, all, 10, "%q", all)
+	assert.Equal(t, []string{"per-token", "per-peer"}, denied)
+	assert.ElementsMatch(t, []string{"per-token denied", "per-peer allowed"}, all[4:6], "the token's refusal, per limit")
 }
 
 // TestWithLimitMainKeyAndPrefix: an extra limit without key function is
@@ -977,7 +990,7 @@ func TestPerTokenConcurrent(t *testing.T) {
 func TestDelayRefuseMode(t *testing.T) {
 	dl := &delayLimiter{}
 	dl.delay.Store(int64(time.Minute))
-	ic, err := New(dl, WithDelayMode(DelayRefuse))
+	ic, err := New(dl, WithDelayMode(middleware.DelayRefuse))
 	require.NoError(t, err)
 	conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
 	var trailer metadata.MD

@@ -121,7 +121,7 @@ func BenchmarkOverhead(b *testing.B) {
 		cpu0 := cpuTime()
 		for b.Loop() {
 			clear(h)
-			lm.setHeaders(h, checks, v, "ip")
+			lm.cfg.writeHeaders(lm, h, checks, v, "ip")
 		}
 		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 	})
@@ -183,4 +183,38 @@ func BenchmarkOverheadPaired(b *testing.B) {
 	b.ReportMetric(diffs[len(diffs)/2], "overhead-ns/req")
 	b.ReportMetric(bares[len(bares)/2], "bare-ns/req")
 	b.ReportMetric(0, "ns/op")
+}
+
+// fastYAML is a policy set whose budgets never run out: a DELETE from
+// purge-orchestrator matches purge, per-route (nested) and the dry-run
+// policy shadow.
+const fastYAML = `domain: fast
+policies:
+  - {name: purge, rate: 1000000/s}
+  - {name: per-route, rate: 1000000/s}
+  - {name: shadow, rate: 1000000/s, dry_run: true}
+rules:
+  - {key: service, value: purge-orchestrator, policy: purge, rules: [{key: route, policy: per-route}]}
+  - {key: method, value: DELETE, policy: shadow}
+`
+
+// BenchmarkPolicies: a policy set's wrapper, for a request matching two
+// enforcing policies (purge and, nested, per-route) and one dry-run policy,
+// with the default headers; "unmatched" is a request no rule matches.
+func BenchmarkPolicies(b *testing.B) {
+	s, err := memstore.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	_, h, _ := newPolicies(b, s, fastYAML)
+	v4 := func(i int) string { return fmt.Sprintf("10.0.%d.%d:4000", i>>8&255, i&255) }
+	b.Run("two+dry-run", func(b *testing.B) {
+		reqs := benchRequests(1, v4, map[string]string{"X-Service": "purge-orchestrator"})
+		reqs[0].Method = "DELETE"
+		runBench(b, h, reqs)
+	})
+	b.Run("unmatched", func(b *testing.B) {
+		runBench(b, h, benchRequests(1, v4, nil))
+	})
 }

@@ -19,6 +19,11 @@
 // none of them, and its Retry-After is the longest among the refusing
 // limits.
 //
+// Each constructor takes its own option type ([Option] for Middleware,
+// [PoliciesOption], [ShedOption], [TransportOption]); the options several
+// of them share are a [CommonOption] or a [LimitOption]. An option given to
+// a constructor it does not apply to does not compile.
+//
 // # Keys
 //
 // By default a request is keyed by its client IP: the peer address of the
@@ -100,8 +105,10 @@
 // retry_after extension; neither body ever contains the key, the path or
 // the client address. With diagnostics on (HeadersDiagnostic), responses also
 // carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope ("ip", "header",
-// "key", prefixed by "route+" with [WithKeyPrefix], "descriptor" for
-// [Policies], or "concurrency") and, on
+// "key", prefixed by "route+" with [WithKeyPrefix]; with [Policies], the
+// name of the policy that decided: the one that refused, else the one with
+// the fewest units left, or "descriptor" when the policy set could not
+// match; "concurrency" for [Shed]) and, on
 // refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
 // "overloaded", "limiter_unavailable", "cost_exceeds_limit", "invalid_key").
 //
@@ -125,7 +132,7 @@
 // # Failure, delays, dry run
 //
 // When the limiter returns an error or panics, the request follows the
-// [FailMode]: FailOpen (the default) serves it, FailClosed answers 503 with
+// [middleware.FailMode]: FailOpen (the default) serves it, FailClosed answers 503 with
 // Retry-After: 1, since the client did nothing wrong. The exception is a
 // cost or a key the limiter refuses (see [CostFunc], [KeyFunc]): 429,
 // whatever the fail mode.
@@ -156,9 +163,14 @@
 //
 // # Observing
 //
-// Every request gives exactly one event to the [floodgate.Observer] given to
-// [WithObserver] (Source request), with the policy name ([WithName], or the
-// deciding limiter's Name), the labels of [WithTier] and [WithRoute], the
+// Every request gives one event per (request, limit) to the
+// [floodgate.Observer] given to [WithObserver] (Source request): a request
+// checked against several limits ([WithLimit], [Policies]) is counted under
+// each, a refusal under the limits that refused (the others report allowed:
+// they would have admitted it, and charged nothing), a policy set's dry-run
+// policies in events of their own (Source shadow: allowed or would_deny).
+// Each event carries its limit's name (the main limiter's renamed by
+// [WithName]) and own Decision, the labels of [WithTier] and [WithRoute], the
 // true outcome (allowed, denied, would_deny, error_open, error_closed,
 // fallback when a store's local fallback decided, shed, delayed), the
 // Decision and the latency. A store given the same observer reports only

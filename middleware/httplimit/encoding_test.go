@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"github.com/floodgate-go/floodgate/middleware"
 	"net/http"
 	"strconv"
 	"testing"
@@ -104,7 +105,7 @@ func TestEncodingThroughHTTP(t *testing.T) {
 		{"fixed window", map[string]encLimit{"w": win("w", 5, 2*time.Second, false)}, []string{"w"}, nil},
 		{"sliding window", map[string]encLimit{"w": win("w", 3, 10*time.Second, true)}, []string{"w"}, nil},
 		{"leaky", map[string]encLimit{"l": lb("l", floodgate.PerSecond(2), 4, 0)}, []string{"l"}, nil},
-		{"leaky delay refused", map[string]encLimit{"l": lb("l", floodgate.PerSecond(1), 5, 2)}, []string{"l"}, []Option{WithDelayMode(DelayRefuse)}},
+		{"leaky delay refused", map[string]encLimit{"l": lb("l", floodgate.PerSecond(1), 5, 2)}, []string{"l"}, []Option{WithDelayMode(middleware.DelayRefuse)}},
 		{"one of two refuses", map[string]encLimit{
 			"tight":  tb("tight", floodgate.Rate{N: 1, Per: 4 * time.Second}, 1),
 			"search": tb("search", floodgate.Rate{N: 1, Per: 7 * time.Second}, 2),

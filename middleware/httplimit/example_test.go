@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-go/floodgate/middleware"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -65,7 +66,7 @@ func ExampleWithTrustedProxies() {
 
 func ExampleShed() {
 	// A concurrency limit of zero: everything is shed.
-	full := httplimit.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
+	full := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) {
 		return nil, false, nil
 	})
 	shed, _ := httplimit.Shed(full, httplimit.WithProblemDetails(true))

@@ -265,3 +265,13 @@ func atoi(t *testing.T, s string) int64 {
 	}
 	return n
 }
+
+// as converts server options to a constructor's option type, followed by
+// more of that type.
+func as[O any](server []CommonOption, more ...O) []O {
+	out := make([]O, 0, len(server)+len(more))
+	for _, s := range server {
+		out = append(out, any(s).(O))
+	}
+	return append(out, more...)
+}

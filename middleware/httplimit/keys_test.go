@@ -39,7 +39,7 @@ func TestForgedHeadersIgnoredWithoutTrustedProxies(t *testing.T) {
 
 func TestClientAddrTrustedProxies(t *testing.T) {
 	c := defaultConfig()
-	if err := WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")).apply(&c); err != nil {
+	if err := WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")).applyMiddleware(&c); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -70,7 +70,7 @@ func TestClientAddrTrustedProxies(t *testing.T) {
 			}
 		})
 	}
-	if err := WithForwardedHeader("forwarded").apply(&c); err != nil {
+	if err := WithForwardedHeader("forwarded").applyMiddleware(&c); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -110,7 +110,7 @@ func TestIPKeys(t *testing.T) {
 			t.Errorf("RemoteAddr %q: key %q, want %q", remote, k, want)
 		}
 	}
-	if err := WithIPPrefix(24, 48).apply(&c); err != nil {
+	if err := WithIPPrefix(24, 48).applyMiddleware(&c); err != nil {
 		t.Fatal(err)
 	}
 	for remote, want := range map[string]string{
@@ -121,7 +121,7 @@ func TestIPKeys(t *testing.T) {
 			t.Errorf("RemoteAddr %q: key %q, want %q", remote, k, want)
 		}
 	}
-	if err := WithIPPrefix(32, 128).apply(&c); err != nil {
+	if err := WithIPPrefix(32, 128).applyMiddleware(&c); err != nil {
 		t.Fatal(err)
 	}
 	if k, _ := c.key(reqFrom("[2001:db8::5]:1", nil)); k != "2001:db8::5" {
@@ -260,7 +260,7 @@ func TestHostileKeys(t *testing.T) {
 func FuzzKey(f *testing.F) {
 	f.Add("10.0.0.1:80", "1.2.3.4, 10.0.0.2", "for=\"[2001:db8::1]:80\"", "tok")
 	f.Add("[2001:db8::1]:1", ",", "for=", "")
-	c, err := buildConfig([]Option{WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")), WithHeaderKey("X-Token")}, forMiddleware)
+	c, err := buildConfig([]Option{WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")), WithHeaderKey("X-Token")}, Option.applyMiddleware)
 	if err != nil {
 		f.Fatal(err)
 	}

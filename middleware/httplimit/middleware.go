@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/internal/ratehdr"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Canonical header names, written straight into the header map.
@@ -43,11 +44,6 @@ const reasonOverloaded = "overloaded"
 // maxSF is the largest structured-field Integer (15 digits).
 const maxSF = 999_999_999_999_999
 
-// ErrLimiterPanic is wrapped by the error reported to the observer when a
-// key or cost function, a limiter or an Acquirer panics. The panic is
-// recovered and the request follows the fail mode.
-var ErrLimiterPanic = admit.ErrPanic
-
 // limitHdr is what one limit writes in the IETF fields.
 type limitHdr struct {
 	static  string // the whole RateLimit-Policy member when q is known
@@ -62,12 +58,12 @@ type limiterMW struct {
 	core *admit.Core
 	keys []KeyFunc // per limit after the first: nil means the main key
 	hdrs []limitHdr
-	// policyField is the whole RateLimit-Policy value when every member
-	// is static.
-	policyField string
-	scopeIP     string
-	scopeKey    string
-	checks      sync.Pool // *[]floodgate.Check
+	// static is the whole RateLimit-Policy value when every member is
+	// static.
+	static   string
+	scopeIP  string
+	scopeKey string
+	checks   sync.Pool // *[]floodgate.Check
 }
 
 // Middleware returns a wrapper that rate-limits requests with l: each
@@ -77,7 +73,7 @@ type limiterMW struct {
 // the response contract.
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
-// (or a typed nil), an option is invalid or does not apply to Middleware,
+// (or a typed nil), an option is nil or invalid,
 // or a restated [Policy] contradicts what the limiter describes. The
 // wrapper and the handlers it returns are safe for concurrent use. A nil
 // handler given to the wrapper means [http.DefaultServeMux].
@@ -85,7 +81,7 @@ func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Ha
 	if nilcheck.Is(l) {
 		return nil, invalid("nil limiter")
 	}
-	cfg, err := buildConfig(opts, forMiddleware)
+	cfg, err := buildConfig(opts, Option.applyMiddleware)
 	if err != nil {
 		return nil, err
 	}
@@ -102,8 +98,8 @@ func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Ha
 		Name:      cfg.name,
 		Tier:      cfg.tier,
 		Observer:  cfg.observer,
-		FailMode:  admit.FailMode(cfg.failMode),
-		DelayMode: admit.DelayMode(cfg.delayMode),
+		FailMode:  cfg.failMode,
+		DelayMode: cfg.delayMode,
 		DryRun:    cfg.dryRun,
 	}, limiters...)
 	if err != nil {
@@ -136,22 +132,13 @@ func (m *limiterMW) buildHeaders() error {
 	var members []string
 	for i, lim := range m.core.Limits() {
 		p := lim.Policy
-		name := p.Name
 		if i == 0 {
-			rs := c.policy
-			if rs.Name != "" {
-				name = rs.Name
-			}
-			if rs.Quota > 0 && p.Quota > 0 && rs.Quota != p.Quota {
-				return invalid("policy quota %d contradicts the limiter's %d", rs.Quota, p.Quota)
-			}
-			if rs.Window > 0 && p.Window > 0 && ceilSeconds(rs.Window) != ceilSeconds(p.Window) {
-				return invalid("policy window %v contradicts the limiter's %v", rs.Window, p.Window)
-			}
-			if p.Quota == 0 {
-				p.Quota, p.Window = rs.Quota, rs.Window
+			var err error
+			if p, err = restated(p, c.policy); err != nil {
+				return err
 			}
 		}
+		name := p.Name
 		if name == "" {
 			name = "default"
 			if i > 0 {
@@ -181,9 +168,28 @@ func (m *limiterMW) buildHeaders() error {
 		m.hdrs = append(m.hdrs, h)
 	}
 	if all {
-		m.policyField = strings.Join(members, ", ")
+		m.static = strings.Join(members, ", ")
 	}
 	return nil
+}
+
+// restated is the main limiter's policy p as WithPolicy restates it (rs):
+// rs's name, when set; rs's quota and window where p has none; an error
+// when they contradict p's.
+func restated(p floodgate.Description, rs Policy) (floodgate.Description, error) {
+	if rs.Name != "" {
+		p.Name = rs.Name
+	}
+	if rs.Quota > 0 && p.Quota > 0 && rs.Quota != p.Quota {
+		return p, invalid("policy quota %d contradicts the limiter's %d", rs.Quota, p.Quota)
+	}
+	if rs.Window > 0 && p.Window > 0 && ceilSeconds(rs.Window) != ceilSeconds(p.Window) {
+		return p, invalid("policy window %v contradicts the limiter's %v", rs.Window, p.Window)
+	}
+	if p.Quota == 0 {
+		p.Quota, p.Window = rs.Quota, rs.Window
+	}
+	return p, nil
 }
 
 type limitHandler struct {
@@ -236,7 +242,7 @@ func (h *limitHandler) respond(w http.ResponseWriter, r *http.Request, checks []
 	if fromIP {
 		scope = m.scopeIP
 	}
-	if c.answer(w, v, scope, func() { m.setHeaders(w.Header(), checks, v, scope) }) {
+	if c.answer(w, v, scope, func() { c.writeHeaders(m, w.Header(), checks, v, scope) }) {
 		h.next.ServeHTTP(w, r)
 	}
 }
@@ -268,7 +274,7 @@ func (c *config) answer(w http.ResponseWriter, v admit.Verdict, scope string, se
 func (m *limiterMW) prepare(r *http.Request, checks []floodgate.Check) (fromIP bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", ErrLimiterPanic, p)
+			err = fmt.Errorf("%w: %v", middleware.ErrLimiterPanic, p)
 		}
 	}()
 	c := &m.cfg
@@ -288,151 +294,6 @@ func (m *limiterMW) prepare(r *http.Request, checks []floodgate.Check) (fromIP b
 		checks[i+1].Key, checks[i+1].N = k, cost
 	}
 	return fromIP, nil
-}
-
-// headerBlock holds everything the informational headers of one response
-// need: the one-element []string values the header map points to and the
-// bytes of the formatted numbers. One allocation per response, whatever the
-// number of fields.
-type headerBlock struct {
-	vals [7]string
-	buf  [128]byte
-}
-
-// setHeaders writes the informational header groups of verdict v, whose
-// checks hold each limit's own decision.
-func (m *limiterMW) setHeaders(h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
-	c := &m.cfg
-	if c.headers&(HeadersIETF|HeadersLegacy|HeadersDiagnostic) == 0 {
-		return
-	}
-	d := v.Decision
-	limit := clampSF(d.Limit)
-	remaining := min(clampSF(d.Remaining), limit)
-	reset := min(ceilSeconds(d.ResetAfter), maxSF)
-
-	blk := new(headerBlock)
-	buf := blk.buf[:0]
-	// Each field is the span buf[from[i]:to[i]] (or policyField).
-	var from, to [5]int
-	var names [5]string
-	n := 0
-	field := func(name string, a, b int) {
-		names[n], from[n], to[n] = name, a, b
-		n++
-	}
-	if c.headers&HeadersIETF != 0 {
-		a := len(buf)
-		if m.policyField == "" {
-			for i := range checks {
-				if i > 0 {
-					buf = append(buf, ", "...)
-				}
-				hd := &m.hdrs[i]
-				if hd.static != "" {
-					buf = append(buf, hd.static...)
-					continue
-				}
-				buf = append(buf, hd.qPrefix...)
-				buf = strconv.AppendInt(buf, clampSF(checks[i].Decision.Limit), 10)
-				buf = append(buf, hd.w...)
-			}
-		}
-		field(hRateLimitPolicy, a, len(buf))
-		a = len(buf)
-		buf = m.appendCurrent(buf, checks, v)
-		if len(buf) > a {
-			field(hRateLimit, a, len(buf))
-		}
-	}
-	if c.headers&HeadersLegacy != 0 {
-		a := len(buf)
-		buf = strconv.AppendInt(buf, limit, 10)
-		field(hLimit, a, len(buf))
-		a = len(buf)
-		buf = strconv.AppendInt(buf, remaining, 10)
-		field(hRemaining, a, len(buf))
-		a = len(buf)
-		buf = strconv.AppendInt(buf, reset, 10)
-		field(hReset, a, len(buf))
-	}
-	// Stacked middlewares: an outer one already wrote its fields. The IETF
-	// fields are lists and get this middleware's members too; the legacy
-	// fields hold one policy and keep the one with the fewest units
-	// remaining.
-	oldRem, stackedLegacy := h[hRemaining]
-	_, stackedIETF := h[hRateLimit]
-	if v.Kind == admit.Deny {
-		// A refusal's RateLimit holds only the refusing limits' members,
-		// not those an outer middleware wrote when it admitted.
-		delete(h, hRateLimit)
-	}
-	keepLegacy := false
-	if stackedLegacy && len(oldRem) > 0 {
-		if v, err := strconv.ParseInt(oldRem[0], 10, 64); err == nil && v <= remaining {
-			keepLegacy = true
-		}
-	}
-	// buf is never written again: strings may point into it. (When many
-	// members made it outgrow blk.buf, it lives in its own heap array,
-	// equally immutable from here on.)
-	for i := 0; i < n; i++ {
-		if from[i] == to[i] {
-			blk.vals[i] = m.policyField // the one field that can be empty
-		} else {
-			blk.vals[i] = unsafe.String(&buf[from[i]], to[i]-from[i])
-		}
-		v := blk.vals[i : i+1 : i+1]
-		switch name := names[i]; {
-		case name == hRateLimitPolicy || name == hRateLimit:
-			if stackedIETF {
-				if old := h[name]; len(old) > 0 {
-					v = append(old[:len(old):len(old)], v[0])
-				}
-			}
-		case keepLegacy:
-			continue
-		}
-		h[names[i]] = v
-	}
-	if c.headers&HeadersDiagnostic != 0 {
-		if c.tier != "" {
-			blk.vals[n] = c.tier
-			h[hTier] = blk.vals[n : n+1 : n+1]
-		}
-		blk.vals[n+1] = scope
-		h[hScope] = blk.vals[n+1 : n+2 : n+2]
-	}
-}
-
-// appendCurrent appends verdict v's RateLimit members to buf, as
-// [ratehdr.Member] chooses them: every limit's on an admission, only the
-// refusing limits' on a refusal.
-func (m *limiterMW) appendCurrent(buf []byte, checks []floodgate.Check, v admit.Verdict) []byte {
-	retry := time.Duration(0)
-	if v.Kind == admit.Deny {
-		retry = v.RetryAfter
-	}
-	sep := false
-	for i := range checks {
-		cd := checks[i].Decision
-		if len(checks) == 1 {
-			cd = v.Decision
-		}
-		r, t, send := ratehdr.Member(cd, m.hdrs[i].q, retry, v.Reason == admit.ReasonDelay)
-		if !send {
-			continue
-		}
-		if sep {
-			buf = append(buf, ", "...)
-		}
-		sep = true
-		buf = append(buf, m.hdrs[i].rl...)
-		buf = strconv.AppendInt(buf, r, 10)
-		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, t, 10)
-	}
-	return buf
 }
 
 // refuseBlock holds the header values of one refusal, in one allocation.
@@ -575,8 +436,10 @@ func clampSF(v int64) int64 { return max(0, min(v, maxSF)) }
 
 // sfString serialises s (printable ASCII, checked by the options) as a
 // structured-field String.
-func sfString(s string) string {
-	b := make([]byte, 0, len(s)+2)
+func sfString(s string) string { return string(appendSF(make([]byte, 0, len(s)+2), s)) }
+
+// appendSF appends s (printable ASCII) as a structured-field String.
+func appendSF(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		if s[i] == '"' || s[i] == '\\' {
@@ -584,5 +447,5 @@ func sfString(s string) string {
 		}
 		b = append(b, s[i])
 	}
-	return string(append(b, '"'))
+	return append(b, '"')
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/floodgate-go/floodgate/middleware"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -171,17 +172,17 @@ func TestFailModes(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		l       floodgate.Limiter
-		mode    FailMode
+		mode    middleware.FailMode
 		dry     bool
 		status  int
 		outcome floodgate.Outcome
 		wantErr error
 	}{
-		{"error/open", failing, FailOpen, false, 200, floodgate.OutcomeErrorOpen, boom},
-		{"error/closed", failing, FailClosed, false, 503, floodgate.OutcomeErrorClosed, boom},
-		{"panic/open", panicking, FailOpen, false, 200, floodgate.OutcomeErrorOpen, ErrLimiterPanic},
-		{"panic/closed", panicking, FailClosed, false, 503, floodgate.OutcomeErrorClosed, ErrLimiterPanic},
-		{"panic/closed/dry-run", panicking, FailClosed, true, 200, floodgate.OutcomeErrorOpen, ErrLimiterPanic},
+		{"error/open", failing, middleware.FailOpen, false, 200, floodgate.OutcomeErrorOpen, boom},
+		{"error/closed", failing, middleware.FailClosed, false, 503, floodgate.OutcomeErrorClosed, boom},
+		{"panic/open", panicking, middleware.FailOpen, false, 200, floodgate.OutcomeErrorOpen, middleware.ErrLimiterPanic},
+		{"panic/closed", panicking, middleware.FailClosed, false, 503, floodgate.OutcomeErrorClosed, middleware.ErrLimiterPanic},
+		{"panic/closed/dry-run", panicking, middleware.FailClosed, true, 200, floodgate.OutcomeErrorOpen, middleware.ErrLimiterPanic},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obs := &counter{}
@@ -339,7 +340,7 @@ func TestDelay(t *testing.T) {
 			t.Fatalf("cancelled: code %d, refunds %d", w.Code, lim.refunds)
 		}
 
-		refuse := mustMW(t, lim, WithDelayMode(DelayRefuse))(h)
+		refuse := mustMW(t, lim, WithDelayMode(middleware.DelayRefuse))(h)
 		w = httptest.NewRecorder()
 		refuse.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 		if w.Code != 429 || lim.refunds != 3 || h.calls.Load() != 1 {
@@ -362,7 +363,7 @@ func TestBadOptions(t *testing.T) {
 		return floodgate.Decision{Allowed: true}, nil
 	})
 	bad := map[string]Option{
-		"zero option":  {},
+		"nil option":   nil,
 		"nil observer": WithObserver(nil),
 		"header name":  WithHeaderKey("X Bad"),
 		"empty header": WithHeaderKey(""),
@@ -376,16 +377,26 @@ func TestBadOptions(t *testing.T) {
 		"policy name":  WithPolicy(Policy{Name: "a\nb"}),
 		"policy quota": WithPolicy(Policy{Quota: -1}),
 		"jitter":       WithRetryJitter(-time.Second),
-		"fail mode":    WithFailMode(FailMode(9)),
-		"delay mode":   WithDelayMode(DelayMode(9)),
+		"fail mode":    WithFailMode(middleware.FailMode(9)),
+		"delay mode":   WithDelayMode(middleware.DelayMode(9)),
 		"tier":         WithTier("é"),
-		"shed retry":   WithShedRetryAfter(0),
 	}
 	for name, o := range bad {
 		if _, err := Middleware(l, o); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("%s: Middleware error %v, want ErrInvalidConfig", name, err)
 		}
-		if _, err := Shed(AcquirerFunc(nil), o); !errors.Is(err, floodgate.ErrInvalidConfig) {
+	}
+	acq := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) { return nil, true, nil })
+	for name, o := range map[string]ShedOption{
+		"nil option":   nil,
+		"nil observer": WithObserver(nil),
+		"header set":   WithHeaders(HeaderSet(0x80)),
+		"jitter":       WithRetryJitter(-time.Second),
+		"fail mode":    WithFailMode(middleware.FailMode(9)),
+		"tier":         WithTier("é"),
+		"shed retry":   WithShedRetryAfter(0),
+	} {
+		if _, err := Shed(acq, o); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("%s: Shed error %v, want ErrInvalidConfig", name, err)
 		}
 	}
@@ -395,9 +406,8 @@ func TestBadOptions(t *testing.T) {
 	if _, err := Shed(nil); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("nil acquirer: %v", err)
 	}
-	for name, o := range map[string]Option{
-		"zero":     {},
-		"server":   WithCost(func(*http.Request) int { return 1 }),
+	for name, o := range map[string]TransportOption{
+		"nil":      nil,
 		"waiter":   WithThrottle(nil),
 		"limiter":  WithThrottleLimiter(nil, nil),
 		"attempts": WithMaxAttempts(0),
@@ -517,7 +527,7 @@ func FuzzHeaders(f *testing.F) {
 
 // TestLeakyBucketDelays runs the nginx-style leaky bucket (rate 1/s, burst
 // 3, delaying) behind the middleware: five simultaneous requests are served
-// at 0, 1, 2 and 3 s and the fifth is refused; in DelayRefuse mode only the
+// at 0, 1, 2 and 3 s and the fifth is refused; in middleware.DelayRefuse mode only the
 // undelayed one passes, and the refused ones are refunded.
 func TestLeakyBucketDelays(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -566,7 +576,7 @@ func TestLeakyBucketDelays(t *testing.T) {
 		// refused requests are refunded, each of the others sees the same
 		// 1 s delay and is told to retry in 1 s.
 		time.Sleep(time.Minute)
-		refuse := mustMW(t, l, WithDelayMode(DelayRefuse))(h)
+		refuse := mustMW(t, l, WithDelayMode(middleware.DelayRefuse))(h)
 		for i := range 4 {
 			w := httptest.NewRecorder()
 			refuse.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
@@ -618,7 +628,7 @@ func TestInvalidKeyIsRefused(t *testing.T) {
 		return floodgate.Decision{Allowed: true, Limit: 1, Remaining: 1}, nil
 	})
 	mw := mustMW(t, l, WithKeyFunc(func(r *http.Request) string { return r.Header.Get("K") }),
-		WithHeaders(HeadersDiagnostic), WithFailMode(FailOpen))(&okHandler{})
+		WithHeaders(HeadersDiagnostic), WithFailMode(middleware.FailOpen))(&okHandler{})
 	for k, want := range map[string]int{"bad-key": 429, "good": 200} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("K", k)

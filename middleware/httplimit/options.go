@@ -11,37 +11,70 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
-// Option configures [Middleware], [Shed] and [NewTransport]: one option
-// type for the package. Options are applied in order; an option given a
-// value it cannot use, or given to a constructor it does not apply to (each
-// option's doc says which), makes the constructor return an error wrapping
-// [floodgate.ErrInvalidConfig]. The zero Option is invalid.
-type Option struct {
-	name  string
-	scope scope
-	apply func(*config) error
+// Option configures [Middleware]. Each constructor takes its own option
+// type, so that the compiler refuses an option given to a constructor it
+// does not apply to: Middleware takes Option, [Policies] PoliciesOption,
+// [Shed] ShedOption, [NewTransport] TransportOption. A [CommonOption]
+// (names, observer, fail mode, dry run, headers) fits Middleware, Policies
+// and Shed; a [LimitOption] (cost, client IP, delays) fits Middleware and
+// Policies. Options are applied in order; an option given a value it
+// cannot use, or a nil option, makes the constructor return an error
+// wrapping [floodgate.ErrInvalidConfig].
+type Option interface {
+	applyMiddleware(*config) error
 }
 
-// scope is the set of constructors an option applies to.
-type scope uint8
+// PoliciesOption configures [Policies]: [WithDescriptor], a
+// [LimitOption] or a [CommonOption].
+type PoliciesOption interface {
+	applyPolicies(*config) error
+}
 
-const (
-	forMiddleware scope = 1 << iota
-	forShed
-	forTransport
-	forPolicies
+// ShedOption configures [Shed]: [WithShedRetryAfter] or a [CommonOption].
+type ShedOption interface {
+	applyShed(*config) error
+}
 
-	forLimits  = forMiddleware | forPolicies
-	forServers = forMiddleware | forShed | forPolicies
+// CommonOption configures [Middleware], [Policies] and [Shed] alike.
+type CommonOption interface {
+	Option
+	PoliciesOption
+	ShedOption
+}
+
+// LimitOption configures [Middleware] and [Policies] alike.
+type LimitOption interface {
+	Option
+	PoliciesOption
+}
+
+// TransportOption configures [NewTransport].
+type TransportOption interface {
+	applyTransport(*config) error
+}
+
+// The implementations: one function type per set of constructors.
+type (
+	commonOpt    func(*config) error
+	limitOpt     func(*config) error
+	mwOpt        func(*config) error
+	policiesOpt  func(*config) error
+	shedOpt      func(*config) error
+	transportOpt func(*config) error
 )
 
-var scopeNames = map[scope]string{forMiddleware: "Middleware", forShed: "Shed", forTransport: "NewTransport", forPolicies: "Policies"}
-
-func option(name string, sc scope, f func(*config) error) Option {
-	return Option{name: name, scope: sc, apply: f}
-}
+func (f commonOpt) applyMiddleware(c *config) error   { return f(c) }
+func (f commonOpt) applyPolicies(c *config) error     { return f(c) }
+func (f commonOpt) applyShed(c *config) error         { return f(c) }
+func (f limitOpt) applyMiddleware(c *config) error    { return f(c) }
+func (f limitOpt) applyPolicies(c *config) error      { return f(c) }
+func (f mwOpt) applyMiddleware(c *config) error       { return f(c) }
+func (f policiesOpt) applyPolicies(c *config) error   { return f(c) }
+func (f shedOpt) applyShed(c *config) error           { return f(c) }
+func (f transportOpt) applyTransport(c *config) error { return f(c) }
 
 // Policy describes the quota policy a limiter enforces, for the
 // RateLimit-Policy field: "name";q=...;w=..., where q per w seconds is
@@ -78,36 +111,6 @@ const (
 	// Cache-Control on refusals are part of the status contract and are
 	// always sent.
 	HeadersNone HeaderSet = 0
-)
-
-// FailMode says what happens to a request when the limiter cannot decide
-// (it returns an error, or panics).
-type FailMode uint8
-
-const (
-	// FailOpen lets the request through (reported as
-	// floodgate.OutcomeErrorOpen). It is the default: a broken limiter
-	// should not take the service down with it.
-	FailOpen FailMode = iota
-	// FailClosed refuses the request with 503 Service Unavailable and
-	// Retry-After: 1 (reported as floodgate.OutcomeErrorClosed). 503 and not
-	// 429: the client did nothing wrong, the server could not check.
-	FailClosed
-)
-
-// DelayMode says what to do with an admitted request whose Decision carries a
-// Delay (a shaping limiter such as the leaky bucket in delay mode).
-type DelayMode uint8
-
-const (
-	// DelayHonour holds the request for Delay before calling the handler
-	// (reported as floodgate.OutcomeDelayed). When the delay would end past
-	// the request context's deadline, or the context ends while waiting, the
-	// request is refused instead (see DelayRefuse). It is the default.
-	DelayHonour DelayMode = iota
-	// DelayRefuse answers 429 with Retry-After set to the delay, and gives
-	// the units back when the limiter implements floodgate.Refunder.
-	DelayRefuse
 )
 
 // KeyFunc derives a rate-limit key from a request. Returning "" means "no
@@ -159,8 +162,8 @@ type config struct {
 	policy      Policy
 	problem     bool
 	jitter      time.Duration
-	failMode    FailMode
-	delayMode   DelayMode
+	failMode    middleware.FailMode
+	delayMode   middleware.DelayMode
 	dryRun      bool
 	shedRetry   time.Duration
 	transport   Transport // NewTransport's settings
@@ -187,16 +190,18 @@ func invalid(format string, args ...any) error {
 }
 
 // WithName sets the policy name reported to the observer (Event.Policy);
-// by default the deciding limiter's Name. It applies to Middleware and Shed.
-func WithName(name string) Option {
-	return option("WithName", forServers, func(c *config) error { c.name = name; return nil })
+// by default the limiter's own Name. It names Middleware's main limiter
+// (limits added with [WithLimit] keep their names) and Shed's events. It
+// applies to Middleware and Shed.
+func WithName(name string) CommonOption {
+	return commonOpt(func(c *config) error { c.name = name; return nil })
 }
 
 // WithTier sets the tier label reported to the observer and sent in
 // X-RateLimit-Tier when diagnostic headers are on. It must be printable
 // ASCII.
-func WithTier(tier string) Option {
-	return option("WithTier", forServers, func(c *config) error {
+func WithTier(tier string) CommonOption {
+	return commonOpt(func(c *config) error {
 		if !printable(tier) {
 			return invalid("tier %q is not printable ASCII", tier)
 		}
@@ -208,14 +213,14 @@ func WithTier(tier string) Option {
 // WithRoute sets the route class reported to the observer (Event.Route), for
 // example "/search". Build one middleware per route to give routes their own
 // labels, dry-run flag and fail mode.
-func WithRoute(route string) Option {
-	return option("WithRoute", forServers, func(c *config) error { c.route = route; return nil })
+func WithRoute(route string) CommonOption {
+	return commonOpt(func(c *config) error { c.route = route; return nil })
 }
 
 // WithObserver sends every decision to o. Without an observer the
 // middleware does not even read the clock to time decisions.
-func WithObserver(o floodgate.Observer) Option {
-	return option("WithObserver", forServers, func(c *config) error {
+func WithObserver(o floodgate.Observer) CommonOption {
+	return commonOpt(func(c *config) error {
 		if nilcheck.Is(o) {
 			return invalid("nil observer")
 		}
@@ -232,7 +237,7 @@ func WithObserver(o floodgate.Observer) Option {
 // clear, and header keys live in their own namespace: a header value can
 // never share a budget with an IP address. It applies to Middleware.
 func WithHeaderKey(name string) Option {
-	return option("WithHeaderKey", forMiddleware, func(c *config) error {
+	return mwOpt(func(c *config) error {
 		if name == "" || !validHeaderName(name) {
 			return invalid("bad header name %q", name)
 		}
@@ -252,7 +257,7 @@ func WithHeaderKey(name string) Option {
 // Keys derived from credentials should be hashed by f (WithHeaderKey does
 // it for a header). It applies to Middleware.
 func WithKeyFunc(f KeyFunc) Option {
-	return option("WithKeyFunc", forMiddleware, func(c *config) error {
+	return mwOpt(func(c *config) error {
 		if f == nil {
 			return invalid("nil key func")
 		}
@@ -269,7 +274,7 @@ func WithKeyFunc(f KeyFunc) Option {
 // becomes prefix + " " + key, so that one limiter (and one store) can hold
 // separate budgets per route. It applies to Middleware.
 func WithKeyPrefix(prefix string) Option {
-	return option("WithKeyPrefix", forMiddleware, func(c *config) error {
+	return mwOpt(func(c *config) error {
 		if prefix == "" {
 			return invalid("empty key prefix")
 		}
@@ -290,7 +295,7 @@ func WithKeyPrefix(prefix string) Option {
 // limit: Middleware refuses a header key without this option when a
 // limiter runs on a shared store ([github.com/floodgate-go/floodgate/store.IsShared]).
 func WithKeySecret(secret []byte) Option {
-	return option("WithKeySecret", forMiddleware, func(c *config) error {
+	return mwOpt(func(c *config) error {
 		if len(secret) < 16 {
 			return invalid("key secret of %d bytes: want at least 16", len(secret))
 		}
@@ -309,7 +314,7 @@ func WithKeySecret(secret []byte) Option {
 // limit gets its own member in RateLimit-Policy and RateLimit, named by the
 // limiter's Name. It applies to Middleware.
 func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
-	return option("WithLimit", forMiddleware, func(c *config) error {
+	return mwOpt(func(c *config) error {
 		if nilcheck.Is(l) {
 			return invalid("WithLimit: nil limiter")
 		}
@@ -319,8 +324,8 @@ func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
 }
 
 // WithCost sets the cost of each request. The default is 1.
-func WithCost(f CostFunc) Option {
-	return option("WithCost", forLimits, func(c *config) error {
+func WithCost(f CostFunc) LimitOption {
+	return limitOpt(func(c *config) error {
 		if f == nil {
 			return invalid("nil cost func")
 		}
@@ -335,8 +340,8 @@ func WithCost(f CostFunc) Option {
 // from that header: the rightmost address that is not itself a trusted
 // proxy. With no trusted proxies (the default) the
 // headers are ignored and the client IP is the peer's address.
-func WithTrustedProxies(prefixes ...netip.Prefix) Option {
-	return option("WithTrustedProxies", forLimits, func(c *config) error {
+func WithTrustedProxies(prefixes ...netip.Prefix) LimitOption {
+	return limitOpt(func(c *config) error {
 		for _, p := range prefixes {
 			if !p.IsValid() {
 				return invalid("invalid trusted proxy prefix %v", p)
@@ -352,8 +357,8 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 // header is read: a proxy that appends to X-Forwarded-For passes a forged
 // Forwarded header through untouched, so reading both would let clients
 // pick their key.
-func WithForwardedHeader(name string) Option {
-	return option("WithForwardedHeader", forLimits, func(c *config) error {
+func WithForwardedHeader(name string) LimitOption {
+	return limitOpt(func(c *config) error {
 		switch {
 		case strings.EqualFold(name, hXFF):
 			c.fwdHeader = hXFF
@@ -370,8 +375,8 @@ func WithForwardedHeader(name string) Option {
 // addresses to v4Bits (1..32, default 32: one key per address) and IPv6
 // addresses to v6Bits (1..128, default 64: one key per /64, the smallest
 // block a single subscriber usually holds).
-func WithIPPrefix(v4Bits, v6Bits int) Option {
-	return option("WithIPPrefix", forLimits, func(c *config) error {
+func WithIPPrefix(v4Bits, v6Bits int) LimitOption {
+	return limitOpt(func(c *config) error {
 		if v4Bits < 1 || v4Bits > 32 || v6Bits < 1 || v6Bits > 128 {
 			return invalid("IP prefix lengths %d/%d outside 1..32/1..128", v4Bits, v6Bits)
 		}
@@ -381,8 +386,8 @@ func WithIPPrefix(v4Bits, v6Bits int) Option {
 }
 
 // WithHeaders selects which header groups are sent; see [HeaderSet].
-func WithHeaders(h HeaderSet) Option {
-	return option("WithHeaders", forServers, func(c *config) error {
+func WithHeaders(h HeaderSet) CommonOption {
+	return commonOpt(func(c *config) error {
 		if h&^(HeadersIETF|HeadersLegacy|HeadersDiagnostic) != 0 {
 			return invalid("unknown header set %#x", uint8(h))
 		}
@@ -400,7 +405,7 @@ func WithHeaders(h HeaderSet) Option {
 // advertises Decision.Limit as q and no w unless restated. It applies to
 // Middleware.
 func WithPolicy(p Policy) Option {
-	return option("WithPolicy", forMiddleware, func(c *config) error {
+	return mwOpt(func(c *config) error {
 		if !printable(p.Name) {
 			return invalid("policy name %q is not printable ASCII", p.Name)
 		}
@@ -415,15 +420,15 @@ func WithPolicy(p Policy) Option {
 // WithProblemDetails makes refusals carry an application/problem+json body
 // (RFC 9457) instead of a one-line text/plain body. The body states the
 // status and the retry delay; it never contains the key.
-func WithProblemDetails(on bool) Option {
-	return option("WithProblemDetails", forServers, func(c *config) error { c.problem = on; return nil })
+func WithProblemDetails(on bool) CommonOption {
+	return commonOpt(func(c *config) error { c.problem = on; return nil })
 }
 
 // WithRetryJitter adds a uniformly random delay in [0, max] to Retry-After
 // on refusals (before rounding up to whole seconds), so that refused
 // clients do not all come back in the same second.
-func WithRetryJitter(max time.Duration) Option {
-	return option("WithRetryJitter", forServers, func(c *config) error {
+func WithRetryJitter(max time.Duration) CommonOption {
+	return commonOpt(func(c *config) error {
 		if max < 0 || max > maxJitter {
 			return invalid("retry jitter %v outside 0..%v", max, maxJitter)
 		}
@@ -432,11 +437,11 @@ func WithRetryJitter(max time.Duration) Option {
 	})
 }
 
-// WithFailMode sets what happens when the limiter cannot decide. The default
-// is FailOpen.
-func WithFailMode(m FailMode) Option {
-	return option("WithFailMode", forServers, func(c *config) error {
-		if m > FailClosed {
+// WithFailMode sets what happens when the limiter cannot decide (see
+// [middleware.FailMode]). The default is [middleware.FailOpen].
+func WithFailMode(m middleware.FailMode) CommonOption {
+	return commonOpt(func(c *config) error {
+		if m > middleware.FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}
 		c.failMode = m
@@ -445,10 +450,11 @@ func WithFailMode(m FailMode) Option {
 }
 
 // WithDelayMode sets what happens to requests a shaping limiter admits with
-// a delay. The default is DelayHonour.
-func WithDelayMode(m DelayMode) Option {
-	return option("WithDelayMode", forLimits, func(c *config) error {
-		if m > DelayRefuse {
+// a delay (see [middleware.DelayMode]). The default is
+// [middleware.DelayHonour].
+func WithDelayMode(m middleware.DelayMode) LimitOption {
+	return limitOpt(func(c *config) error {
+		if m > middleware.DelayRefuse {
 			return invalid("unknown delay mode %d", m)
 		}
 		c.delayMode = m
@@ -460,14 +466,14 @@ func WithDelayMode(m DelayMode) Option {
 // reported (a refusal as floodgate.OutcomeWouldDeny) exactly as enforcement
 // would, but the client sees nothing of it: no refusal, no delay, no
 // rate-limit headers. Use it on a route before enforcing a new limit there.
-func WithDryRun(on bool) Option {
-	return option("WithDryRun", forServers, func(c *config) error { c.dryRun = on; return nil })
+func WithDryRun(on bool) CommonOption {
+	return commonOpt(func(c *config) error { c.dryRun = on; return nil })
 }
 
 // WithShedRetryAfter sets the Retry-After sent with 503 when [Shed] sheds a
 // request (default 1s; rounded up to whole seconds).
-func WithShedRetryAfter(d time.Duration) Option {
-	return option("WithShedRetryAfter", forShed, func(c *config) error {
+func WithShedRetryAfter(d time.Duration) ShedOption {
+	return shedOpt(func(c *config) error {
 		if d <= 0 || d > maxShedRetry {
 			return invalid("shed Retry-After %v outside (0, %v]", d, maxShedRetry)
 		}
@@ -503,18 +509,15 @@ const (
 	maxShedRetry = 24 * time.Hour
 )
 
-// buildConfig applies opts for the constructor sc, refusing options that do
-// not apply to it.
-func buildConfig(opts []Option, sc scope) (config, error) {
+// buildConfig applies opts, in order, with apply (the constructor's
+// method of its option type).
+func buildConfig[O any](opts []O, apply func(O, *config) error) (config, error) {
 	c := defaultConfig()
 	for i, o := range opts {
-		if o.apply == nil {
-			return c, invalid("option %d is the zero Option", i)
+		if any(o) == nil {
+			return c, invalid("option %d is nil", i)
 		}
-		if o.scope&sc == 0 {
-			return c, invalid("%s does not apply to %s", o.name, scopeNames[sc])
-		}
-		if err := o.apply(&c); err != nil {
+		if err := apply(o, &c); err != nil {
 			return c, err
 		}
 	}

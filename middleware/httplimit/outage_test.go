@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-go/floodgate/middleware"
 	"net/http"
 	"strings"
 	"testing"
@@ -96,30 +97,31 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 			t.Cleanup(func() { live.Close(context.Background()) })
 			key := func(r *http.Request) string { return r.Header.Get("X-Key") }
 			mechanisms := []struct {
-				name string
-				mw   func(...Option) (func(http.Handler) http.Handler, error)
+				name   string
+				limits int
+				mw     func(...CommonOption) (func(http.Handler) http.Handler, error)
 			}{
-				{"single", func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Middleware(a, append(o, WithKeyFunc(key))...)
+				{"single", 1, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Middleware(a, as[Option](o, WithKeyFunc(key))...)
 				}},
-				{"All", func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Middleware(both, append(o, WithKeyFunc(key))...)
+				{"All", 1, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Middleware(both, as[Option](o, WithKeyFunc(key))...)
 				}},
-				{"WithLimit", func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Middleware(a, append(o, WithKeyFunc(key), WithLimit(b, key))...)
+				{"WithLimit", 2, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Middleware(a, as[Option](o, WithKeyFunc(key), WithLimit(b, key))...)
 				}},
-				{"Policies-1", func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Policies(live, append(o, WithDescriptor(HeaderEntry("X-Key", "k")))...)
+				{"Policies-1", 1, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Policies(live, as[PoliciesOption](o, WithDescriptor(HeaderEntry("X-Key", "k")))...)
 				}},
-				{"Policies-2", func(o ...Option) (func(http.Handler) http.Handler, error) {
-					return Policies(live, append(o, WithDescriptor(HeaderEntry("X-Key", "k")), WithDescriptor(HeaderEntry("X-Key", "k2")))...)
+				{"Policies-2", 2, func(o ...CommonOption) (func(http.Handler) http.Handler, error) {
+					return Policies(live, as[PoliciesOption](o, WithDescriptor(HeaderEntry("X-Key", "k")), WithDescriptor(HeaderEntry("X-Key", "k2")))...)
 				}},
 			}
 			srvRedis.Kill()
 			c := clientFrom(t, "127.0.0.1")
 			for _, m := range mechanisms {
 				obs := &counter{}
-				mw, err := m.mw(WithObserver(obs), WithFailMode(FailClosed))
+				mw, err := m.mw(WithObserver(obs), WithFailMode(middleware.FailClosed))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -127,10 +129,18 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 				before := len(storeObs.snapshot())
 				res := do(t, c, "GET", srv.URL, map[string]string{"X-Key": m.name})
 				got := answer{status: res.status, limit: res.header.Get("X-RateLimit-Limit"), retryAfter: res.header.Get("Retry-After")}
-				if evs := obs.snapshot(); len(evs) == 1 {
-					got.outcome = evs[0].Outcome.String()
-				} else {
-					t.Errorf("%s: %d request events, want 1", m.name, len(evs))
+				// One event per (request, limit), each with the request's
+				// outcome: the limits failed together.
+				evs := obs.snapshot()
+				if len(evs) != m.limits {
+					t.Errorf("%s: %d request events, want %d", m.name, len(evs), m.limits)
+				}
+				for i, ev := range evs {
+					if i == 0 {
+						got.outcome = ev.Outcome.String()
+					} else if ev.Outcome.String() != got.outcome {
+						t.Errorf("%s: event %d %s, event 0 %s", m.name, i, ev.Outcome, got.outcome)
+					}
 				}
 				got.store = storeEvents(storeObs.snapshot()[before:])
 				if got != f.want {

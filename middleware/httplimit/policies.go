@@ -2,16 +2,12 @@ package httplimit
 
 import (
 	"net/http"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/describe"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
-	"github.com/floodgate-go/floodgate/internal/ratehdr"
-	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // Source is one entry of a request descriptor: a key (as the policy set's
@@ -82,8 +78,8 @@ func ValueEntry(key string, credential bool, f func(*http.Request) string) Sourc
 // [Policies]: its entries, in order (for example the service token, then
 // the route). A request for which an entry has no value does not yield that
 // descriptor. It applies to Policies.
-func WithDescriptor(entries ...Source) Option {
-	return option("WithDescriptor", forPolicies, func(c *config) error {
+func WithDescriptor(entries ...Source) PoliciesOption {
+	return policiesOpt(func(c *config) error {
 		d := make([]describe.Entry[request], len(entries))
 		for i, e := range entries {
 			d[i] = e.e
@@ -102,8 +98,8 @@ type policiesMW struct {
 	core *admit.Core
 }
 
-// Policies returns a wrapper that limits requests by the rules of a live
-// policy set: every request yields the descriptors of [WithDescriptor], the
+// Policies returns a wrapper that limits requests by the rules of a policy
+// set (a [middleware.Matcher]; a *policy.Live is one): every request yields the descriptors of [WithDescriptor], the
 // set's rules map them to policies (plans resolved per key), and every
 // matched policy is checked, all or nothing, through the admission core
 // that [Middleware] uses, with the same response contract (one RateLimit
@@ -120,12 +116,12 @@ type policiesMW struct {
 //	limit, _ := httplimit.Policies(live, httplimit.WithDescriptor(httplimit.HeaderEntry("X-API-Key", "api_key")))
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when live is
-// nil, no descriptor is given, or an option is invalid or does not apply.
-func Policies(live *policy.Live, opts ...Option) (func(http.Handler) http.Handler, error) {
+// nil, no descriptor is given, or an option is nil or invalid.
+func Policies(live middleware.Matcher, opts ...PoliciesOption) (func(http.Handler) http.Handler, error) {
 	if nilcheck.Is(live) {
 		return nil, invalid("nil policy set")
 	}
-	cfg, err := buildConfig(opts, forPolicies)
+	cfg, err := buildConfig(opts, PoliciesOption.applyPolicies)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +138,7 @@ func Policies(live *policy.Live, opts ...Option) (func(http.Handler) http.Handle
 	}
 	ac := admit.Config{
 		Name: cfg.name, Tier: cfg.tier, Observer: cfg.observer,
-		FailMode: admit.FailMode(cfg.failMode), DelayMode: admit.DelayMode(cfg.delayMode), DryRun: cfg.dryRun,
+		FailMode: cfg.failMode, DelayMode: cfg.delayMode, DryRun: cfg.dryRun,
 	}
 	m := &policiesMW{cfg: cfg, set: set, core: admit.NewDynamic(ac)}
 	return func(next http.Handler) http.Handler {
@@ -163,89 +159,19 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &m.cfg
 	start := m.core.Start()
 	v, match := m.set.Decide(r.Context(), m.core, request{c, r}, floodgate.Event{Route: c.route}, start)
-	const scope = "descriptor"
+	scope := "descriptor"
+	if c.headers&HeadersDiagnostic != 0 && len(match.Checks) > 0 {
+		// The policy that decided: the refusing one, else the one with
+		// the fewest units left.
+		scope = m.core.Deciding(match.Checks)
+	}
 	admitted := c.answer(w, v, scope, func() {
 		if len(match.Checks) > 0 {
-			setPolicyHeaders(c, w.Header(), match.Checks, v, scope)
+			c.writeHeaders(m, w.Header(), match.Checks, v, scope)
 		}
 	})
 	match.Release()
 	if admitted {
 		h.next.ServeHTTP(w, r)
 	}
-}
-
-// setPolicyHeaders writes the informational headers of a verdict on
-// dynamic checks: one RateLimit-Policy and RateLimit member per check, its
-// name, quota and window from the check's limiter.
-func setPolicyHeaders(c *config, h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
-	if c.headers&(HeadersIETF|HeadersLegacy|HeadersDiagnostic) == 0 {
-		return
-	}
-	d := v.Decision
-	if c.headers&HeadersIETF != 0 {
-		pol, cur := policyFields(checks, v)
-		h[hRateLimitPolicy] = []string{pol}
-		if cur != "" {
-			h[hRateLimit] = []string{cur}
-		} else {
-			delete(h, hRateLimit)
-		}
-	}
-	if c.headers&HeadersLegacy != 0 {
-		limit := clampSF(d.Limit)
-		h[hLimit] = []string{strconv.FormatInt(limit, 10)}
-		h[hRemaining] = []string{strconv.FormatInt(min(clampSF(d.Remaining), limit), 10)}
-		h[hReset] = []string{strconv.FormatInt(min(ceilSeconds(d.ResetAfter), maxSF), 10)}
-	}
-	if c.headers&HeadersDiagnostic != 0 {
-		if c.tier != "" {
-			h[hTier] = []string{c.tier}
-		}
-		h[hScope] = []string{scope}
-	}
-}
-
-// policyFields returns the RateLimit-Policy and RateLimit values of
-// dynamic checks: q and w from each check's limiter ([ratehdr.Quota]; its
-// Decision.Limit when it describes no quota), the members of RateLimit as
-// [ratehdr.Member] chooses them.
-func policyFields(checks []floodgate.Check, v admit.Verdict) (string, string) {
-	retry := time.Duration(0)
-	if v.Kind == admit.Deny {
-		retry = v.RetryAfter
-	}
-	var pol, cur strings.Builder
-	for i := range checks {
-		p := floodgate.Policy{}
-		if ds, ok := checks[i].Limiter.(floodgate.Describer); ok {
-			p = ds.Policy()
-		}
-		name := p.Name
-		if name == "" {
-			name = "default"
-		}
-		sf := sfString(name)
-		cd := checks[i].Decision
-		q, w := ratehdr.Quota(p)
-		if q == 0 {
-			q = clampSF(cd.Limit)
-		}
-		if i > 0 {
-			pol.WriteString(", ")
-		}
-		pol.WriteString(sf + ";q=" + strconv.FormatInt(q, 10))
-		if w > 0 {
-			pol.WriteString(";w=" + strconv.FormatInt(w, 10))
-		}
-		r, t, send := ratehdr.Member(cd, q, retry, v.Reason == admit.ReasonDelay)
-		if !send {
-			continue
-		}
-		if cur.Len() > 0 {
-			cur.WriteString(", ")
-		}
-		cur.WriteString(sf + ";r=" + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10))
-	}
-	return pol.String(), cur.String()
 }

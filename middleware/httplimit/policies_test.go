@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -42,7 +43,7 @@ rules:
     policy: shadow
 `
 
-func newPolicies(t *testing.T, s store.Store, yaml string, opts ...Option) (*policy.Live, http.Handler, *okHandler) {
+func newPolicies(t testing.TB, s store.Store, yaml string, opts ...PoliciesOption) (*policy.Live, http.Handler, *okHandler) {
 	t.Helper()
 	cfg, err := policy.Parse("services.yaml", []byte(yaml))
 	if err != nil {
@@ -53,7 +54,7 @@ func newPolicies(t *testing.T, s store.Store, yaml string, opts ...Option) (*pol
 		t.Fatal(err)
 	}
 	service := ValueEntry("service", false, func(r *http.Request) string { return r.Header.Get("X-Service") })
-	opts = append([]Option{
+	opts = append([]PoliciesOption{
 		WithDescriptor(HeaderEntry("X-API-Key", "api_key")),
 		WithDescriptor(service),
 		WithDescriptor(service, RouteEntry("route")),
@@ -119,23 +120,28 @@ func TestPoliciesPlansAndRules(t *testing.T) {
 	if obs.get(floodgate.OutcomeWouldDeny)-before != 2 {
 		t.Fatalf("would_deny %d, want 2", obs.get(floodgate.OutcomeWouldDeny)-before)
 	}
-	requests, shadows := 0, 0
+	// One event per (request, policy): a request matching purge and
+	// per-route is counted under both, a refusal under the policy that
+	// refused (the other says it would have admitted); a request matching
+	// no enforcing policy gets one event without a policy; the dry-run
+	// policy's checks their own shadow events.
+	got := map[string]int{}
 	for _, e := range obs.events {
-		switch e.Source {
-		case floodgate.SourceRequest:
-			requests++
-			if e.Outcome == floodgate.OutcomeWouldDeny {
-				t.Fatalf("a request's event says would_deny (%q): its enforcing verdict was hidden", e.Policy)
-			}
-		case floodgate.SourceShadow:
-			shadows++
-			if e.Policy != "shadow" {
-				t.Fatalf("a shadow event names %q, want the dry-run policy", e.Policy)
-			}
+		if e.Source == floodgate.SourceRequest && e.Outcome == floodgate.OutcomeWouldDeny {
+			t.Fatalf("a request's event says would_deny (%q): its enforcing verdict was hidden", e.Policy)
 		}
+		got[e.Source.String()+" "+e.Policy+" "+e.Outcome.String()]++
 	}
-	if requests != 4+7+5+5+3 || shadows != 3 {
-		t.Fatalf("%d request events for 24 requests (one per request), %d shadow events for the 3 checked by the dry-run policy", requests, shadows)
+	want := map[string]int{
+		"request free allowed": 2, "request free denied": 2,
+		"request pro allowed": 5, "request pro denied": 2,
+		"request purge allowed": 3, "request purge denied": 2,
+		"request per-route allowed": 5,
+		"request  allowed":          8,
+		"shadow shadow allowed":     1, "shadow shadow would_deny": 2,
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("events by source, policy and outcome:\n got %v\nwant %v", got, want)
 	}
 	if last := obs.events[len(obs.events)-1]; last.Source != floodgate.SourceShadow || last.Outcome != floodgate.OutcomeWouldDeny {
 		t.Fatalf("the last event is %v %v, want the dry-run policy's would_deny", last.Source, last.Outcome)
@@ -177,16 +183,7 @@ func TestPoliciesOptionsAndErrors(t *testing.T) {
 			_, err := Policies(live, WithDescriptor(ValueEntry("k", false, nil)))
 			return err
 		},
-		"header key": func() error {
-			_, err := Policies(live, WithDescriptor(MethodEntry("m")), WithHeaderKey("X"))
-			return err
-		},
-		"descriptor on Middleware": func() error {
-			_, err := Middleware(floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
-				return floodgate.Decision{Allowed: true}, nil
-			}), WithDescriptor(MethodEntry("m")))
-			return err
-		},
+		"nil option": func() error { _, err := Policies(live, WithDescriptor(MethodEntry("m")), nil); return err },
 	} {
 		if err := f(); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("%s: %v", name, err)
@@ -203,7 +200,7 @@ func TestPoliciesLiveChangeOnRedis(t *testing.T) {
 	}
 	t.Cleanup(client.Close)
 	prefix := "fg-policies-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	rs, err := redisstore.New(client, redisstore.WithPrefix(prefix))
+	rs, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithTimeout(5*time.Second)) // a loaded machine must not turn decisions into errors (admitted: fail open)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,48 +12,20 @@ import (
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
-
-// Acquirer is a concurrency limiter as [Shed] sees it: something that hands
-// out slots for in-flight work and sheds what it cannot take. The adaptive
-// and priority limiters of floodgate fit it through their Slot adapters:
-//
-//	httplimit.AcquirerFunc(lim.Slot) // lim an *adaptive.Gate
-//	httplimit.AcquirerFunc(adaptive.SlotFunc(func(ctx context.Context) (*adaptive.Token, error) {
-//		return classes.Acquire(ctx, priority.BestEffort) // classes a *priority.Shedder
-//	}))
-//
-// A request that waited for a slot until its context ended should be
-// reported as shed, not as an error. Implementations must be safe for
-// concurrent use.
-type Acquirer interface {
-	// Acquire claims a slot for one request. ok false means the request is
-	// shed (overload); err non-nil means the limiter could not decide. When
-	// ok is true, release must be called exactly once when the work ends,
-	// with success false when the work failed or timed out (a drop that an
-	// adaptive limit learns from). release may be nil when there is nothing
-	// to release.
-	Acquire(ctx context.Context) (release func(success bool), ok bool, err error)
-}
-
-// AcquirerFunc adapts a function to the [Acquirer] interface.
-type AcquirerFunc func(ctx context.Context) (release func(success bool), ok bool, err error)
-
-// Acquire calls f(ctx).
-func (f AcquirerFunc) Acquire(ctx context.Context) (func(success bool), bool, error) {
-	return f(ctx)
-}
 
 // scopeConcurrency is the X-RateLimit-Scope of Shed's refusals.
 const scopeConcurrency = "concurrency"
 
 type shedMW struct {
 	cfg config
-	a   Acquirer
+	a   middleware.Acquirer
 }
 
-// Shed returns a wrapper that sheds load with a concurrency limiter: a
-// request the Acquirer refuses gets 503 Service Unavailable with Retry-After
+// Shed returns a wrapper that sheds load with a concurrency limiter (a
+// [middleware.Acquirer], for example middleware.AcquirerFunc(lim.Slot) for an
+// adaptive.Gate lim): a request the Acquirer refuses gets 503 Service Unavailable with Retry-After
 // (WithShedRetryAfter, default 1 s, jittered by WithRetryJitter) and
 // Cache-Control: no-store; it is reported as floodgate.OutcomeShed.
 //
@@ -64,17 +36,17 @@ type shedMW struct {
 // When the Acquirer reports to an observer of its own, give Shed's observer
 // to only one of the two, or sheds are counted twice.
 //
-// The options about keys, cost, policy and delays do not apply: Shed
-// refuses them. WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
+// The options about keys, cost, policy and delays are not ShedOptions: the
+// compiler refuses them. WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
 // (only HeadersDiagnostic matters), WithRetryJitter, WithShedRetryAfter and
 // the observer labels apply. It returns an error wrapping
 // [floodgate.ErrInvalidConfig] when a is nil (or a typed nil), or an option
-// is invalid or does not apply to Shed.
-func Shed(a Acquirer, opts ...Option) (func(http.Handler) http.Handler, error) {
+// is nil or invalid.
+func Shed(a middleware.Acquirer, opts ...ShedOption) (func(http.Handler) http.Handler, error) {
 	if nilcheck.Is(a) {
 		return nil, invalid("nil acquirer")
 	}
-	cfg, err := buildConfig(opts, forShed)
+	cfg, err := buildConfig(opts, ShedOption.applyShed)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +72,7 @@ func (h *shedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		ev.Err = err
-		if c.failMode == FailClosed && !c.dryRun {
+		if c.failMode == middleware.FailClosed && !c.dryRun {
 			ev.Outcome = floodgate.OutcomeErrorClosed
 			c.observe(ev)
 			c.refuse(w, http.StatusServiceUnavailable, admit.UnavailableRetry, admit.ReasonUnavailable, scopeConcurrency)
@@ -169,7 +141,7 @@ func (c *config) observe(ev floodgate.Event) {
 func (m *shedMW) acquire(ctx context.Context) (release func(bool), ok bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			release, ok, err = nil, false, fmt.Errorf("%w: %v", ErrLimiterPanic, p)
+			release, ok, err = nil, false, fmt.Errorf("%w: %v", middleware.ErrLimiterPanic, p)
 		}
 	}()
 	return m.a.Acquire(ctx)

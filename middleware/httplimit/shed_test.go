@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -106,11 +107,11 @@ func TestShedModes(t *testing.T) {
 	}
 
 	boom := errors.New("down")
-	failing := AcquirerFunc(func(context.Context) (func(bool), bool, error) { return nil, false, boom })
-	panicking := AcquirerFunc(func(context.Context) (func(bool), bool, error) { panic("bug") })
-	for _, a := range []Acquirer{failing, panicking} {
+	failing := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) { return nil, false, boom })
+	panicking := middleware.AcquirerFunc(func(context.Context) (func(bool), bool, error) { panic("bug") })
+	for _, a := range []middleware.Acquirer{failing, panicking} {
 		open, _ := Shed(a, WithObserver(obs))
-		closed, _ := Shed(a, WithObserver(obs), WithFailMode(FailClosed))
+		closed, _ := Shed(a, WithObserver(obs), WithFailMode(middleware.FailClosed))
 		w = httptest.NewRecorder()
 		open(h).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 		if w.Code != 200 {

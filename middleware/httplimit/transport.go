@@ -13,14 +13,8 @@ import (
 	"github.com/dunglas/httpsfv"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
+	"github.com/floodgate-go/floodgate/middleware"
 )
-
-// Waiter is a local, keyless limiter that blocks until one more request may
-// go, or returns an error (context ended, wait would pass the deadline). The
-// keyless token bucket of package bucket satisfies it.
-type Waiter interface {
-	Wait(ctx context.Context) error
-}
 
 // Transport is an [http.RoundTripper] for the calling side: it throttles
 // outgoing requests with a local limiter before they reach the network, and
@@ -41,7 +35,7 @@ type Waiter interface {
 // Create it with [NewTransport]. It is safe for concurrent use.
 type Transport struct {
 	base        http.RoundTripper
-	waiter      Waiter
+	waiter      middleware.Waiter
 	limiter     floodgate.Limiter
 	key         func(*http.Request) string
 	maxAttempts int
@@ -55,11 +49,11 @@ type Transport struct {
 // makes at most 3 attempts, with a backoff from 100 ms capped at 10 s, and
 // honours server waits up to 30 s. It returns an error wrapping
 // [floodgate.ErrInvalidConfig] when an option is invalid.
-func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
+func NewTransport(base http.RoundTripper, opts ...TransportOption) (*Transport, error) {
 	if nilcheck.Is(base) {
 		base = http.DefaultTransport
 	}
-	c, err := buildConfig(opts, forTransport)
+	c, err := buildConfig(opts, TransportOption.applyTransport)
 	if err != nil {
 		return nil, err
 	}
@@ -68,10 +62,10 @@ func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
 	return &t, nil
 }
 
-// WithThrottle throttles every attempt (retries included) through w before
-// it is sent. It applies to NewTransport.
-func WithThrottle(w Waiter) Option {
-	return option("WithThrottle", forTransport, func(c *config) error {
+// WithThrottle throttles every attempt (retries included) through w (one
+// unit each; a keyless bucket.Limiter is one) before it is sent. It applies to NewTransport.
+func WithThrottle(w middleware.Waiter) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if nilcheck.Is(w) {
 			return invalid("nil waiter")
@@ -84,8 +78,8 @@ func WithThrottle(w Waiter) Option {
 // WithThrottleLimiter throttles every attempt through the keyed limiter l,
 // with the key key(req) (the request's host when key is nil), waiting with
 // [floodgate.Wait]. It applies to NewTransport.
-func WithThrottleLimiter(l floodgate.Limiter, key func(*http.Request) string) Option {
-	return option("WithThrottleLimiter", forTransport, func(c *config) error {
+func WithThrottleLimiter(l floodgate.Limiter, key func(*http.Request) string) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if nilcheck.Is(l) {
 			return invalid("nil limiter")
@@ -100,8 +94,8 @@ func WithThrottleLimiter(l floodgate.Limiter, key func(*http.Request) string) Op
 
 // WithMaxAttempts bounds the attempts per request, the first one included
 // (n >= 1; 1 disables retries). The default is 3.
-func WithMaxAttempts(n int) Option {
-	return option("WithMaxAttempts", forTransport, func(c *config) error {
+func WithMaxAttempts(n int) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if n < 1 {
 			return invalid("max attempts %d < 1", n)
@@ -113,8 +107,8 @@ func WithMaxAttempts(n int) Option {
 
 // WithBackoff sets the exponential backoff: the bound of the first retry's
 // random wait, doubled at each retry, and its cap (0 < base <= cap).
-func WithBackoff(base, cap time.Duration) Option {
-	return option("WithBackoff", forTransport, func(c *config) error {
+func WithBackoff(base, cap time.Duration) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if base <= 0 || cap < base || cap > maxBackoff {
 			return invalid("backoff base %v, cap %v: want 0 < base <= cap <= %v", base, cap, maxBackoff)
@@ -127,8 +121,8 @@ func WithBackoff(base, cap time.Duration) Option {
 // WithMaxRetryWait sets the longest wait the transport accepts before a
 // retry (default 30 s). When a server asks for more, the refusal is given
 // back to the caller at once.
-func WithMaxRetryWait(d time.Duration) Option {
-	return option("WithMaxRetryWait", forTransport, func(c *config) error {
+func WithMaxRetryWait(d time.Duration) TransportOption {
+	return transportOpt(func(c *config) error {
 		t := &c.transport
 		if d <= 0 || d > maxRetryWait {
 			return invalid("max retry wait %v outside (0, %v]", d, maxRetryWait)
@@ -155,16 +149,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}()
 	for attempt := 1; ; attempt++ {
-		out := req
-		if attempt > 1 {
-			out = req.Clone(ctx)
-			if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-				body, err := req.GetBody()
-				if err != nil {
-					return nil, fmt.Errorf("httplimit: replay body: %w", err)
-				}
-				out.Body = body
-			}
+		out, err := attemptOf(req, attempt)
+		if err != nil {
+			return nil, err
 		}
 		if err := t.throttle(ctx, out); err != nil {
 			if out.Body != nil {
@@ -173,16 +160,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := t.base.RoundTrip(out)
-		if err != nil || !retryable || attempt >= t.maxAttempts ||
-			(resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
+		wait, again := t.again(ctx, resp, err, retryable, attempt)
+		if !again {
 			return resp, err
-		}
-		wait, ok := t.retryWait(resp, attempt)
-		if !ok {
-			return resp, nil
-		}
-		if dl, has := ctx.Deadline(); has && time.Until(dl) < wait {
-			return resp, nil
 		}
 		// The refusal is dropped: drain a little so the connection can be
 		// reused, then close.
@@ -196,9 +176,41 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// again reports whether the answer (resp, err) to attempt is retried, and
+// after how long: a 429 or 503 to a retryable request, with attempts left,
+// whose wait the transport honours and the request's deadline allows.
+func (t *Transport) again(ctx context.Context, resp *http.Response, err error, retryable bool, attempt int) (time.Duration, bool) {
+	if err != nil || !retryable || attempt >= t.maxAttempts ||
+		(resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
+		return 0, false
+	}
+	wait, ok := t.retryWait(resp, attempt)
+	if dl, has := ctx.Deadline(); !ok || (has && time.Until(dl) < wait) {
+		return 0, false
+	}
+	return wait, true
+}
+
+// attemptOf is the request to send for attempt: req itself first, then a
+// clone with its body replayed.
+func attemptOf(req *http.Request, attempt int) (*http.Request, error) {
+	if attempt == 1 {
+		return req, nil
+	}
+	out := req.Clone(req.Context())
+	if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: replay body: %w", err)
+		}
+		out.Body = body
+	}
+	return out, nil
+}
+
 func (t *Transport) throttle(ctx context.Context, req *http.Request) error {
 	if t.waiter != nil {
-		if err := t.waiter.Wait(ctx); err != nil {
+		if err := t.waiter.WaitN(ctx, 1); err != nil {
 			return fmt.Errorf("httplimit: throttle: %w", err)
 		}
 	}

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"github.com/floodgate-go/floodgate/middleware"
 	"io"
 	"net/http"
 	"strings"
@@ -248,7 +249,7 @@ type countingWaiter struct {
 	err error
 }
 
-func (w *countingWaiter) Wait(context.Context) error { w.n++; return w.err }
+func (w *countingWaiter) WaitN(_ context.Context, n int) error { w.n += n; return w.err }
 
 type closeTracker struct {
 	io.Reader
@@ -333,8 +334,8 @@ func TestRetryAfterParse(t *testing.T) {
 	}
 }
 
-// The keyless token bucket is a Waiter.
-var _ Waiter = (*bucket.Limiter)(nil)
+// The keyless token bucket is a middleware.Waiter.
+var _ middleware.Waiter = (*bucket.Limiter)(nil)
 
 // TestTransportWithKeylessBucket: two requests fit the burst; the third
 // would have to wait past its deadline and fails at once, before the

@@ -18,6 +18,12 @@
 // error_open, error_closed, fallback, shed, delayed for decisions;
 // config_applied, config_refused for reloads.
 //
+// [RegisterMemStore] adds the key counts of a memory store
+// (floodgate_memstore_keys, floodgate_memstore_max_keys,
+// floodgate_memstore_evictions_total). The alert and recording rules of
+// deploy/prometheus and the Grafana dashboard of deploy/grafana, in the
+// repository, read these metrics and those of shadow/shadowprom.
+//
 // # Units, zero values, concurrency
 //
 // Latency is recorded in seconds (the Prometheus base unit) with the buckets

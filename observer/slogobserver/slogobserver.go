@@ -24,7 +24,8 @@ const maxOutcome = 16
 // DefaultLevel returns the level an outcome is logged at unless [WithLevel]
 // says otherwise:
 //
-//   - allowed, delayed: Debug (the normal path, one record per request);
+//   - allowed, delayed: Debug (the normal path, one record per request
+//     and limit);
 //   - denied, would_deny: Info (the limiter doing its job);
 //   - shed, error_open, fallback: Warn (overload, or a limiter that could
 //     not decide and let traffic through);

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -152,11 +153,30 @@ func steps() []step {
 	return s
 }
 
-func TestConformanceWithReference(t *testing.T) {
-	redis := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if redis == "" {
-		t.Fatal("FLOODGATE_REDIS_ADDR is not set: run scripts/redis.sh start and export what it prints")
+func TestConformanceWithReference(t *testing.T) { conform(t, nil) }
+
+// TestConformanceSettings runs the steps with the reference's settings
+// that change answers, beside the service's matching options: every
+// status, response header and dynamic metadata must be the same.
+func TestConformanceSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		opts []rls.Option
+	}{
+		{"quota", []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true"},
+			[]rls.Option{rls.WithGlobalQuotaMode(true), rls.WithDynamicMetadata(true), rls.WithHeaders(rls.HeadersReference)}},
+		{"local-cache", []string{"LOCAL_CACHE_SIZE_IN_BYTES=1048576", "RESPONSE_DYNAMIC_METADATA=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true"},
+			[]rls.Option{rls.WithOverLimitCache(1000), rls.WithDynamicMetadata(true), rls.WithHeaders(rls.HeadersReference)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { conform(t, tc.env, tc.opts...) })
 	}
+}
+
+// conform runs the reference with the settings env and this service with
+// opts on one Redis, sends both the steps and compares the answers.
+func conform(t *testing.T, env []string, opts ...rls.Option) {
+	redis := redistest.Addr(t) // $FLOODGATE_REDIS_ADDR, or a server of the test's own
 	work := t.TempDir()
 	domain := fmt.Sprintf("conf%d", rand.Uint64())
 	cfg := fmt.Sprintf(conformanceConfig, domain)
@@ -168,7 +188,12 @@ func TestConformanceWithReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(work, "ratelimit")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/envoyproxy/ratelimit/src/service_cmd").CombinedOutput(); err != nil {
+	// Built from its module as this module requires it, outside the
+	// workspace (go.work would raise its dependencies to the versions the
+	// other modules need, which it does not build with).
+	build := exec.Command("go", "build", "-o", bin, "github.com/envoyproxy/ratelimit/src/service_cmd")
+	build.Env = append(os.Environ(), "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the reference: %v\n%s", err, out)
 	}
 	port := freeTCPPort(t)
@@ -178,6 +203,7 @@ func TestConformanceWithReference(t *testing.T) {
 		"RUNTIME_ROOT="+filepath.Join(work, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(port), "HOST=127.0.0.1", "PORT="+strconv.Itoa(freeTCPPort(t)),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(freeTCPPort(t)))
+	ref.Env = append(ref.Env, env...)
 	if err := ref.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +223,7 @@ func TestConformanceWithReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := rls.New(st, rls.Config{Domains: []rls.Domain{dom}})
+	svc, err := rls.New(st, rls.Config{Domains: []rls.Domain{dom}}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +274,7 @@ func TestConformanceWithReference(t *testing.T) {
 // compare returns what differs between two answers; durations may differ
 // by one second (the two calls are not at the same instant).
 func compare(a, b *rlspb.RateLimitResponse) string {
-	var out []string
+	out := compareExtras(a, b)
 	if a.OverallCode != b.OverallCode {
 		out = append(out, fmt.Sprintf("overall_code %v vs %v", a.OverallCode, b.OverallCode))
 	}
@@ -307,4 +333,50 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// compareExtras returns what differs between the response headers and the
+// dynamic metadata of two answers: RateLimit-Reset may differ by one
+// second; a descriptor's limit in the metadata is protobuf's text format,
+// whose spacing protobuf randomises, so it is compared without spaces.
+func compareExtras(a, b *rlspb.RateLimitResponse) []string {
+	var out []string
+	ha, hb := headerMap(a), headerMap(b)
+	if len(ha) != len(hb) {
+		out = append(out, fmt.Sprintf("headers %v vs %v", ha, hb))
+	}
+	for k, va := range ha {
+		vb, ok := hb[k]
+		x, _ := strconv.Atoi(va)
+		y, _ := strconv.Atoi(vb)
+		if !ok || (va != vb && !(k == "RateLimit-Reset" && x-y <= 1 && y-x <= 1)) {
+			out = append(out, fmt.Sprintf("header %s: %q vs %q", k, va, vb))
+		}
+	}
+	ma, mb := normalise(a.GetDynamicMetadata().AsMap()), normalise(b.GetDynamicMetadata().AsMap())
+	if fmt.Sprint(ma) != fmt.Sprint(mb) {
+		out = append(out, fmt.Sprintf("dynamic_metadata %v vs %v", ma, mb))
+	}
+	return out
+}
+
+func headerMap(r *rlspb.RateLimitResponse) map[string]string {
+	m := map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		m[h.Key] = h.Value
+	}
+	return m
+}
+
+// normalise removes the spaces of the metadata's descriptor limits.
+func normalise(m map[string]any) map[string]any {
+	ds, _ := m["descriptors"].([]any)
+	for _, d := range ds {
+		if dm, ok := d.(map[string]any); ok {
+			if l, ok := dm["limit"].(string); ok {
+				dm["limit"] = strings.ReplaceAll(l, " ", "")
+			}
+		}
+	}
+	return m
 }

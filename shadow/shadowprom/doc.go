@@ -17,6 +17,15 @@
 //     floodgate_shadow_observed_seconds: how long the policy has been
 //     observed; floodgate_shadow_key_windows_above_recommendation: what
 //     enforcing the recommendation would have refused.
+//   - floodgate_shadow_refused_total, floodgate_shadow_decisions_total:
+//     decisions the current limit refused, and all decisions recorded.
+//   - floodgate_shadow_top_key_refused_total{policy, key_hash}: the
+//     refusals of each of the heaviest keys (the report's top-K) that had
+//     any, labelled by the key's hash (a per-Recorder keyed hash, the
+//     report's Key.Hash), never by the key: a caller throttled for long is
+//     a series that keeps growing (the shipped alert rules watch it). At
+//     most TopK series per policy at a time; a key that leaves the top-K
+//     leaves its series, and restarts it from zero if it comes back.
 //
 // # Units, zero values, concurrency
 //

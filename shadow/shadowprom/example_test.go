@@ -27,8 +27,9 @@ func Example() {
 		panic(err)
 	}
 	for w := range 3 {
+		now = t0.Add(time.Duration(w) * time.Second)
 		for k := range 10 {
-			d.ObserveAt(t0.Add(time.Duration(w)*time.Second).UnixNano(), fmt.Sprint("key", k), int64(10*(k+1)), k >= 7)
+			d.Observe(fmt.Sprint("key", k), int64(10*(k+1)), k >= 7)
 		}
 	}
 	now = t0.Add(3 * time.Second)

@@ -15,6 +15,7 @@ type Collector struct {
 	rec                                          *shadow.Recorder
 	demand, burst, limit, recLimit, recBurst     *prometheus.Desc
 	keys, observed, window, above, refused, decs *prometheus.Desc
+	keyRefused                                   *prometheus.Desc
 }
 
 // NewCollector returns the Collector of rec's reports.
@@ -38,6 +39,8 @@ func NewCollector(rec *shadow.Recorder) (*Collector, error) {
 		above:    d("key_windows_above_recommendation", "Key-windows whose demand exceeds the recommended limit (estimated)."),
 		refused:  d("refused_total", "Decisions the current limit refused (denied, or would have in dry run)."),
 		decs:     d("decisions_total", "Decisions recorded."),
+		keyRefused: d("top_key_refused_total",
+			"Decisions the current limit refused, of each heaviest key (top-K) that had any, by the key's hash (never the key).", "key_hash"),
 	}, nil
 }
 
@@ -55,7 +58,7 @@ func Register(reg prometheus.Registerer, rec *shadow.Recorder) error {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.demand, c.burst, c.limit, c.recLimit, c.recBurst, c.keys, c.observed, c.window, c.above, c.refused, c.decs} {
+	for _, d := range []*prometheus.Desc{c.demand, c.burst, c.limit, c.recLimit, c.recBurst, c.keys, c.observed, c.window, c.above, c.refused, c.decs, c.keyRefused} {
 		ch <- d
 	}
 }
@@ -82,6 +85,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		g(c.window, rep.Window.Seconds(), p)
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(rep.Refused), p)
 		ch <- prometheus.MustNewConstMetric(c.decs, prometheus.CounterValue, float64(rep.Decisions), p)
+		for _, k := range rep.Top {
+			if k.Refused > 0 {
+				ch <- prometheus.MustNewConstMetric(c.keyRefused, prometheus.CounterValue, float64(k.Refused), p, k.Hash)
+			}
+		}
 		if r := rep.Recommendation; r.OK {
 			g(c.recLimit, float64(r.Limit), p)
 			g(c.recBurst, float64(r.Burst), p)

@@ -51,6 +51,3 @@ type Reservable interface {
 	// no wait at all (Reserve(0)).
 	Cancel(resetIn int64) Algorithm
 }
-
-// ClampReserveArg returns x bounded to -MaxReserveArg..MaxReserveArg.
-func ClampReserveArg(x int64) int64 { return min(max(x, -MaxReserveArg), MaxReserveArg) }

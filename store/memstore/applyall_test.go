@@ -236,3 +236,18 @@ func TestApplyAllRacingClose(t *testing.T) {
 		t.Fatalf("after Close: %+v, want no key", st)
 	}
 }
+
+// Stats.MaxKeys is the bound the shards share: WithMaxKeys' value, however
+// it divides among the shards.
+func TestStatsMaxKeys(t *testing.T) {
+	for _, c := range []struct{ shards, max int }{{1, 3}, {4, 10}, {16, 1000}, {256, memstore.DefaultMaxKeys}} {
+		s, err := memstore.New(memstore.WithShards(c.shards), memstore.WithMaxKeys(c.max))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Stats().MaxKeys; got != c.max {
+			t.Errorf("%d shards, max %d: Stats().MaxKeys = %d", c.shards, c.max, got)
+		}
+		s.Close()
+	}
+}

@@ -41,8 +41,8 @@ func Example() {
 	s.Sweep()
 	fmt.Printf("%+v\n", s.Stats())
 	// Output:
-	// {Keys:3 Slots:8 Evictions:0 Expired:0 Sweeps:0 Shards:1}
-	// {Keys:3 Slots:8 Evictions:1 Expired:0 Sweeps:0 Shards:1}
+	// {Keys:3 MaxKeys:3 Slots:8 Evictions:0 Expired:0 Sweeps:0 Shards:1}
+	// {Keys:3 MaxKeys:3 Slots:8 Evictions:1 Expired:0 Sweeps:0 Shards:1}
 	// a starts again from 10
-	// {Keys:0 Slots:8 Evictions:1 Expired:3 Sweeps:1 Shards:1}
+	// {Keys:0 MaxKeys:3 Slots:8 Evictions:1 Expired:3 Sweeps:1 Shards:1}
 }

@@ -414,6 +414,11 @@ func (s *Store) Close() error {
 type Stats struct {
 	// Keys is the number of keys held now.
 	Keys int
+	// MaxKeys is the bound on Keys ([WithMaxKeys]), shared out among the
+	// shards: a shard at its share evicts before the store as a whole is
+	// full, so Evictions, not Keys reaching MaxKeys, is what says keys
+	// restarted from full.
+	MaxKeys int
 	// Slots is the number of table slots allocated (Keys / Slots is the
 	// load; the memory is about 8 x (2 + words) bytes a slot).
 	Slots int
@@ -437,6 +442,7 @@ func (s *Store) Stats() Stats {
 		sh := &s.shards[i].shard
 		sh.mu.Lock()
 		st.Keys += sh.keys
+		st.MaxKeys += sh.limit
 		st.Evictions += sh.evicted
 		st.Expired += sh.expired
 		for k := range sh.tables {

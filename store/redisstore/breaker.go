@@ -47,6 +47,7 @@ const answerGrain = time.Millisecond
 type breaker struct {
 	open     atomic.Bool  // read on every call; written under mu
 	answered atomic.Int64 // Nanotime of the latest answer from Redis, to within answerGrain; only grows
+	trips    atomic.Int64 // how many times the breaker opened (the divided fallback's switches)
 
 	mu      sync.Mutex
 	probing bool          // a probe is in flight
@@ -149,6 +150,7 @@ func (b *breaker) trip(err error) {
 	b.wait = minProbeWait
 	b.next = b.now() + int64(b.wait)
 	b.err = fmt.Errorf("%w: %w", errOpen, err)
+	b.trips.Add(1)
 	b.open.Store(true)
 }
 

@@ -108,15 +108,18 @@ func FailClosed(retryAfter time.Duration) FailurePolicy {
 //     the capacity) needs the node's whole share: it passes only when the
 //     local limit is full, and then empties it.
 //   - The local limits do not start full at the switch (the moment the
-//     store began to decide locally: its first local decision after at
-//     least one local time-to-full without any), since a limit that fails
+//     store began to decide locally: its first local decision after the
+//     store's breaker opened, or after at least one local time-to-full,
+//     and a second, without any), since a limit that fails
 //     in a storm is most likely drained, and a full burst on every node is
 //     an over-admission of the whole fleet. Every key starts as it would
 //     stand after an even pace at its limit: a token or leaky bucket
 //     drained (it admits from its first local token, nodes/rate after the
 //     switch), a window with the elapsed share of its current window
 //     taken (a window of 60 per minute on 4 nodes, 30 seconds into the
-//     minute: 7 more in that minute). The price: a key that was idle
+//     minute: 7 more in that minute). A bucket left from an earlier
+//     outage holds no more than one drained at the switch: the tokens it
+//     regained while Redis decided are not spent twice. The price: a key that was idle
 //     before the outage starts so too (a first request may be refused,
 //     with a RetryAfter of nodes/rate); a key first seen a local
 //     time-to-full after the switch starts full.
@@ -218,6 +221,12 @@ type dividedAlg struct {
 	bucket             bool         // a token or leaky bucket: starts drained
 	rearm              int64        // µs without a local step that make the next one a switch
 	switchAt, lastStep atomic.Int64 // real µs
+	// trips counts the openings of the store's breaker (nil: none known);
+	// seenTrips is the count at the latest local step. An opening since
+	// that step is a switch of its own: the local states then sat idle
+	// while Redis decided, whatever the time since.
+	trips     *atomic.Int64
+	seenTrips atomic.Int64
 }
 
 func (a *dividedAlg) Spec() algo.Spec { return a.spec }
@@ -237,10 +246,16 @@ func floorDiv(x, y int64) int64 {
 }
 
 // switched returns the time of the switch to local decisions that now
-// belongs to: now itself when no local step ran for a.rearm.
+// belongs to: now itself when no local step ran for a.rearm, or when the
+// store's breaker opened since the latest local step.
 func (a *dividedAlg) switched(now int64) int64 {
 	last := a.lastStep.Swap(now)
-	if last == 0 || now-last > a.rearm {
+	tripped := false
+	if a.trips != nil {
+		t := a.trips.Load()
+		tripped = a.seenTrips.Swap(t) != t
+	}
+	if last == 0 || now-last > a.rearm || tripped {
 		a.switchAt.Store(now)
 		return now
 	}
@@ -253,6 +268,14 @@ func (a *dividedAlg) Step(s algo.State, now int64, n int64) (algo.State, floodga
 		s = a.start(sw)
 	} else {
 		s.W[0] = a.in(s.W[0])
+		if a.bucket {
+			// A bucket stepped locally before the switch and refilled since
+			// holds no more than one drained at the switch (a state stepped
+			// after the switch never does).
+			if st := a.start(sw); st.W[0] > s.W[0] {
+				s = st
+			}
+		}
 	}
 	cost := n * a.m
 	if n > a.capacity/a.m {

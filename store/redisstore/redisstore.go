@@ -314,6 +314,9 @@ func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d, ok := p.local.(*dividedAlg); ok {
+		d.trips = &s.brk.trips
+	}
 	if s.coalesce > 0 {
 		p.co = newCoalescer(s, p, s.coalesce)
 	}

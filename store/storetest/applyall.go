@@ -105,6 +105,18 @@ func (s *suite) same(t *testing.T, what string, got, want floodgate.Decision, ma
 	}
 	slack := s.slack(mark) + clockSkew
 	near := func(a, b time.Duration) bool { return a-b <= slack && b-a <= slack }
+	if got.Allowed != want.Allowed {
+		// Decided on either side of the moment a token came back: the
+		// refusal's wait must be within the time the twins were apart.
+		refused := got
+		if got.Allowed {
+			refused = want
+		}
+		if refused.RetryAfter > slack {
+			t.Fatalf("%s: %+v, want %+v (its twin's, up to %v apart)", what, got, want, slack)
+		}
+		return
+	}
 	if got.Allowed != want.Allowed || got.Limit != want.Limit || got.Remaining-want.Remaining > 1 || want.Remaining-got.Remaining > 1 ||
 		!near(got.RetryAfter, want.RetryAfter) || !near(got.ResetAfter, want.ResetAfter) || !near(got.Delay, want.Delay) {
 		t.Fatalf("%s: %+v, want %+v (its twin's, up to %v apart)", what, got, want, slack)
@@ -441,13 +453,9 @@ func (s *suite) groupConcurrent(t *testing.T) {
 	st := s.newStore(t)
 	a := tokenBucket(t, st, groupBurst, slow)
 	b := tokenBucket(t, st, groupBurst, slow)
-	type slot struct {
-		l   *store.Limiter
-		key string
-	}
-	slots := make([]slot, groupSlots)
+	slots := make([]groupSlot, groupSlots)
 	for i := range slots {
-		slots[i] = slot{a, fmt.Sprint("k", i/2)}
+		slots[i] = groupSlot{a, fmt.Sprint("k", i/2)}
 		if i%2 == 1 {
 			slots[i].l = b
 		}
@@ -461,41 +469,8 @@ func (s *suite) groupConcurrent(t *testing.T) {
 	)
 	for w := range groupWorkers {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(groupSeed, uint64(w)))
-			ops := make([]store.Op, 0, groupMaxOps)
-			picked := make([]int, 0, groupMaxOps)
-			out := make([]floodgate.Decision, groupMaxOps)
-			<-start
-			for range groupCalls {
-				ops, picked = ops[:0], picked[:0]
-				for range 2 + r.IntN(groupMaxOps-1) {
-					i := r.IntN(groupSlots)
-					n := 1 + r.Int64N(groupMaxCost)
-					ops = append(ops, op(slots[i].l, slots[i].key, n))
-					picked = append(picked, i)
-				}
-				ok, err := st.ApplyAll(context.Background(), ops, out, true)
-				if err != nil {
-					errs <- fmt.Errorf("ApplyAll(%s): %w", describe(ops), err)
-					return
-				}
-				all := true
-				for i, d := range out[:len(ops)] {
-					if msg := decisionProblem(d); msg != "" {
-						errs <- fmt.Errorf("ApplyAll(%s): op %d: %s", describe(ops), i, msg)
-						return
-					}
-					all = all && d.Allowed
-				}
-				if ok != all {
-					errs <- fmt.Errorf("ApplyAll(%s) = %v with decisions %+v", describe(ops), ok, out[:len(ops)])
-					return
-				}
-				if ok {
-					for j, i := range picked {
-						admitted[i].Add(ops[j].N)
-					}
-				}
+			if err := groupWorker(st, slots, w, &admitted, start); err != nil {
+				errs <- err
 			}
 		})
 	}
@@ -524,6 +499,61 @@ func (s *suite) groupConcurrent(t *testing.T) {
 	if total == 0 {
 		t.Fatal("no group was admitted")
 	}
+}
+
+// groupSlot is one (limiter, key) of groupConcurrent.
+type groupSlot struct {
+	l   *store.Limiter
+	key string
+}
+
+// groupWorker is worker w of groupConcurrent: once start is closed, it
+// applies random groups over slots and adds what each admitted group took
+// to admitted. It returns the first problem it finds.
+func groupWorker(st store.Store, slots []groupSlot, w int, admitted *[groupSlots]atomic.Int64, start <-chan struct{}) error {
+	r := rand.New(rand.NewPCG(groupSeed, uint64(w)))
+	ops := make([]store.Op, 0, groupMaxOps)
+	picked := make([]int, 0, groupMaxOps)
+	out := make([]floodgate.Decision, groupMaxOps)
+	<-start
+	for range groupCalls {
+		ops, picked = ops[:0], picked[:0]
+		for range 2 + r.IntN(groupMaxOps-1) {
+			i := r.IntN(groupSlots)
+			n := 1 + r.Int64N(groupMaxCost)
+			ops = append(ops, op(slots[i].l, slots[i].key, n))
+			picked = append(picked, i)
+		}
+		ok, err := st.ApplyAll(context.Background(), ops, out, true)
+		if err != nil {
+			return fmt.Errorf("ApplyAll(%s): %w", describe(ops), err)
+		}
+		if err := checkGroup(ok, ops, out[:len(ops)]); err != nil {
+			return err
+		}
+		if ok {
+			for j, i := range picked {
+				admitted[i].Add(ops[j].N)
+			}
+		}
+	}
+	return nil
+}
+
+// checkGroup checks the decisions of one ApplyAll of ops: each one
+// coherent, and ok exactly when every op was admitted.
+func checkGroup(ok bool, ops []store.Op, out []floodgate.Decision) error {
+	all := true
+	for i, d := range out {
+		if msg := decisionProblem(d); msg != "" {
+			return fmt.Errorf("ApplyAll(%s): op %d: %s", describe(ops), i, msg)
+		}
+		all = all && d.Allowed
+	}
+	if ok != all {
+		return fmt.Errorf("ApplyAll(%s) = %v with decisions %+v", describe(ops), ok, out)
+	}
+	return nil
 }
 
 // groupClosed: for a store with a Close method, ApplyAll racing Close
@@ -635,17 +665,13 @@ func (s *suite) algGroupSameAsStep(t *testing.T, alg algo.Algorithm) {
 	r := rand.New(rand.NewPCG(uint64(limits[0]), alg.Spec().Namespace^0x9e3779b9))
 	steps := []time.Duration{0, 0, 0, time.Microsecond, oddStep, 37 * time.Millisecond, time.Second, 7 * time.Second, time.Minute, time.Hour}
 	keys := []string{"a", "b", "c"}
-	type slot struct {
-		alg int
-		key string
-	}
-	oracle := map[slot]algo.State{}
+	oracle := map[algSlot]algo.State{}
 	out := make([]floodgate.Decision, 4)
 	for i := range 1500 {
 		s.advance(steps[r.IntN(len(steps))])
 		now := micros.Of(s.cfg.clock.Now())
 		if r.IntN(4) == 0 { // a single Apply: takes, peeks and refunds
-			sl := slot{r.IntN(2), keys[r.IntN(len(keys))]}
+			sl := algSlot{r.IntN(2), keys[r.IntN(len(keys))]}
 			n := r.Int64N(limits[sl.alg]+3) - 2
 			got := apply(t, st, sl.key, algs[sl.alg], n)
 			var want floodgate.Decision
@@ -656,9 +682,9 @@ func (s *suite) algGroupSameAsStep(t *testing.T, alg algo.Algorithm) {
 			continue
 		}
 		ops := make([]store.Op, 1+r.IntN(len(out)))
-		picked := make([]slot, len(ops))
+		picked := make([]algSlot, len(ops))
 		for j := range ops {
-			sl := slot{r.IntN(2), keys[r.IntN(len(keys))]}
+			sl := algSlot{r.IntN(2), keys[r.IntN(len(keys))]}
 			picked[j] = sl
 			ops[j] = store.Op{Key: sl.key, Alg: algs[sl.alg], N: 1 + r.Int64N(limits[sl.alg])}
 		}
@@ -667,27 +693,10 @@ func (s *suite) algGroupSameAsStep(t *testing.T, alg algo.Algorithm) {
 		if err != nil {
 			t.Fatalf("step %d: ApplyAll(%s): %v", i, describe(ops), err)
 		}
-		next := map[slot]algo.State{}
-		all := true
-		wants := make([]floodgate.Decision, len(ops))
-		for j, o := range ops {
-			sl := picked[j]
-			prev, stepped := next[sl]
-			if !stepped {
-				prev = oracle[sl]
-			}
-			next[sl], wants[j] = o.Alg.Step(prev, now, o.N)
-			all = all && wants[j].Allowed
-		}
-		for j, o := range ops {
-			want := wants[j]
-			if !all && want.Allowed {
-				// Refused group: an op that fits reports its key as it
-				// stands (a peek on the committed state).
-				_, want = o.Alg.Step(oracle[picked[j]], now, 0)
-			}
-			if out[j] != want {
-				t.Fatalf("step %d: ApplyAll(%s, commit %v): op %d decided %+v, the Step %+v", i, describe(ops), commit, j, out[j], want)
+		wants, next, all := groupOracle(oracle, ops, picked, now)
+		for j := range ops {
+			if out[j] != wants[j] {
+				t.Fatalf("step %d: ApplyAll(%s, commit %v): op %d decided %+v, the Step %+v", i, describe(ops), commit, j, out[j], wants[j])
 			}
 		}
 		if ok != all {
@@ -699,4 +708,38 @@ func (s *suite) algGroupSameAsStep(t *testing.T, alg algo.Algorithm) {
 			}
 		}
 	}
+}
+
+// algSlot is one (algorithm, key) of algGroupSameAsStep.
+type algSlot struct {
+	alg int
+	key string
+}
+
+// groupOracle is what the steps say of a group ops on the slots picked,
+// from the states of oracle at now: each op's decision (on a refused
+// group, an op that fits reports its key as it stands: a peek on the
+// committed state), the slots' states were the group committed, and
+// whether every op admits.
+func groupOracle(oracle map[algSlot]algo.State, ops []store.Op, picked []algSlot, now int64) ([]floodgate.Decision, map[algSlot]algo.State, bool) {
+	next := map[algSlot]algo.State{}
+	all := true
+	wants := make([]floodgate.Decision, len(ops))
+	for j, o := range ops {
+		sl := picked[j]
+		prev, stepped := next[sl]
+		if !stepped {
+			prev = oracle[sl]
+		}
+		next[sl], wants[j] = o.Alg.Step(prev, now, o.N)
+		all = all && wants[j].Allowed
+	}
+	if !all {
+		for j, o := range ops {
+			if wants[j].Allowed {
+				_, wants[j] = o.Alg.Step(oracle[picked[j]], now, 0)
+			}
+		}
+	}
+	return wants, next, all
 }

@@ -153,89 +153,124 @@ func RunConversion(t *testing.T, newStore func(t *testing.T) store.Store, versio
 	}
 	st := s.newStore(t)
 	r := rand.New(rand.NewPCG(7, versions[0].Spec().Namespace))
-	type kept struct {
-		s  algo.State
-		by algo.Algorithm // the version that wrote s
-	}
-	model := map[string]kept{}
-	var history []algo.Algorithm // earlier current versions, newest first
-	cur := versions[0]
+	m := &conversionModel{t: t, st: st, cur: versions[0], states: map[string]keptState{}}
 	steps := []time.Duration{0, time.Microsecond, 999 * time.Microsecond, 7 * time.Millisecond, 300 * time.Millisecond, 3 * time.Second, time.Minute}
 	keys := []string{"a", "b", "c", "d", "e"}
 	for i := range 3000 {
 		if r.IntN(40) == 0 {
-			next := versions[r.IntN(len(versions))]
-			// The earlier versions, one per namespace in memory, newest
-			// first: with at most MaxPredecessors-1 versions, no key is
-			// ever out of reach.
-			ns := algo.MemoryNamespace(cur)
-			history = slices.DeleteFunc(history, func(a algo.Algorithm) bool { return algo.MemoryNamespace(a) == ns })
-			history = append([]algo.Algorithm{cur}, history...)
-			lg, err := algo.Succeed(next, history)
-			if err != nil {
-				t.Fatalf("Succeed: %v", err)
-			}
-			cur = lg
+			m.change(versions[r.IntN(len(versions))])
 		}
 		s.advance(steps[r.IntN(len(steps))])
-		now := micros.Of(s.cfg.clock.Now())
+		m.now = micros.Of(s.cfg.clock.Now())
 		key := keys[r.IntN(len(keys))]
-		load := func(key string) algo.State {
-			k, ok := model[key]
-			if !ok {
-				return algo.State{}
-			}
-			if !slices.Equal(algo.StateParams(k.by.Spec()), algo.StateParams(cur.Spec())) {
-				return cur.(algo.Converter).Convert(k.s, now, k.by)
-			}
-			return k.s
-		}
-		keep := func(key string, next algo.State) {
-			if next.W[0] <= now {
-				delete(model, key)
-				return
-			}
-			model[key] = kept{s: next, by: cur}
-		}
-		capacity := cur.Spec().Capacity
+		capacity := m.cur.Spec().Capacity
 		if r.IntN(4) == 0 {
 			// A group of two keys, all or nothing.
-			k2 := keys[r.IntN(len(keys))]
-			if k2 == key {
-				continue
-			}
-			ops := []store.Op{{Key: key, Alg: cur, N: 1 + r.Int64N(capacity)}, {Key: k2, Alg: cur, N: 1}}
-			commit := r.IntN(3) > 0
-			all, got := applyAll(t, st, ops, commit)
-			s1, d1 := cur.Step(load(key), now, ops[0].N)
-			s2, d2 := cur.Step(load(k2), now, ops[1].N)
-			if want := d1.Allowed && d2.Allowed; all != want {
-				t.Fatalf("step %d: group on %s, %s decided %v, the model %v", i, key, k2, all, want)
-			}
-			if all && (got[0] != d1 || got[1] != d2) {
-				t.Fatalf("step %d: group on %s, %s: store %+v %+v, model %+v %+v", i, key, k2, got[0], got[1], d1, d2)
-			}
-			switch {
-			case all && commit:
-				keep(key, s1)
-				keep(k2, s2)
-			case commit:
-				// Refused: the keys written under other parameters are
-				// kept converted, charged nothing.
-				for _, k := range []string{key, k2} {
-					if kk, ok := model[k]; ok && !slices.Equal(algo.StateParams(kk.by.Spec()), algo.StateParams(cur.Spec())) {
-						keep(k, load(k))
-					}
-				}
+			if k2 := keys[r.IntN(len(keys))]; k2 != key {
+				m.group(i, key, k2, 1+r.Int64N(capacity), r.IntN(3) > 0)
 			}
 			continue
 		}
-		n := r.Int64N(capacity+3) - 2
-		got := apply(t, st, key, cur, n)
-		next, want := cur.Step(load(key), now, n)
-		if got != want {
-			t.Fatalf("step %d (key %s, n %d, params %v): store decided %+v, the model %+v", i, key, n, cur.Spec().Lua.Params, got, want)
-		}
-		keep(key, next)
+		m.single(i, key, r.Int64N(capacity+3)-2)
 	}
+}
+
+// keptState is a key's state in a conversionModel, and the version of the
+// algorithm that wrote it.
+type keptState struct {
+	s  algo.State
+	by algo.Algorithm
+}
+
+// conversionModel is RunConversion's model of a store across changes of
+// version: each key's state as the version that wrote it left it,
+// converted on its next use.
+type conversionModel struct {
+	t       *testing.T
+	st      store.Store
+	states  map[string]keptState
+	history []algo.Algorithm // earlier current versions, newest first
+	cur     algo.Algorithm
+	now     int64
+}
+
+// change makes next the current version, succeeding the earlier ones.
+func (m *conversionModel) change(next algo.Algorithm) {
+	// The earlier versions, one per namespace in memory, newest first:
+	// with at most MaxPredecessors-1 versions, no key is ever out of
+	// reach.
+	ns := algo.MemoryNamespace(m.cur)
+	m.history = slices.DeleteFunc(m.history, func(a algo.Algorithm) bool { return algo.MemoryNamespace(a) == ns })
+	m.history = append([]algo.Algorithm{m.cur}, m.history...)
+	lg, err := algo.Succeed(next, m.history)
+	if err != nil {
+		m.t.Fatalf("Succeed: %v", err)
+	}
+	m.cur = lg
+}
+
+// stale reports whether k was written under other state parameters than
+// the current version's.
+func (m *conversionModel) stale(k keptState) bool {
+	return !slices.Equal(algo.StateParams(k.by.Spec()), algo.StateParams(m.cur.Spec()))
+}
+
+// load returns key's state for the current version.
+func (m *conversionModel) load(key string) algo.State {
+	k, ok := m.states[key]
+	if !ok {
+		return algo.State{}
+	}
+	if m.stale(k) {
+		return m.cur.(algo.Converter).Convert(k.s, m.now, k.by)
+	}
+	return k.s
+}
+
+// keep records next as key's state, written by the current version.
+func (m *conversionModel) keep(key string, next algo.State) {
+	if next.W[0] <= m.now {
+		delete(m.states, key)
+		return
+	}
+	m.states[key] = keptState{s: next, by: m.cur}
+}
+
+// group checks step i, a group of n on key and 1 on k2, all or nothing,
+// against the model.
+func (m *conversionModel) group(i int, key, k2 string, n int64, commit bool) {
+	t := m.t
+	ops := []store.Op{{Key: key, Alg: m.cur, N: n}, {Key: k2, Alg: m.cur, N: 1}}
+	all, got := applyAll(t, m.st, ops, commit)
+	s1, d1 := m.cur.Step(m.load(key), m.now, ops[0].N)
+	s2, d2 := m.cur.Step(m.load(k2), m.now, ops[1].N)
+	if want := d1.Allowed && d2.Allowed; all != want {
+		t.Fatalf("step %d: group on %s, %s decided %v, the model %v", i, key, k2, all, want)
+	}
+	if all && (got[0] != d1 || got[1] != d2) {
+		t.Fatalf("step %d: group on %s, %s: store %+v %+v, model %+v %+v", i, key, k2, got[0], got[1], d1, d2)
+	}
+	switch {
+	case all && commit:
+		m.keep(key, s1)
+		m.keep(k2, s2)
+	case commit:
+		// Refused: the keys written under other parameters are kept
+		// converted, charged nothing.
+		for _, k := range []string{key, k2} {
+			if kk, ok := m.states[k]; ok && m.stale(kk) {
+				m.keep(k, m.load(k))
+			}
+		}
+	}
+}
+
+// single checks step i, n on key alone, against the model.
+func (m *conversionModel) single(i int, key string, n int64) {
+	got := apply(m.t, m.st, key, m.cur, n)
+	next, want := m.cur.Step(m.load(key), m.now, n)
+	if got != want {
+		m.t.Fatalf("step %d (key %s, n %d, params %v): store decided %+v, the model %+v", i, key, n, m.cur.Spec().Lua.Params, got, want)
+	}
+	m.keep(key, next)
 }

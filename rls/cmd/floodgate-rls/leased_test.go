@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -36,10 +37,7 @@ descriptors:
 // leases hold, so that the global bucket has lost only what was admitted.
 // On the memory store it is refused at startup with the file and line.
 func TestLeasedGivenBackAtShutdown(t *testing.T) {
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		t.Fatal("FLOODGATE_REDIS_ADDR is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
-	}
+	addr := redistest.Addr(t) // $FLOODGATE_REDIS_ADDR, or a server of the test's own
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(leasedConfig), 0o644); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@
 // the health turns NOT_SERVING, calls are still served for -shutdown-drain
 // (2s), then in-flight calls finish, within -shutdown-timeout, the leased
 // limits give back the tokens their leases hold, and "stopped" is logged.
+// -version prints the command's module version and the library's.
 package main
 
 import (
@@ -34,6 +35,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +65,26 @@ func main() {
 	}
 }
 
+// versionLine names the command's module version and the floodgate
+// library's, as the build recorded them: "floodgate-rls v0.1.0 (floodgate
+// v0.1.0)" when installed with go install ...@v0.1.0, "(devel)" when built
+// from a checkout.
+func versionLine() string {
+	v, lib := "(devel)", "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/floodgate-go/floodgate" {
+				lib = d.Version
+				if d.Replace != nil {
+					lib += " => " + d.Replace.Path
+				}
+			}
+		}
+	}
+	return "floodgate-rls " + v + " (floodgate " + lib + ")"
+}
+
 // run is the command: it returns when ctx ends (after a graceful
 // shutdown) or on an error. ready, when not nil, receives the gRPC address
 // and then the metrics address ("" when off) once both listen.
@@ -72,62 +94,19 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	fs := flag.NewFlagSet("floodgate-rls", flag.ContinueOnError)
-	fs.SetOutput(logw)
-	var (
-		configDir     = fs.String("config", "", "the config directory: one envoyproxy/ratelimit YAML file per domain (required)")
-		addr          = fs.String("addr", ":8081", "the gRPC address")
-		metricsAddr   = fs.String("metrics", "", "the address of the Prometheus /metrics endpoint (empty: none)")
-		redisAddr     = fs.String("redis", "", "a Redis node (host:port); default: the embedded memory store")
-		redisCluster  = fs.String("redis-cluster", "", "Redis Cluster nodes, comma-separated")
-		redisPrefix   = fs.String("redis-prefix", "floodgate-rls:", "the prefix of the keys written to Redis")
-		redisTimeout  = fs.Duration("redis-timeout", 50*time.Millisecond, "the timeout of one Redis decision")
-		redisFailure  = fs.String("redis-failure", "local", "when Redis is away: local (decide on a local memory store, every limit's rate and capacity divided by -nodes), error (the call fails, Envoy's failure_mode_deny decides: Envoy's default admits), open (OK, with no limit and no headers), or closed (OVER_LIMIT, with no reset time)")
-		nodes         = fs.Int("nodes", 1, "with -redis-failure local: the number of floodgate-rls processes sharing the limits (leased limits count them by heartbeats)")
-		headers       = fs.String("headers", "", "response headers for Envoy to add: ietf, legacy or ietf,legacy")
-		headerNames   = fs.Bool("header-policy-names", true, "with -headers ietf: name RateLimit-Policy members by the rate_limit's name, else a short hash (never the config path); false: by position (default, limit-2, ...)")
-		shadow        = fs.Bool("shadow", false, "global shadow mode: answer OK whatever the limits say")
-		watch         = fs.Bool("watch", true, "reload the config directory when it changes")
-		secretFile    = fs.String("key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
-		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown, and then the leased limits to give back what their leases hold")
-		drain         = fs.Duration("shutdown-drain", 2*time.Second, "at shutdown, how long the gRPC health says NOT_SERVING while calls are still served, before the server stops taking new ones (for Envoy's health checks to move away)")
-	)
-	if err := fs.Parse(args); err != nil {
+	f, err := parseFlags(args, logw)
+	if err != nil {
 		return err
+	}
+	if f.version {
+		fmt.Println(versionLine())
+		return nil
 	}
 	log := slog.New(slog.NewTextHandler(logw, nil))
-	if *configDir == "" {
-		return errors.New("-config is required")
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := checkFlags(set, *redisAddr, *redisCluster, *redisTimeout, *redisFailure, *nodes, *shutdownAfter); err != nil {
+	opts, err := f.options()
+	if err != nil {
 		return err
 	}
-	if *drain < 0 {
-		return fmt.Errorf("-shutdown-drain %v: want 0 or more", *drain)
-	}
-	var hs rls.HeaderSet
-	for _, h := range strings.Split(*headers, ",") {
-		switch strings.TrimSpace(h) {
-		case "":
-		case "ietf":
-			hs |= rls.HeadersIETF
-		case "legacy":
-			hs |= rls.HeadersLegacy
-		default:
-			return fmt.Errorf("-headers: unknown group %q (want ietf, legacy)", h)
-		}
-	}
-	opts := []rls.Option{rls.WithHeaders(hs), rls.WithGlobalShadowMode(*shadow), rls.WithHeaderPolicyNames(*headerNames)}
-	if *secretFile != "" {
-		b, err := os.ReadFile(*secretFile)
-		if err != nil {
-			return err
-		}
-		opts = append(opts, rls.WithKeySecret(bytes.TrimSpace(b)))
-	}
-
 	// The store's failure-policy events reach the service once it exists.
 	var svcp atomic.Pointer[rls.Service]
 	storeEvents := floodgate.ObserverFunc(func(e floodgate.Event) {
@@ -135,46 +114,13 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 			s.ObserveStore(e)
 		}
 	})
-	st, closeStore, err := openStore(*redisAddr, *redisCluster, *redisPrefix, *redisTimeout, *redisFailure, *nodes, storeEvents, log)
+	st, closeStore, err := openStore(f.redisAddr, f.redisCluster, f.redisPrefix, f.redisTimeout, f.redisFailure, f.nodes, storeEvents, log)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	storeName, failureMode := "memory", "none (the memory store cannot fail)"
-	switch {
-	case *redisAddr != "":
-		storeName, failureMode = "redis "+*redisAddr, *redisFailure
-	case *redisCluster != "":
-		storeName, failureMode = "redis-cluster "+*redisCluster, *redisFailure
-	}
-	if storeName != "memory" && *redisFailure == "local" && !set["nodes"] {
-		log.Warn("-redis-failure local without -nodes: while Redis is away each process decides at the full limit; set -nodes to the number of floodgate-rls processes")
-	}
-	switch *redisFailure {
-	case "open":
-		opts = append(opts, rls.WithFailureMode(rls.FailOpen))
-	case "closed":
-		opts = append(opts, rls.WithFailureMode(rls.FailClosed))
-	}
-	opts = append(opts, rls.WithLogger(log))
 	reg := prometheus.NewRegistry()
-	m, err := rls.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	opts = append(opts, rls.WithMetrics(m), rls.WithOnReload(func(r rls.Reload) {
-		if r.Err != nil {
-			log.Error("config refused; the running one stays", "source", r.Source, "err", r.Err)
-			return
-		}
-		log.Info("config applied", "version", r.Version, "domains", r.Domains, "added", len(r.Policy.Added),
-			"changed", r.Policy.Changed, "removed", len(r.Policy.Removed))
-	}))
-	cfg, err := rls.LoadDir(*configDir)
-	if err != nil {
-		return err
-	}
-	svc, err := rls.New(st, cfg, opts...)
+	svc, err := f.service(st, opts, reg, log)
 	if err != nil {
 		return err
 	}
@@ -182,104 +128,283 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- [2]str
 	// closeLeases gives back what the leased limits hold, on every return
 	// (bounded by -shutdown-timeout), before the store's client closes.
 	closeLeases := sync.OnceFunc(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), *shutdownAfter)
+		cctx, cancel := context.WithTimeout(context.Background(), f.shutdownAfter)
 		defer cancel()
 		if err := svc.Close(cctx); err != nil {
 			log.Warn("leases not all given back: the tokens they held return as their buckets refill", "err", err)
 		}
 	})
 	defer closeLeases()
-	log.Info("config loaded", "dir", *configDir, "domains", svc.Domains(), "store", storeName, "redis_failure", failureMode)
-	if *watch {
-		if err := svc.WatchDir(ctx, *configDir); err != nil {
+	if f.watch {
+		if err := svc.WatchDir(ctx, f.configDir); err != nil {
 			return err
 		}
 	}
-
-	lis, err := net.Listen("tcp", *addr)
+	srv, err := listen(f, svc, reg, log)
 	if err != nil {
 		return err
 	}
-	// Stop, after the shutdown timeout, still waits for the handlers
-	// running (each is bounded by -redis-timeout), so that the leases are
-	// given back only once no call is in flight.
-	g := grpc.NewServer(grpc.WaitForHandlers(true))
-	svc.Register(g)
-	hsrv := health.NewServer()
-	healthpb.RegisterHealthServer(g, hsrv)
-	hsrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hsrv.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- g.Serve(lis) }()
-
-	var msrv *http.Server
-	var mAddr string
-	if *metricsAddr != "" {
-		ml, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			g.Stop()
-			return err
-		}
-		mAddr = ml.Addr().String()
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := msrv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- err
-			}
-		}()
-	}
-	log.Info("serving", "grpc", lis.Addr().String(), "metrics", mAddr)
 	if ready != nil {
-		ready <- [2]string{lis.Addr().String(), mAddr}
+		ready <- srv.addrs
 	}
-
-wait:
-	for {
-		select {
-		case <-ctx.Done():
-			break wait
-		case <-hup:
-			log.Info("SIGHUP: reloading the config directory", "dir", *configDir)
-			_ = svc.ReloadDir(*configDir) // applied or refused: logged by the reload callback
-		case err := <-serveErr:
-			g.Stop()
-			return err
-		}
+	if err := srv.wait(ctx, hup, svc, f.configDir, log); err != nil {
+		return err
 	}
-	// Graceful shutdown: tell the health checkers first and keep serving
-	// for the drain, so that Envoy moves away; then let the calls in flight
-	// finish, within the timeout.
-	log.Info("shutting down: health NOT_SERVING", "drain", drain.String())
-	hsrv.Shutdown()
-	if *drain > 0 {
-		t := time.NewTimer(*drain)
-		select {
-		case <-t.C:
-		case err := <-serveErr:
-			t.Stop()
-			g.Stop()
-			return err
-		}
-	}
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(*shutdownAfter):
-		g.Stop()
+	if err := srv.shutdown(f, log); err != nil {
+		return err
 	}
 	// No call is in flight any more: the leased limits give the tokens
 	// their leases hold back to Redis, for the other nodes to spend.
 	closeLeases()
-	if msrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), *shutdownAfter)
-		defer cancel()
-		_ = msrv.Shutdown(sctx)
-	}
+	srv.stopMetrics(f.shutdownAfter)
 	log.Info("stopped")
 	return nil
+}
+
+// flags are the command's flags; set holds those given on the command
+// line.
+type flags struct {
+	configDir, addr, metricsAddr                         string
+	redisAddr, redisCluster, redisPrefix                 string
+	redisTimeout                                         time.Duration
+	redisFailure                                         string
+	nodes, overCache                                     int
+	headers, secretFile                                  string
+	headerNames, shadow, watch, quota, metadata, version bool
+	shutdownAfter, drain                                 time.Duration
+	set                                                  map[string]bool
+}
+
+// parseFlags parses and checks args.
+func parseFlags(args []string, logw io.Writer) (*flags, error) {
+	fs := flag.NewFlagSet("floodgate-rls", flag.ContinueOnError)
+	fs.SetOutput(logw)
+	f := &flags{set: map[string]bool{}}
+	fs.StringVar(&f.configDir, "config", "", "the config directory: one envoyproxy/ratelimit YAML file per domain (required)")
+	fs.StringVar(&f.addr, "addr", ":8081", "the gRPC address")
+	fs.StringVar(&f.metricsAddr, "metrics", "", "the address of the Prometheus /metrics endpoint (empty: none)")
+	fs.StringVar(&f.redisAddr, "redis", "", "a Redis node (host:port); default: the embedded memory store")
+	fs.StringVar(&f.redisCluster, "redis-cluster", "", "Redis Cluster nodes, comma-separated")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", "floodgate-rls:", "the prefix of the keys written to Redis")
+	fs.DurationVar(&f.redisTimeout, "redis-timeout", 50*time.Millisecond, "the timeout of one Redis decision")
+	fs.StringVar(&f.redisFailure, "redis-failure", "local", "when Redis is away: local (decide on a local memory store, every limit's rate and capacity divided by -nodes), error (the call fails, Envoy's failure_mode_deny decides: Envoy's default admits), open (OK, with no limit and no headers), or closed (OVER_LIMIT, with no reset time)")
+	fs.IntVar(&f.nodes, "nodes", 1, "with -redis-failure local: the number of floodgate-rls processes sharing the limits (leased limits count them by heartbeats)")
+	fs.StringVar(&f.headers, "headers", "", "response headers for Envoy to add, comma-separated: ietf (RateLimit-Policy, RateLimit), legacy (X-RateLimit-*), reference (RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.BoolVar(&f.headerNames, "header-policy-names", true, "with -headers ietf: name RateLimit-Policy members by the rate_limit's name, else a short hash (never the config path); false: by position (default, limit-2, ...)")
+	fs.BoolVar(&f.shadow, "shadow", false, "global shadow mode: answer OK whatever the limits say")
+	fs.BoolVar(&f.quota, "quota-mode", false, "global quota mode (the reference's QUOTA_MODE): a descriptor over its limit answers OK and never refuses the request")
+	fs.BoolVar(&f.metadata, "response-dynamic-metadata", false, "set dynamic_metadata on every response (the reference's RESPONSE_DYNAMIC_METADATA)")
+	fs.IntVar(&f.overCache, "over-limit-cache", 0, "keep up to this many keys known over their limit in memory until their limit admits again, answering them without Redis (the reference's LOCAL_CACHE_SIZE_IN_BYTES, in keys; 0: none)")
+	fs.BoolVar(&f.watch, "watch", true, "reload the config directory when it changes")
+	fs.StringVar(&f.secretFile, "key-secret-file", "", "a file holding the secret (at least 16 bytes) of the hash that stands for credentials (descriptors with credential: true); every process sharing a Redis needs the same; default: a random one per process")
+	fs.DurationVar(&f.shutdownAfter, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take at shutdown, and then the leased limits to give back what their leases hold")
+	fs.DurationVar(&f.drain, "shutdown-drain", 2*time.Second, "at shutdown, how long the gRPC health says NOT_SERVING while calls are still served, before the server stops taking new ones (for Envoy's health checks to move away)")
+	fs.BoolVar(&f.version, "version", false, "print the command's version and the floodgate library's, and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if f.version {
+		return f, nil
+	}
+	if f.configDir == "" {
+		return nil, errors.New("-config is required")
+	}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := checkFlags(f.set, f.redisAddr, f.redisCluster, f.redisTimeout, f.redisFailure, f.nodes, f.shutdownAfter); err != nil {
+		return nil, err
+	}
+	if f.drain < 0 {
+		return nil, fmt.Errorf("-shutdown-drain %v: want 0 or more", f.drain)
+	}
+	if f.overCache < 0 {
+		return nil, fmt.Errorf("-over-limit-cache %d: want 0 or more", f.overCache)
+	}
+	return f, nil
+}
+
+// headerSet parses -headers.
+func headerSet(list string) (rls.HeaderSet, error) {
+	var hs rls.HeaderSet
+	for _, h := range strings.Split(list, ",") {
+		switch strings.TrimSpace(h) {
+		case "":
+		case "ietf":
+			hs |= rls.HeadersIETF
+		case "legacy":
+			hs |= rls.HeadersLegacy
+		case "reference":
+			hs |= rls.HeadersReference
+		default:
+			return 0, fmt.Errorf("-headers: unknown group %q (want ietf, legacy, reference)", h)
+		}
+	}
+	return hs, nil
+}
+
+// options are the service's options the flags set (the logger, metrics
+// and reload callback aside).
+func (f *flags) options() ([]rls.Option, error) {
+	hs, err := headerSet(f.headers)
+	if err != nil {
+		return nil, err
+	}
+	opts := []rls.Option{rls.WithHeaders(hs), rls.WithGlobalShadowMode(f.shadow), rls.WithHeaderPolicyNames(f.headerNames),
+		rls.WithGlobalQuotaMode(f.quota), rls.WithDynamicMetadata(f.metadata), rls.WithOverLimitCache(f.overCache)}
+	if f.secretFile != "" {
+		b, err := os.ReadFile(f.secretFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, rls.WithKeySecret(bytes.TrimSpace(b)))
+	}
+	switch f.redisFailure {
+	case "open":
+		opts = append(opts, rls.WithFailureMode(rls.FailOpen))
+	case "closed":
+		opts = append(opts, rls.WithFailureMode(rls.FailClosed))
+	}
+	return opts, nil
+}
+
+// storeName names the store and its failure mode for the log.
+func (f *flags) storeName() (name, failure string) {
+	switch {
+	case f.redisAddr != "":
+		return "redis " + f.redisAddr, f.redisFailure
+	case f.redisCluster != "":
+		return "redis-cluster " + f.redisCluster, f.redisFailure
+	}
+	return "memory", "none (the memory store cannot fail)"
+}
+
+// service loads the config directory and starts the service on st, with
+// its metrics on reg and its reloads logged on log.
+func (f *flags) service(st store.Store, opts []rls.Option, reg *prometheus.Registry, log *slog.Logger) (*rls.Service, error) {
+	storeName, failureMode := f.storeName()
+	if storeName != "memory" && f.redisFailure == "local" && !f.set["nodes"] {
+		log.Warn("-redis-failure local without -nodes: while Redis is away each process decides at the full limit; set -nodes to the number of floodgate-rls processes")
+	}
+	m, err := rls.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, rls.WithLogger(log), rls.WithMetrics(m), rls.WithOnReload(func(r rls.Reload) {
+		if r.Err != nil {
+			log.Error("config refused; the running one stays", "source", r.Source, "err", r.Err)
+			return
+		}
+		log.Info("config applied", "version", r.Version, "domains", r.Domains, "added", len(r.Policy.Added),
+			"changed", r.Policy.Changed, "removed", len(r.Policy.Removed))
+	}))
+	cfg, err := rls.LoadDir(f.configDir)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := rls.New(st, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("config loaded", "dir", f.configDir, "domains", svc.Domains(), "store", storeName, "redis_failure", failureMode)
+	return svc, nil
+}
+
+// server is the gRPC server with its health service, and the metrics
+// endpoint.
+type server struct {
+	g        *grpc.Server
+	health   *health.Server
+	msrv     *http.Server
+	serveErr chan error
+	addrs    [2]string
+}
+
+// listen starts serving svc on -addr and the metrics on -metrics.
+func listen(f *flags, svc *rls.Service, reg *prometheus.Registry, log *slog.Logger) (*server, error) {
+	lis, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return nil, err
+	}
+	// Stop, after the shutdown timeout, still waits for the handlers
+	// running (each is bounded by -redis-timeout), so that the leases are
+	// given back only once no call is in flight.
+	s := &server{g: grpc.NewServer(grpc.WaitForHandlers(true)), health: health.NewServer(), serveErr: make(chan error, 2)}
+	svc.Register(s.g)
+	healthpb.RegisterHealthServer(s.g, s.health)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+	go func() { s.serveErr <- s.g.Serve(lis) }()
+	s.addrs[0] = lis.Addr().String()
+	if f.metricsAddr != "" {
+		ml, err := net.Listen("tcp", f.metricsAddr)
+		if err != nil {
+			s.g.Stop()
+			return nil, err
+		}
+		s.addrs[1] = ml.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		s.msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := s.msrv.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.serveErr <- err
+			}
+		}()
+	}
+	log.Info("serving", "grpc", s.addrs[0], "metrics", s.addrs[1])
+	return s, nil
+}
+
+// wait serves until ctx ends, reloading dir on SIGHUP; a server that
+// fails is stopped and its error returned.
+func (s *server) wait(ctx context.Context, hup <-chan os.Signal, svc *rls.Service, dir string, log *slog.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			log.Info("SIGHUP: reloading the config directory", "dir", dir)
+			_ = svc.ReloadDir(dir) // applied or refused: logged by the reload callback
+		case err := <-s.serveErr:
+			s.g.Stop()
+			return err
+		}
+	}
+}
+
+// shutdown stops gracefully: tell the health checkers first and keep
+// serving for the drain, so that Envoy moves away; then let the calls in
+// flight finish, within the timeout.
+func (s *server) shutdown(f *flags, log *slog.Logger) error {
+	log.Info("shutting down: health NOT_SERVING", "drain", f.drain.String())
+	s.health.Shutdown()
+	if f.drain > 0 {
+		t := time.NewTimer(f.drain)
+		select {
+		case <-t.C:
+		case err := <-s.serveErr:
+			t.Stop()
+			s.g.Stop()
+			return err
+		}
+	}
+	done := make(chan struct{})
+	go func() { s.g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(f.shutdownAfter):
+		s.g.Stop()
+	}
+	return nil
+}
+
+// stopMetrics shuts the metrics endpoint down, within timeout.
+func (s *server) stopMetrics(timeout time.Duration) {
+	if s.msrv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = s.msrv.Shutdown(ctx)
 }
 
 // checkFlags refuses, at startup, every flag value that could only fail
@@ -294,6 +419,24 @@ func checkFlags(set map[string]bool, redisAddr, redisCluster string, redisTimeou
 	if nodes < 1 {
 		return fmt.Errorf("-nodes %d: want at least 1 (the number of floodgate-rls processes sharing the limits)", nodes)
 	}
+	if err := checkRedis(set, redisAddr, redisCluster); err != nil {
+		return err
+	}
+	if set["nodes"] && failure != "local" {
+		return fmt.Errorf("-nodes applies only with -redis-failure local (it divides the local fallback's rate), not with %s", failure)
+	}
+	if redisTimeout <= 0 {
+		return fmt.Errorf("-redis-timeout %v: want more than 0", redisTimeout)
+	}
+	if shutdownAfter <= 0 {
+		return fmt.Errorf("-shutdown-timeout %v: want more than 0", shutdownAfter)
+	}
+	return nil
+}
+
+// checkRedis checks the Redis addresses, and refuses the Redis flags
+// without a Redis.
+func checkRedis(set map[string]bool, redisAddr, redisCluster string) error {
 	if redisAddr != "" && redisCluster != "" {
 		return errors.New("-redis and -redis-cluster: choose one")
 	}
@@ -310,15 +453,6 @@ func checkFlags(set map[string]bool, redisAddr, redisCluster string, redisTimeou
 				return fmt.Errorf("-%s needs -redis or -redis-cluster: the embedded memory store never fails and keeps no keys in Redis", f)
 			}
 		}
-	}
-	if set["nodes"] && failure != "local" {
-		return fmt.Errorf("-nodes applies only with -redis-failure local (it divides the local fallback's rate), not with %s", failure)
-	}
-	if redisTimeout <= 0 {
-		return fmt.Errorf("-redis-timeout %v: want more than 0", redisTimeout)
-	}
-	if shutdownAfter <= 0 {
-		return fmt.Errorf("-shutdown-timeout %v: want more than 0", shutdownAfter)
 	}
 	return nil
 }

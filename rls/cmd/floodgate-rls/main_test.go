@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate/internal/redistest"
 )
 
 const config = `
@@ -189,10 +191,7 @@ func TestRedisAway(t *testing.T) {
 }
 
 func TestRedis(t *testing.T) {
-	addr := os.Getenv("FLOODGATE_REDIS_ADDR")
-	if addr == "" {
-		t.Fatal("FLOODGATE_REDIS_ADDR is not set: run scripts/redis.sh start and export what it prints (scripts/test.sh does)")
-	}
+	addr := redistest.Addr(t) // $FLOODGATE_REDIS_ADDR, or a server of the test's own
 	prefix := "rlscmd:" + time.Now().Format("150405.000000") + ":"
 	client, _, _, _ := start(t, "-redis", addr, "-redis-prefix", prefix, "-redis-timeout", "5s")
 	var got []rlspb.RateLimitResponse_Code
@@ -232,6 +231,8 @@ func TestFlagsCheckedAtStartup(t *testing.T) {
 		{[]string{"-shutdown-timeout", "-1s"}, "-shutdown-timeout"},
 		{[]string{"-redis-cluster", "127.0.0.1:1,"}, "an empty address"},
 		{[]string{"-redis", "127.0.0.1:1", "-redis-cluster", "127.0.0.1:2"}, "choose one"},
+		{[]string{"-over-limit-cache", "-1"}, "-over-limit-cache -1"},
+		{[]string{"-headers", "ietf,envoy"}, "unknown group \"envoy\""},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := run(ctx, append([]string{"-config", dir, "-addr", "127.0.0.1:0"}, tc.args...), io.Discard, nil)
@@ -600,5 +601,43 @@ func TestDefaultFailureIsLocal(t *testing.T) {
 	}
 	if !strings.Contains(logb.String(), "redis_failure=local") || !strings.Contains(logb.String(), "without -nodes") {
 		t.Errorf("the startup log does not say local, nor warn about -nodes:\n%s", logb.String())
+	}
+}
+
+// -version needs no config and starts nothing; its line names both
+// modules (their versions come from the build: see scripts/release).
+func TestVersionFlag(t *testing.T) {
+	if err := run(context.Background(), []string{"-version"}, io.Discard, nil); err != nil {
+		t.Fatalf("-version: %v", err)
+	}
+	if v := versionLine(); !strings.HasPrefix(v, "floodgate-rls ") || !strings.Contains(v, "(floodgate ") {
+		t.Fatalf("versionLine() = %q", v)
+	}
+}
+
+// The reference's settings as flags: the global quota mode, the dynamic
+// metadata, the reference's header names, the over-limit cache.
+func TestReferenceSettingsFlags(t *testing.T) {
+	client, _, _, _ := start(t, "-headers", "reference", "-quota-mode", "-response-dynamic-metadata", "-over-limit-cache", "10")
+	var r *rlspb.RateLimitResponse
+	for range 3 {
+		var err error
+		if r, err = client.ShouldRateLimit(context.Background(), req("q")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.Statuses[0]
+	if r.OverallCode != rlspb.RateLimitResponse_OK || st.Code != rlspb.RateLimitResponse_OK || st.LimitRemaining != 0 || st.DurationUntilReset != nil {
+		t.Errorf("third call %v: want OK, the quota's status OK with nothing left and no reset", r)
+	}
+	h := map[string]string{}
+	for _, x := range r.ResponseHeadersToAdd {
+		h[x.Key] = x.Value
+	}
+	if h["RateLimit-Limit"] != "2" || h["RateLimit-Remaining"] != "0" || h["RateLimit-Reset"] == "" {
+		t.Errorf("headers %v, want RateLimit-Limit 2, RateLimit-Remaining 0, RateLimit-Reset", h)
+	}
+	if md := r.DynamicMetadata.AsMap(); md["domain"] != "edge" || len(md["quotaModeViolations"].([]any)) != 1 {
+		t.Errorf("dynamic metadata %v, want domain edge and one quota violation", md)
 	}
 }

@@ -83,7 +83,7 @@ func main() {
 	refBin := filepath.Join(work, "ratelimit")
 	fgBin := filepath.Join(work, "floodgate-rls")
 	nullBin := filepath.Join(work, "nullrls")
-	build(refBin, "github.com/envoyproxy/ratelimit/src/service_cmd")
+	build(refBin, "github.com/envoyproxy/ratelimit/src/service_cmd", "GOWORK=off") // its own module's versions, not go.work's
 	build(fgBin, "github.com/floodgate-go/floodgate/rls/cmd/floodgate-rls")
 	build(nullBin, "github.com/floodgate-go/floodgate/rls/benchmarks/cmd/nullrls")
 
@@ -141,20 +141,26 @@ func main() {
 	fmt.Printf("ShouldRateLimit, %d callers, %d rounds of %v per target, interleaved; each request: the origin and purge-orchestrator descriptors and one of %d tenants\n\n",
 		*callers, *rounds, *duration, *tenants)
 	redisPid := redisPID(redis)
-	type res struct{ rps, p50, p99, cpu, rcpu float64 }
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redis}, DisableCache: true})
+	if err != nil {
+		fail(err)
+	}
+	defer rc.Close()
+	type res struct{ rps, p50, p99, cpu, rcpu, cmdUsec, cmds float64 }
 	results := make([][]res, len(targets))
 	for r := range *rounds {
 		for i := range targets {
 			// Alternate the order, so that no target always runs first.
 			k := (i + r) % len(targets)
-			cpu0, rcpu0 := cpuTime(targets[k].pid), cpuTime(redisPid)
+			cpu0, rcpu0, st0 := cpuTime(targets[k].pid), cpuTime(redisPid), commandStats(rc)
 			rps, p50, p99 := load(clients[k], *callers, *duration, *tenants)
 			calls := rps * duration.Seconds()
 			cpu := float64((cpuTime(targets[k].pid) - cpu0).Microseconds()) / calls
 			rcpu := float64((cpuTime(redisPid) - rcpu0).Microseconds()) / calls
-			results[k] = append(results[k], res{rps, p50, p99, cpu, rcpu})
-			fmt.Printf("round %d  %-30s %9.0f calls/s  p50 %7.0f µs  p99 %7.0f µs  server CPU %5.1f µs/call  Redis CPU %5.1f µs/call\n",
-				r+1, targets[k].name, rps, p50, p99, cpu, rcpu)
+			usec, cmds := commandStats(rc).since(st0)
+			results[k] = append(results[k], res{rps, p50, p99, cpu, rcpu, usec / calls, cmds / calls})
+			fmt.Printf("round %d  %-30s %9.0f calls/s  p50 %7.0f µs  p99 %7.0f µs  server CPU %5.1f µs/call  Redis CPU %5.1f µs/call  commandstats %5.1f µs/call in %4.2f commands\n",
+				r+1, targets[k].name, rps, p50, p99, cpu, rcpu, usec/calls, cmds/calls)
 		}
 	}
 	fmt.Printf("\n%-30s %-28s %-24s %-24s %-20s %-20s\n", "target", "calls/s median (min-max)", "p50 µs median (min-max)", "p99 µs median (min-max)", "server CPU µs/call", "Redis CPU µs/call")
@@ -170,20 +176,33 @@ func main() {
 		fmt.Printf("%-30s %-28s %-24s %-24s %-20s %-20s\n", t.name, col(func(x res) float64 { return x.rps }), col(func(x res) float64 { return x.p50 }),
 			col(func(x res) float64 { return x.p99 }), col(func(x res) float64 { return x.cpu }), col(func(x res) float64 { return x.rcpu }))
 	}
+	fmt.Printf("\n%-30s %-32s %-24s\n", "target", "commandstats µs/call (min-max)", "Redis commands per call")
+	for i, t := range targets {
+		var u, n []float64
+		for _, x := range results[i] {
+			u, n = append(u, x.cmdUsec), append(n, x.cmds)
+		}
+		m, lo, hi := stats(u)
+		mn, _, _ := stats(n)
+		fmt.Printf("%-30s %-32s %-24s\n", t.name, fmt.Sprintf("%.1f (%.1f-%.1f)", m, lo, hi), fmt.Sprintf("%.2f", mn))
+	}
 	fmt.Println("\nper-round ratios against the reference (throughput: higher is better; p50, p99: lower is better)")
 	for i := 1; i < len(targets); i++ {
-		var th, l50, l99, cpu []float64
+		var th, l50, l99, cpu, rcmd []float64
 		for r := range results[i] {
 			th = append(th, results[i][r].rps/results[0][r].rps)
 			l50 = append(l50, results[i][r].p50/results[0][r].p50)
 			l99 = append(l99, results[i][r].p99/results[0][r].p99)
 			cpu = append(cpu, results[0][r].cpu/results[i][r].cpu)
+			if results[0][r].cmdUsec > 0 {
+				rcmd = append(rcmd, results[i][r].cmdUsec/results[0][r].cmdUsec)
+			}
 		}
 		ratio := func(v []float64) string {
 			m, lo, hi := stats(v)
 			return fmt.Sprintf("%.2fx (%.2f-%.2f)%s", m, lo, hi, crosses(lo, hi))
 		}
-		fmt.Printf("%-30s throughput %s   p50 %s   p99 %s   calls per server CPU second %s\n", targets[i].name, ratio(th), ratio(l50), ratio(l99), ratio(cpu))
+		fmt.Printf("%-30s throughput %s   p50 %s   p99 %s   calls per server CPU second %s   Redis commandstats µs per call %s\n", targets[i].name, ratio(th), ratio(l50), ratio(l99), ratio(cpu), ratio(rcmd))
 	}
 	// How close floodgate on memory comes to the transport's ceiling.
 	const mem, ceil = 2, 3
@@ -220,6 +239,62 @@ func redisPID(addr string) int {
 	}
 	fail(fmt.Errorf("no process_id in the INFO of %s", addr))
 	return 0
+}
+
+// cmdStats are Redis's INFO commandstats: per command, calls and usec.
+type cmdStats map[string][2]float64
+
+// commandStats reads INFO commandstats.
+func commandStats(c rueidis.Client) cmdStats {
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		fail(err)
+	}
+	out := cmdStats{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var v [2]float64
+		for _, kv := range strings.Split(rest, ",") {
+			k, x, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(x, 64)
+			switch k {
+			case "calls":
+				v[0] = f
+			case "usec":
+				v[1] = f
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = v
+	}
+	return out
+}
+
+// since returns the Redis time (usec) and the commands spent since
+// before, INFO and the commands this program sends aside. The commands a
+// script runs are listed by commandstats too, and their time is in the
+// script's: when scripts ran, only the scripts (fcall, fcall_ro, evalsha,
+// eval) are counted.
+func (now cmdStats) since(before cmdStats) (usec, calls float64) {
+	scripts := map[string]bool{"fcall": true, "fcall_ro": true, "evalsha": true, "eval": true, "evalsha_ro": true, "eval_ro": true}
+	var su, sc, ou, oc float64
+	for k, v := range now {
+		if k == "info" {
+			continue
+		}
+		dc, du := v[0]-before[k][0], v[1]-before[k][1]
+		if scripts[k] {
+			su, sc = su+du, sc+dc
+		} else {
+			ou, oc = ou+du, oc+dc
+		}
+	}
+	if sc > 0 {
+		return su, sc
+	}
+	return ou, oc
 }
 
 // cpuTime is the user and system CPU time a process has used (Linux
@@ -323,8 +398,9 @@ func ready(c rlspb.RateLimitServiceClient, name string, limits bool) {
 	}
 }
 
-func build(out, pkg string) {
+func build(out, pkg string, env ...string) {
 	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fail(fmt.Errorf("go build %s: %w", pkg, err))

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
-	"github.com/floodgate-go/floodgate/adaptive/simulate"
+	"github.com/floodgate-go/floodgate/internal/simulate"
 )
 
 func fixed(sim *simulate.Sim, n int, opts ...adaptive.Option) *adaptive.Gate {
-	alg, err := adaptive.NewFixed(n)
+	alg, err := adaptive.NewConstant(n)
 	if err != nil {
 		panic(err)
 	}
@@ -105,7 +105,7 @@ func Example() {
 		Windows: 3,
 		Seed:    1,
 	})
-	alg, _ := adaptive.NewFixed(5)
+	alg, _ := adaptive.NewConstant(5)
 	l, _ := adaptive.NewGate(alg, adaptive.WithClock(sim.Clock()))
 	for _, w := range sim.Run(simulate.ForGate(l)) {
 		fmt.Printf("window %d: limit %d, p99 %v, server dropped %d\n", w.Index, w.Limit, w.P99All, w.Dropped[0])

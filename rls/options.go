@@ -1,0 +1,252 @@
+package rls
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// FailureMode says what ShouldRateLimit answers when the store cannot
+// decide (Redis away, and the store's own failure policy returned the
+// error). FailOpen and FailClosed are floodgate's fail modes (those of its
+// HTTP and gRPC middleware, decided by one internal admission core);
+// FailError, the default, is Envoy's own: the call fails and Envoy's
+// failure_mode_deny decides.
+type FailureMode int
+
+const (
+	// FailError answers the call with a gRPC Unavailable error, as the
+	// reference does: Envoy's failure_mode_deny then decides. The default.
+	FailError FailureMode = iota
+	// FailOpen answers OK for every descriptor, with no current_limit,
+	// limit_remaining or duration_until_reset and no rate-limit headers:
+	// nothing that tells a client to slow down or wait.
+	FailOpen
+	// FailClosed answers OVER_LIMIT for every enforcing descriptor that has
+	// a limit, with its current_limit, limit_remaining 0 and no
+	// duration_until_reset (when the limit resets is unknown while the
+	// store is away), and no rate-limit headers. Shadow-mode descriptors
+	// answer OK, as they never refuse; unlimited and unknown ones OK.
+	FailClosed
+)
+
+func (m FailureMode) String() string {
+	switch m {
+	case FailError:
+		return "error"
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return "FailureMode(" + fmt.Sprint(int(m)) + ")"
+}
+
+// Option configures New.
+type Option struct {
+	apply func(*options) error
+}
+
+type options struct {
+	observer  floodgate.Observer
+	metrics   *Metrics
+	headers   HeaderSet
+	shadow    bool
+	failure   FailureMode
+	nearRatio float64
+	onReload  func(Reload)
+	now       func() time.Time
+	secret    []byte
+	logger    *slog.Logger
+	// noHeaderNames: RateLimit-Policy members are named by position.
+	noHeaderNames bool
+	quota         bool // global quota mode
+	metadata      bool // dynamic metadata on every response
+	overCache     int  // entries of the over-limit cache (0: none)
+}
+
+// WithGlobalQuotaMode puts every descriptor in quota mode, as the
+// reference's QUOTA_MODE setting: a descriptor over its limit answers OK
+// (with its current_limit and limit_remaining 0, no
+// duration_until_reset) and never makes the response OVER_LIMIT; each
+// descriptor is charged on its own when it admits. The dynamic metadata
+// ([WithDynamicMetadata]) lists the descriptors over their limit.
+func WithGlobalQuotaMode(on bool) Option {
+	return Option{func(c *options) error { c.quota = on; return nil }}
+}
+
+// WithDynamicMetadata sets dynamic_metadata on every response, as the
+// reference's RESPONSE_DYNAMIC_METADATA setting: a struct with domain,
+// descriptors (each with entries, "key=value" strings, and its limit and
+// hitsAddend when the request sets them), hitsAddend (the request's, when
+// not 0), quotaModeViolations (the indexes of the quota-mode descriptors
+// over their limit, when any) and quotaModeEnabled (whether a matched
+// limit is in quota mode in the config; the global quota mode does not
+// count, as in the reference). Envoy puts it in the request's dynamic
+// metadata under envoy.filters.http.ratelimit.
+func WithDynamicMetadata(on bool) Option {
+	return Option{func(c *options) error { c.metadata = on; return nil }}
+}
+
+// WithOverLimitCache keeps up to n keys known to be over their limit in
+// memory, until their limit would admit again (the reference's
+// LOCAL_CACHE_SIZE_IN_BYTES, counted in keys): a request on such a key is
+// refused without charging anything in the store, with the answer the
+// store would have given (a request whose other descriptors have limits
+// still reads them, in one store call that changes nothing; a request
+// whose every counted key is known over makes no store call). A key is
+// remembered when it was refused with nothing left: on a fixed window
+// until the window's end, on the other algorithms when a single unit was
+// refused, until one unit is back. Leased limits, shadow-mode and
+// quota-mode descriptors are not cached. Hits given back on this process
+// (is_negative_hits) and a reload forget what is remembered; hits given
+// back on another process sharing the store are not seen until the
+// entry expires, as in the reference. n = 0 (the default): no cache.
+func WithOverLimitCache(n int) Option {
+	return Option{func(c *options) error {
+		if n < 0 {
+			return fmt.Errorf("%w: rls: over-limit cache of %d keys", floodgate.ErrInvalidConfig, n)
+		}
+		c.overCache = n
+		return nil
+	}}
+}
+
+// WithHeaderPolicyNames says how the members of RateLimit-Policy and
+// RateLimit (HeadersIETF) are named, which end clients see. On (the
+// default): a limit's rate_limit name when set, else "rl-" and a short
+// stable hash of its config path, which tells nothing of the config. Off:
+// by position, as floodgate's middleware names unnamed limits: "default"
+// for the first member, "limit-2", "limit-3" for the next.
+func WithHeaderPolicyNames(on bool) Option {
+	return Option{func(c *options) error { c.noHeaderNames = !on; return nil }}
+}
+
+// WithLogger logs on l when the store stops deciding (Redis away: the
+// failure mode, or redisstore's local fallback, answers) and when it
+// decides again, once per transition, not per request.
+func WithLogger(l *slog.Logger) Option {
+	return Option{func(c *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: rls: nil logger", floodgate.ErrInvalidConfig)
+		}
+		c.logger = l
+		return nil
+	}}
+}
+
+// WithObserver reports one event per ShouldRateLimit call that a limit
+// decided to o: its Policy is the floodgate policy name of the limit that
+// decided (the one with the fewest units left, or the refusing one), its
+// Outcome allowed, denied, would_deny (a shadow limit over its limit),
+// fallback (the Redis store's failure policy decided), or, when the store
+// could not decide, error_open / error_closed (Policy "rls"; with
+// FailError, error_open: Envoy's failure_mode_deny decides, false by
+// default).
+func WithObserver(o floodgate.Observer) Option {
+	return Option{func(c *options) error {
+		if o == nil {
+			return fmt.Errorf("%w: rls: nil observer", floodgate.ErrInvalidConfig)
+		}
+		c.observer = o
+		return nil
+	}}
+}
+
+// WithMetrics counts every decision in m (see NewMetrics).
+func WithMetrics(m *Metrics) Option {
+	return Option{func(c *options) error {
+		if m == nil {
+			return fmt.Errorf("%w: rls: nil metrics", floodgate.ErrInvalidConfig)
+		}
+		c.metrics = m
+		return nil
+	}}
+}
+
+// WithHeaders adds the header groups of h to response_headers_to_add
+// (default none, as the reference).
+func WithHeaders(h HeaderSet) Option {
+	return Option{func(c *options) error {
+		if h&^(HeadersIETF|HeadersLegacy|HeadersReference) != 0 {
+			return fmt.Errorf("%w: rls: unknown header set %d", floodgate.ErrInvalidConfig, h)
+		}
+		c.headers = h
+		return nil
+	}}
+}
+
+// WithGlobalShadowMode answers OK overall whatever the limits say, as the
+// reference's SHADOW_MODE setting (per-descriptor statuses still tell).
+func WithGlobalShadowMode(on bool) Option {
+	return Option{func(c *options) error { c.shadow = on; return nil }}
+}
+
+// WithFailureMode sets what is answered when the store cannot decide.
+func WithFailureMode(m FailureMode) Option {
+	return Option{func(c *options) error {
+		if m < FailError || m > FailClosed {
+			return fmt.Errorf("%w: rls: unknown failure mode %d", floodgate.ErrInvalidConfig, m)
+		}
+		c.failure = m
+		return nil
+	}}
+}
+
+// WithNearLimitRatio sets the share of a limit above which hits count as
+// near_limit (default 0.8, the reference's NEAR_LIMIT_RATIO).
+func WithNearLimitRatio(r float64) Option {
+	return Option{func(c *options) error {
+		if !(r > 0 && r <= 1) {
+			return fmt.Errorf("%w: rls: near-limit ratio %v outside (0, 1]", floodgate.ErrInvalidConfig, r)
+		}
+		c.nearRatio = r
+		return nil
+	}}
+}
+
+// WithOnReload calls f after every config change applied or refused
+// (Reload.Err set), from the goroutine that made it.
+func WithOnReload(f func(Reload)) Option {
+	return Option{func(c *options) error {
+		if f == nil {
+			return fmt.Errorf("%w: rls: nil reload callback", floodgate.ErrInvalidConfig)
+		}
+		c.onReload = f
+		return nil
+	}}
+}
+
+// WithKeySecret sets the secret of the keyed hash (HMAC-SHA256, 128 bits
+// kept, in base64url: floodgate's credential keys, as httplimit's) that
+// stands for a credential's value (a descriptor marked credential: true)
+// in store keys and metrics: at least 16 bytes. Without it each process
+// draws a random one, so every process sharing a Redis must be given the
+// same secret to share a credential's budget.
+func WithKeySecret(secret []byte) Option {
+	return Option{func(c *options) error {
+		if len(secret) < 16 {
+			return fmt.Errorf("%w: rls: a key secret of %d bytes (want at least 16)", floodgate.ErrInvalidConfig, len(secret))
+		}
+		c.secret = bytes.Clone(secret)
+		return nil
+	}}
+}
+
+// WithClock sets the clock that duration_until_reset of a fixed window
+// counts from when the store did not say (a key at full capacity). The
+// default is floodgate.SystemClock. For tests.
+func WithClock(c floodgate.Clock) Option {
+	return Option{func(o *options) error {
+		if c == nil {
+			return fmt.Errorf("%w: rls: nil clock", floodgate.ErrInvalidConfig)
+		}
+		o.now = c.Now
+		return nil
+	}}
+}
+
+// Reload describes one config change, applied or refused.

@@ -1,0 +1,271 @@
+package rls
+
+import (
+	"context"
+	"math"
+	"time"
+
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
+)
+
+// dstatus is what one request descriptor came to.
+type dstatus struct {
+	lm       *limit
+	role     role
+	quota    bool // quota mode: the descriptor's, or the global one
+	hits     int
+	checks   []floodgate.Check // one per lim (blocked ones too, Limiter nil)
+	key      string            // the store key
+	stats    string            // the metric key
+	precheck bool              // refused before any store call (blocked, cost too large, known over)
+	cached   bool              // a check was answered by the over-limit cache
+}
+
+// ShouldRateLimit implements the Envoy rate limit service: the limits the
+// request matches (resolve), their decision (decide), then what the store's
+// failure policy or this service's failure mode makes of it.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	start := time.Now()
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	ds, err := s.resolve(s.cur.Load(), req, sc)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	marks := s.failMarks()
+	resp, lead, err := s.decide(ctx, req, ds, sc)
+	if err != nil {
+		return s.answerError(ds, err, start)
+	}
+	if mode, failed := s.storeFailure(lead, marks); failed {
+		// redisstore's FailOpen / FailClosed: a blanket answer with no
+		// quota behind it, answered as this service's own failure modes.
+		s.storeFailed(modeName(mode), nil)
+		s.observeFail(lead, outcomeOf(mode), start)
+		return s.failAnswer(ds, mode), nil
+	}
+	if lead != nil {
+		if lead.Decision.Fallback || s.failN[2].Load() != marks[2] {
+			s.storeFailed("local", nil)
+		} else {
+			s.storeDecided()
+		}
+	}
+	s.observe(resp, lead, start)
+	return resp, nil
+}
+
+// resolve finds the limit of every descriptor of req, as the reference's
+// constructLimitsToCheck: the config's (or the descriptor's own limit),
+// the store and metric keys, the hits, and its role in the decision; a
+// limit that another matched limit replaces is dropped.
+func (s *Service) resolve(c *compiled, req *rlspb.RateLimitRequest, sc *scratch) ([]dstatus, error) {
+	ds := sc.statuses(len(req.Descriptors))
+	root := c.domains[req.Domain]
+	if root == nil {
+		return ds, nil // unknown domain: no limit at all, the request's own ones included
+	}
+	var replacing map[string]bool // made when a limit replaces another
+	for i, d := range req.Descriptors {
+		if err := s.match(root, req.Domain, d, &ds[i], sc); err != nil {
+			return nil, err
+		}
+		lm := ds[i].lm
+		if lm == nil {
+			continue
+		}
+		for _, r := range lm.replaces {
+			if replacing == nil {
+				replacing = map[string]bool{}
+			}
+			replacing[r] = true
+		}
+		hits := uint64(max(1, req.GetHitsAddend()))
+		if h := d.GetHitsAddend(); h != nil {
+			hits = h.GetValue()
+		}
+		ds[i].hits = int(min(hits, math.MaxInt32))
+		ds[i].quota = s.opts.quota || lm.quota
+		ds[i].role = roleOf(lm, ds[i].hits, d.GetIsNegativeHits(), ds[i].quota)
+	}
+	for i := range ds {
+		if lm := ds[i].lm; lm != nil && lm.name != "" && replacing[lm.name] {
+			ds[i] = dstatus{}
+		}
+	}
+	return ds, nil
+}
+
+// roleOf is the role of a descriptor whose limit is lm.
+func roleOf(lm *limit, hits int, negative, quota bool) role {
+	switch {
+	case lm.unlimited:
+		return roleUnlimited
+	case negative:
+		return roleRefund
+	case hits == 0:
+		return roleLook
+	case quota:
+		return roleQuota
+	case lm.shadow:
+		return roleShadow
+	}
+	return roleEnforce
+}
+
+// match finds the limit of one request descriptor and its keys.
+func (s *Service) match(root *node, domain string, d *ratelimitpb.RateLimitDescriptor, out *dstatus, sc *scratch) error {
+	ents := sc.ents[:0]
+	for _, e := range d.GetEntries() {
+		ents = append(ents, entry{e.GetKey(), e.GetValue()})
+	}
+	defer func() { sc.ents = ents[:0] }()
+	if o := d.GetLimit(); o != nil {
+		lm, err := s.override(domain, o.GetRequestsPerUnit(), o.GetUnit().String(), o.GetUnitMultiplier().GetValue(), ents)
+		if err != nil {
+			return err
+		}
+		out.lm, out.key, out.stats = lm, s.storeKey(domain, ents, nil), lm.statsKey
+		return nil
+	}
+	path := sc.path(len(ents))
+	if n := lookup(root, ents, path); n != nil {
+		out.lm = n.limit
+		out.key, out.stats = s.keys(domain, ents, path, n.limit)
+	}
+	return nil
+}
+
+// failMarks reads the counters of the store's failure-policy events
+// (ObserveStore): open, closed, local.
+func (s *Service) failMarks() [3]uint64 {
+	return [3]uint64{s.failN[0].Load(), s.failN[1].Load(), s.failN[2].Load()}
+}
+
+// storeFailure reports whether the store's blanket FailOpen or FailClosed
+// answered during the call (an event since marks, or the lead decision's
+// Fallback mark without a limit), and which.
+func (s *Service) storeFailure(lead *floodgate.Check, marks [3]uint64) (admit.FailMode, bool) {
+	blanket := lead != nil && lead.Decision.Fallback && lead.Decision.Limit == 0
+	switch {
+	case s.failN[1].Load() != marks[1] || (blanket && !lead.Decision.Allowed):
+		return admit.FailClosed, true
+	case s.failN[0].Load() != marks[0] || (blanket && lead.Decision.Allowed):
+		return admit.FailOpen, true
+	}
+	return 0, false
+}
+
+// core is the admission core's fail mode of m, the answer of a call the
+// store could not decide; false for FailError, which answers none (the
+// call fails, and Envoy's failure_mode_deny decides).
+func (m FailureMode) core() (admit.FailMode, bool) {
+	switch m {
+	case FailOpen:
+		return admit.FailOpen, true
+	case FailClosed:
+		return admit.FailClosed, true
+	}
+	return 0, false
+}
+
+// modeName names a fail mode in metrics and logs: open, closed.
+func modeName(m admit.FailMode) string {
+	if m == admit.FailClosed {
+		return FailClosed.String()
+	}
+	return FailOpen.String()
+}
+
+// outcomeOf is the observer's outcome of a call answered by fail mode m.
+func outcomeOf(m admit.FailMode) floodgate.Outcome {
+	if m == admit.FailClosed {
+		return floodgate.OutcomeErrorClosed
+	}
+	return floodgate.OutcomeErrorOpen
+}
+
+// answerError answers a call the store could not decide by the failure
+// mode: FailError fails the call with Unavailable (Envoy decides, by
+// default, failure_mode_deny false, letting the request through).
+func (s *Service) answerError(ds []dstatus, err error, start time.Time) (*rlspb.RateLimitResponse, error) {
+	outcome := floodgate.OutcomeErrorOpen
+	var resp *rlspb.RateLimitResponse
+	if mode, ok := s.opts.failure.core(); ok {
+		outcome, resp = outcomeOf(mode), s.failAnswer(ds, mode)
+	}
+	if s.opts.observer != nil {
+		s.opts.observer.Observe(floodgate.Event{Policy: "rls", Outcome: outcome, Err: err, Latency: time.Since(start)})
+	}
+	if s.opts.metrics != nil {
+		s.opts.metrics.storeError()
+	}
+	s.storeFailed(s.opts.failure.String(), err)
+	if resp == nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return resp, nil
+}
+
+// observe reports a decided call to the observer: the lead limit's
+// policy and decision, denied when the response refuses, would_deny when a
+// shadow limit would have, fallback when the store's local fallback
+// decided.
+func (s *Service) observe(resp *rlspb.RateLimitResponse, lead *floodgate.Check, start time.Time) {
+	if s.opts.observer == nil || lead == nil {
+		return
+	}
+	ev := floodgate.Event{Policy: direct(lead.Limiter).Name(), Decision: lead.Decision, Latency: time.Since(start), Outcome: floodgate.OutcomeAllowed}
+	switch {
+	case lead.Decision.Fallback:
+		ev.Outcome = floodgate.OutcomeFallback // the store's failure policy decided
+	case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
+		ev.Outcome = floodgate.OutcomeDenied
+	case !lead.Decision.Allowed:
+		ev.Outcome = floodgate.OutcomeWouldDeny
+	}
+	s.opts.observer.Observe(ev)
+}
+
+// observeFail reports a call answered by the store's blanket FailOpen or
+// FailClosed as this service's own fail mode is reported (the cause goes
+// to the store's observer).
+func (s *Service) observeFail(lead *floodgate.Check, outcome floodgate.Outcome, start time.Time) {
+	if s.opts.observer == nil {
+		return
+	}
+	ev := floodgate.Event{Policy: "rls", Outcome: outcome, Latency: time.Since(start)}
+	if lead != nil {
+		ev.Policy, ev.Decision = direct(lead.Limiter).Name(), lead.Decision
+	}
+	s.opts.observer.Observe(ev)
+}
+
+// failAnswer is the answer of a call the store could not decide, by
+// mode (FailOpen or FailClosed).
+func (s *Service) failAnswer(ds []dstatus, mode admit.FailMode) *rlspb.RateLimitResponse {
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	for i := range ds {
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		if d := &ds[i]; mode == admit.FailClosed && d.role > roleUnlimited && !d.lm.shadow {
+			st.Code, st.CurrentLimit = rlspb.RateLimitResponse_OVER_LIMIT, d.lm.lims[0].pb
+			if !s.opts.shadow {
+				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		resp.Statuses[i] = st
+	}
+	return resp
+}
