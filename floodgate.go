@@ -173,9 +173,4 @@ var (
 	bootNano = bootWall.UnixNano()
 )
 
-func (systemClock) Now() time.Time { return time.Unix(0, Nanotime()) }
-
-// Nanotime returns the [SystemClock] reading as Unix nanoseconds. It is the
-// cheapest way to read floodgate's clock: monotonic, never backwards, no
-// allocation.
-func Nanotime() int64 { return bootNano + int64(time.Since(bootWall)) }
+func (systemClock) Now() time.Time { return time.Unix(0, bootNano+int64(time.Since(bootWall))) }

@@ -10,5 +10,8 @@
 //
 // Benchmark names follow Benchmark<Group>/<case>/<library>; the report
 // computes, for each group and case, the ratio of floodgate's ns/op to each
-// peer's, from medians over repeated runs.
+// peer's, from medians over repeated runs. The Redis cases also report the
+// Redis server's CPU per operation (redis-cpu-us/op, from INFO cpu), which
+// the report compares in a column of its own; the server must serve nothing
+// else while they run.
 package benchmarks

@@ -97,13 +97,11 @@ func BenchmarkKeyed(b *testing.B) {
 			})
 		})
 	}
+	var pop populated
+	defer pop.close()
 	for _, p := range keyedPeers() {
 		b.Run("zipf1M-parallel/"+p.name, func(b *testing.B) {
-			take, closeFn := p.mk(b)
-			defer closeFn()
-			for _, k := range keys {
-				take(k)
-			}
+			take := pop.get(b, p, keys)
 			b.ReportAllocs()
 			b.ResetTimer()
 			var seed sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,12 @@ import (
 // Redis: one decision per operation against a local redis-server
 // (FLOODGATE_REDIS_ADDR, which scripts/test.sh and scripts/redis.sh start;
 // default 127.0.0.1:16379). Serial: one goroutine, the round-trip latency.
-// Parallel: 64 goroutines, throughput in ops/s. The go-redis based peers get a
+// Parallel: 64 goroutines, throughput in ops/s. Every case also reports the
+// Redis server's CPU per operation (redis-cpu-us/op: the growth of INFO
+// cpu's used_cpu_user + used_cpu_sys over the run, divided by the
+// operations), measured in the same run as the rest, so that a library that
+// is fast on the client because it is costly on the server shows it. The
+// server must serve nobody else meanwhile. The go-redis based peers get a
 // pool of 64 connections (go-redis' default of 20 would cap them). Keys rotate
 // over 10,000 clients with a budget large enough that every call is admitted.
 const redisClients = 10_000
@@ -109,12 +115,15 @@ func BenchmarkRedis(b *testing.B) {
 	for i := range keys {
 		keys[i] = "bench-client:" + strconv.Itoa(i)
 	}
+	admin := newRueidis(b)
+	defer admin.Close()
 	for _, p := range redisPeers() {
 		b.Run("serial/"+p.name, func(b *testing.B) {
 			op, closeFn := p.mk(b)
 			defer closeFn()
 			ctx := context.Background()
 			b.ReportAllocs()
+			cpu0 := serverCPU(b, admin)
 			i := 0
 			for b.Loop() {
 				if err := op(ctx, keys[i%redisClients]); err != nil {
@@ -122,6 +131,7 @@ func BenchmarkRedis(b *testing.B) {
 				}
 				i++
 			}
+			reportServerCPU(b, admin, cpu0)
 		})
 	}
 	for _, p := range redisPeers() {
@@ -131,6 +141,7 @@ func BenchmarkRedis(b *testing.B) {
 			ctx := context.Background()
 			b.SetParallelism(max(1, 64/runtimeProcs()))
 			b.ReportAllocs()
+			cpu0 := serverCPU(b, admin)
 			b.ResetTimer()
 			var next int64
 			var errs = make(chan error, 1)
@@ -148,11 +159,47 @@ func BenchmarkRedis(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+			reportServerCPU(b, admin, cpu0)
 			select {
 			case err := <-errs:
 				b.Fatal(err)
 			default:
 			}
 		})
+	}
+}
+
+// serverCPU returns the Redis server's CPU time so far (INFO cpu:
+// used_cpu_user + used_cpu_sys), in microseconds.
+func serverCPU(tb testing.TB, c rueidis.Client) float64 {
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		tb.Fatalf("INFO cpu: %v", err)
+	}
+	var total float64
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			tb.Fatalf("INFO cpu: %s: %v", line, err)
+		}
+		total += f * 1e6
+		found++
+	}
+	if found != 2 {
+		tb.Fatalf("INFO cpu: no used_cpu_user and used_cpu_sys in %q", info)
+	}
+	return total
+}
+
+// reportServerCPU reports the server's CPU per operation since cpu0.
+func reportServerCPU(b *testing.B, c rueidis.Client, cpu0 float64) {
+	b.StopTimer()
+	if b.N > 0 {
+		b.ReportMetric((serverCPU(b, c)-cpu0)/float64(b.N), "redis-cpu-us/op")
 	}
 }

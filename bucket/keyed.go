@@ -141,7 +141,9 @@ const usPerSecond = int64(time.Second / time.Microsecond)
 func (g *gcra) Spec() algo.Spec { return g.spec }
 
 // Layout implements [algo.Layout].
-func (g *gcra) Layout() (namespace uint64, words, maxLog int) { return g.memNS, 1, 0 }
+func (g *gcra) Layout() (namespace uint64, words, maxLog int, grain int64) {
+	return g.memNS, 1, 0, g.t
+}
 
 // Step is the pure step; see the package documentation for the rules. It is
 // StepWord on W[0].
@@ -203,6 +205,17 @@ func (g *gcra) decide(d *floodgate.Decision, tat, now, retryAfter int64) {
 // reserve.go), then of gcra.Convert (convertLua). p = {interval, burst,
 // span} for the bucket; the reserving twin appends {maxWait, resetIn}.
 const gcraLua = `
+-- decide is the decision of a bucket of interval t, burst and tau = t *
+-- burst whose tat is x at now. (At the top level, not in step: a closure
+-- made per call costs the server time on every decision.)
+local function decide(x, retry, delay, now, t, burst, tau)
+  local rem = math.floor((tau - (x - now)) / t)
+  if rem < 0 then rem = 0 end
+  if rem > burst then rem = burst end
+  local allowed = 1
+  if retry > 0 then allowed = 0 end
+  return {allowed, burst, rem, retry, x - now, delay}
+end
 local function step(s, now, n, p)
   local t, burst, span = p[1], p[2], p[3]
   local tau = t * burst
@@ -210,14 +223,6 @@ local function step(s, now, n, p)
   if tat < now then tat = now end
   if tat - now > span then tat = now + tau end
   s[1] = tat
-  local function decide(x, retry, delay)
-    local rem = math.floor((tau - (x - now)) / t)
-    if rem < 0 then rem = 0 end
-    if rem > burst then rem = burst end
-    local allowed = 1
-    if retry > 0 then allowed = 0 end
-    return {allowed, burst, rem, retry, x - now, delay}
-  end
   if n <= 0 then
     if n < 0 then
       local give = -n * t
@@ -232,20 +237,20 @@ local function step(s, now, n, p)
       end
       s[1] = tat
     end
-    return s, decide(tat, 0, 0)
+    return s, decide(tat, 0, 0, now, t, burst, tau)
   end
   local newTat = tat + n * t
   local wait = newTat - tau - now
   if p[4] then
     local horizon = span - tau
-    if wait > p[4] then return s, decide(tat, wait, 0) end
-    if wait > horizon then return s, decide(tat, wait - horizon, 0) end
+    if wait > p[4] then return s, decide(tat, wait, 0, now, t, burst, tau) end
+    if wait > horizon then return s, decide(tat, wait - horizon, 0, now, t, burst, tau) end
     if wait < 0 then wait = 0 end
     s[1] = newTat
-    return s, decide(newTat, 0, wait)
+    return s, decide(newTat, 0, wait, now, t, burst, tau)
   end
-  if wait > 0 then return s, decide(tat, wait, 0) end
+  if wait > 0 then return s, decide(tat, wait, 0, now, t, burst, tau) end
   s[1] = newTat
-  return s, decide(newTat, 0, 0)
+  return s, decide(newTat, 0, 0, now, t, burst, tau)
 end
 ` + convertLua

@@ -27,7 +27,7 @@ func TestKeyedWordStepAgreesWithStep(t *testing.T) {
 		if !ok {
 			t.Fatalf("%+v: the token bucket does not implement algo.Layout", c)
 		}
-		if ns, words, maxLog := lay.Layout(); ns != sp.Namespace || words != sp.Words || maxLog != sp.MaxLog {
+		if ns, words, maxLog, _ := lay.Layout(); ns != sp.Namespace || words != sp.Words || maxLog != sp.MaxLog {
 			t.Fatalf("%+v: Layout() = (%#x, %d, %d), Spec has (%#x, %d, %d)", c, ns, words, maxLog, sp.Namespace, sp.Words, sp.MaxLog)
 		}
 		ws, ok := alg.(algo.WordStepper)

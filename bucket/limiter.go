@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 )
 
 // Limit is a rate of events per second, as in golang.org/x/time/rate. A zero
@@ -119,19 +120,19 @@ const (
 	maxInterval = 1e250
 )
 
-// The limiter clock is floodgate.Nanotime() shifted to the time this package
+// The limiter clock is monotime.Nanotime() shifted to the time this package
 // was initialised; explicit times are mapped onto it through epoch, using the
 // monotonic reading when they carry one. epoch is taken between two readings
 // around epochNano so that both mappings agree to a few nanoseconds.
 var epoch, epochNano = func() (time.Time, int64) {
 	a := time.Now()
-	n := floodgate.Nanotime()
+	n := monotime.Nanotime()
 	b := time.Now()
 	return a.Add(b.Sub(a) / 2), n
 }()
 
 // clockNow reads floodgate's monotonic clock on the limiter's time scale.
-func clockNow() int64 { return floodgate.Nanotime() - epochNano }
+func clockNow() int64 { return monotime.Nanotime() - epochNano }
 
 // toNS maps t onto the limiter clock, saturating far from the present.
 func toNS(t time.Time) int64 {

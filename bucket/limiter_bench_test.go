@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"golang.org/x/time/rate"
 )
 
@@ -82,11 +82,11 @@ func BenchmarkAllow(b *testing.B) {
 var sinkNS int64
 
 // BenchmarkClock measures the clock reads the two limiters pay for in Allow:
-// floodgate.Nanotime (floodgate) and time.Now (x/time/rate).
+// monotime.Nanotime (floodgate) and time.Now (x/time/rate).
 func BenchmarkClock(b *testing.B) {
-	b.Run("floodgate.Nanotime", func(b *testing.B) {
+	b.Run("monotime.Nanotime", func(b *testing.B) {
 		for b.Loop() {
-			sinkNS += floodgate.Nanotime()
+			sinkNS += monotime.Nanotime()
 		}
 	})
 	b.Run("time.Now", func(b *testing.B) {

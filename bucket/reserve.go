@@ -45,8 +45,8 @@ type gcraTwin struct {
 func (r *gcraTwin) Spec() algo.Spec { return r.spec }
 
 // Layout implements [algo.Layout].
-func (r *gcraTwin) Layout() (namespace uint64, words, maxLog int) {
-	return r.g.memNS, 1, 0
+func (r *gcraTwin) Layout() (namespace uint64, words, maxLog int, grain int64) {
+	return r.g.memNS, 1, 0, r.g.t
 }
 
 func (r *gcraTwin) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {

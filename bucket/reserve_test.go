@@ -295,7 +295,7 @@ func TestReserveTwinFastPaths(t *testing.T) {
 		if sp.Namespace != base.Namespace || sp.Words != 1 || sp.MaxLog != 0 || sp.Capacity != base.Capacity || sp.Policy != "twins" || sp.Name != "token-bucket+reserve" || len(sp.Lua.Params) != 5 {
 			t.Fatalf("twin Spec %+v, bucket Spec %+v", sp, base)
 		}
-		if ns, w, ml := tw.(algo.Layout).Layout(); ns != sp.Namespace || w != 1 || ml != 0 {
+		if ns, w, ml, _ := tw.(algo.Layout).Layout(); ns != sp.Namespace || w != 1 || ml != 0 {
 			t.Fatalf("Layout() = %x, %d, %d", ns, w, ml)
 		}
 		tat := keyedEpoch + rng.Int64N(40*usSecond) - 20*usSecond

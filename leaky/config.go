@@ -159,6 +159,7 @@ func (c Config) Algorithm() (algo.Algorithm, error) {
 	// Redis value keeps beside its state.
 	a.spec.Lua.StateParams = 2
 	a.memNS = a.spec.Namespace
+	a.grain = algo.Grain(a.spec)
 	a.reserveSpec = a.spec
 	a.reserveSpec.Name = reserveName
 	return a, nil

@@ -47,8 +47,8 @@ type twin struct {
 func (t *twin) Spec() algo.Spec { return t.spec }
 
 // Layout implements [algo.Layout].
-func (t *twin) Layout() (namespace uint64, words, maxLog int) {
-	return t.a.memNS, t.spec.Words, t.spec.MaxLog
+func (t *twin) Layout() (namespace uint64, words, maxLog int, grain int64) {
+	return t.a.memNS, t.spec.Words, t.spec.MaxLog, t.a.grain
 }
 
 func (t *twin) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Decision) {

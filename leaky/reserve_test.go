@@ -270,7 +270,7 @@ func TestReserveTwinFastPaths(t *testing.T) {
 		require.Equal(t, base.Capacity, sp.Capacity)
 		require.Equal(t, base.Words, sp.Words)
 		require.Len(t, sp.Lua.Params, len(base.Lua.Params)+2)
-		ns, w, ml := tw.(algo.Layout).Layout()
+		ns, w, ml, _ := tw.(algo.Layout).Layout()
 		require.Equal(t, [3]any{base.Namespace, 3, 0}, [3]any{ns, w, ml})
 		now := t0 + rng.Int64N(sec)
 		var s algo.State

@@ -34,6 +34,7 @@ type algorithm struct {
 	// stores read the limit's versions (vs) through.
 	memNS uint64
 	vs    *algo.Versions
+	grain int64 // algo.Grain(spec)
 }
 
 // reservation is the argument of a reserving twin's step: nil for the
@@ -56,8 +57,8 @@ func (a *algorithm) Spec() algo.Spec { return a.spec }
 
 // Layout implements [algo.Layout]: Spec's namespace, words and log bound,
 // without copying the whole Spec.
-func (a *algorithm) Layout() (namespace uint64, words, maxLog int) {
-	return a.memNS, a.spec.Words, a.spec.MaxLog
+func (a *algorithm) Layout() (namespace uint64, words, maxLog int, grain int64) {
+	return a.memNS, a.spec.Words, a.spec.MaxLog, a.grain
 }
 
 // Step implements [algo.Algorithm]: a request of cost n at now (Unix µs).
@@ -237,15 +238,18 @@ func satSub(a, b int64) int64 {
 // stays an integer below 2^53; fdiv corrects the rounding of a/b so that it
 // is the exact floor, like Go's division on the same (non-negative) values.
 const stepLua = `
+-- fdiv, cdiv and idleat are made once, not per call: a closure made on
+-- every decision costs the server time.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function cdiv(a, b) return fdiv(a + b - 1, b) end
+local function idleat(l, e, rate) return (l + cdiv(1000 * (e + 1000), rate)) * 1000 end
 local function step(s, now, n, p)
   local rate, burst, dly, mscap, limit, maxexc = p[1], p[2], p[3], p[4], p[5], p[6]
   local maxwait, resetin = p[7], p[8]
-  local function fdiv(a, b)
-    local q = math.floor(a / b)
-    if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-    return q
-  end
-  local function cdiv(a, b) return fdiv(a + b - 1, b) end
   local maxlast = 1125899906842624
   local last = s[2] or 0
   if last < -maxlast then last = -maxlast elseif last > maxlast then last = maxlast end
@@ -261,13 +265,12 @@ local function step(s, now, n, p)
   local leaked = exc - fdiv(rate * ms, 1000)
   local base = leaked + 1000
   if base < 0 then base = 0 end
-  local function idleat(l, e) return (l + cdiv(1000 * (e + 1000), rate)) * 1000 end
   local function decide(allowed, b, l, e)
     local rem = 0
     if b <= burst then rem = fdiv(burst - b, 1000) + 1 end
     local reset = 0
     if rem < limit then
-      reset = idleat(l, e) - now
+      reset = idleat(l, e, rate) - now
       if reset < 0 then reset = 0 end
     end
     return {allowed, limit, rem, 0, reset, 0}
@@ -276,14 +279,14 @@ local function step(s, now, n, p)
   local function retryafter(bound)
     local allow = bound - (n - 1) * 1000
     local at
-    if allow < 0 then at = idleat(last, exc)
+    if allow < 0 then at = idleat(last, exc, rate)
     else at = (last + cdiv((exc + 1000 - allow) * 1000, rate)) * 1000 end
     local ra = at - now
     if ra < 1 then ra = 1 end
     return ra
   end
   local function hold(retry)
-    s[1] = idleat(last, exc)
+    s[1] = idleat(last, exc, rate)
     s[2] = last
     s[3] = exc
     if retry == 0 then return s, decide(1, base, last, exc) end
@@ -307,7 +310,7 @@ local function step(s, now, n, p)
   elseif n < 0 then
     local give = -n * 1000
     if resetin then
-      local us = idleat(last, exc) - now - resetin
+      local us = idleat(last, exc, rate) - now - resetin
       if us > 0 then
         local bms = cdiv(us, 1000)
         if bms >= fdiv(1000000, rate) then return hold(0) end
@@ -321,7 +324,7 @@ local function step(s, now, n, p)
     return hold(0)
   end
   if ms ~= 0 then last = nowms end
-  s[1] = idleat(last, e1)
+  s[1] = idleat(last, e1, rate)
   s[2] = last
   s[3] = e1
   local b1 = e1 + 1000

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
@@ -147,7 +148,7 @@ type Limiter struct {
 	maxKeys     int
 	divFall     bool
 	hbEvery     time.Duration
-	clock       floodgate.Clock // nil: floodgate.Nanotime
+	clock       floodgate.Clock // nil: monotime.Nanotime
 	observer    floodgate.Observer
 	lastErr     atomic.Pointer[error] // the last failed grant's
 	member      string
@@ -307,7 +308,7 @@ func (c *Config) withDefaults() error {
 // now is the limiter's clock in nanoseconds.
 func (l *Limiter) now() int64 {
 	if l.clock == nil {
-		return floodgate.Nanotime()
+		return monotime.Nanotime()
 	}
 	return l.clock.Now().UnixNano()
 }
@@ -516,7 +517,7 @@ func (l *Limiter) onFailure(ctx context.Context, e *entry, key string, n int64) 
 // at that grant (divided too): the fallback starts where the limit was,
 // not with a full burst on every node.
 func (l *Limiter) divide(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
-	start := floodgate.Nanotime()
+	start := monotime.Nanotime()
 	lim := l.divided.Load().lim
 	switch {
 	case e == nil:
@@ -546,7 +547,7 @@ func (l *Limiter) divide(ctx context.Context, e *entry, key string, n int64) (fl
 			cause = *p
 		}
 		l.observer.Observe(floodgate.Event{Source: floodgate.SourceStore, Policy: l.cfg.Name, Outcome: floodgate.OutcomeFallback,
-			Decision: d, Err: cause, Latency: time.Duration(floodgate.Nanotime() - start)})
+			Decision: d, Err: cause, Latency: time.Duration(monotime.Nanotime() - start)})
 	}
 	return d, nil
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 	"weak"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 )
 
 // resolver caches a ResolveFunc's answers, shared by the Sets of a Live:
@@ -33,7 +33,7 @@ type resolver struct {
 	f       ResolveFunc
 	ttl     time.Duration
 	max     int
-	now     atomic.Int64 // floodgate.Nanotime, moved every tick
+	now     atomic.Int64 // monotime.Nanotime, moved every tick
 	answers *snapshot[cached]
 
 	mu     sync.Mutex
@@ -60,7 +60,7 @@ type call struct {
 
 func newResolver(f ResolveFunc, ttl time.Duration, max int) *resolver {
 	r := &resolver{f: f, ttl: ttl, max: max, answers: newSnapshot(map[string]cached{}), flight: map[string]*call{}}
-	r.now.Store(floodgate.Nanotime())
+	r.now.Store(monotime.Nanotime())
 	tick(weak.Make(r), min(ttl/10, 100*time.Millisecond))
 	return r
 }
@@ -70,7 +70,7 @@ func newResolver(f ResolveFunc, ttl time.Duration, max int) *resolver {
 func tick(wr weak.Pointer[resolver], d time.Duration) {
 	time.AfterFunc(d, func() {
 		if r := wr.Value(); r != nil {
-			r.now.Store(floodgate.Nanotime())
+			r.now.Store(monotime.Nanotime())
 			tick(wr, d)
 		}
 	})

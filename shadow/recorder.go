@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
@@ -172,7 +173,7 @@ func New(cfg Config) (*Recorder, error) {
 	empty := []nsEntry{}
 	r.cache.Store(&empty)
 	if cfg.Clock == nil {
-		r.coarse.Store(floodgate.Nanotime())
+		r.coarse.Store(monotime.Nanotime())
 		r.stop = make(chan struct{})
 		go r.tick()
 	} else {
@@ -190,7 +191,7 @@ func (r *Recorder) tick() {
 		case <-r.stop:
 			return
 		case <-t.C:
-			r.coarse.Store(floodgate.Nanotime())
+			r.coarse.Store(monotime.Nanotime())
 		}
 	}
 }

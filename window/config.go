@@ -175,20 +175,23 @@ type params struct {
 	// stores read the limit's versions (vs) through.
 	memNS uint64
 	vs    *algo.Versions
+	grain int64 // w / limit: algo.Grain of spec
 }
 
 // Spec implements [algo.Algorithm].
 func (p *params) Spec() algo.Spec { return p.spec }
 
 // Layout implements [algo.Layout].
-func (p *params) Layout() (uint64, int, int) { return p.memNS, p.spec.Words, p.spec.MaxLog }
+func (p *params) Layout() (uint64, int, int, int64) {
+	return p.memNS, p.spec.Words, p.spec.MaxLog, p.grain
+}
 
 // params builds an algorithm's params; the namespace is the limit's
 // identity (see [algo.Identity]).
 func (c Config) params(name string, words, maxLog int, lua string) params {
 	limit, w := c.Limit, c.micros()
 	ns := algo.Identity(name, c.Name, fmt.Sprintf("%d/%d", limit, w))
-	return params{limit: limit, w: w, memNS: ns, spec: algo.Spec{
+	return params{limit: limit, w: w, memNS: ns, grain: w / max(limit, 1), spec: algo.Spec{
 		Name:      name,
 		Policy:    c.Name,
 		Namespace: ns,

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/middleware"
 )
@@ -230,7 +231,7 @@ func (c *Core) Start() int64 {
 	if c.cfg.Observer == nil {
 		return 0
 	}
-	return floodgate.Nanotime()
+	return monotime.Nanotime()
 }
 
 func (c *Core) take(ctx context.Context, checks []floodgate.Check) (d floodgate.Decision, err error) {
@@ -453,7 +454,7 @@ func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v V
 	ev.Tier = c.cfg.Tier
 	ev.Err = v.Err
 	if start != 0 {
-		ev.Latency = time.Duration(floodgate.Nanotime() - start)
+		ev.Latency = time.Duration(monotime.Nanotime() - start)
 	}
 	if len(checks) == 0 {
 		ev.Outcome, ev.Decision, ev.Policy = v.Outcome, v.Decision, c.cfg.Name

@@ -1,4 +1,4 @@
-// Package coarse is a cached reading of [floodgate.Nanotime], refreshed by
+// Package coarse is a cached reading of [monotime.Nanotime], refreshed by
 // one goroutine at a fixed resolution, for the hot paths that opt in to a
 // clock that costs one atomic load instead of a clock read (memstore's
 // WithCoarseClock).
@@ -6,7 +6,7 @@
 // A Clock is shared by every user of one resolution in the process and runs
 // its goroutine only while at least one user holds it ([Acquire] /
 // [Clock.Release]). Its readings never go backwards and are never ahead of
-// floodgate.Nanotime; they lag it by up to the resolution, plus the time the
+// monotime.Nanotime; they lag it by up to the resolution, plus the time the
 // refreshing goroutine waits for a processor when every processor is busy.
 package coarse
 
@@ -15,12 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 )
 
 // Clock is a shared coarse clock. Its methods are safe for concurrent use.
 type Clock struct {
-	micros atomic.Int64 // floodgate.Nanotime / 1000 at the last refresh
+	micros atomic.Int64 // monotime.Nanotime / 1000 at the last refresh
 	res    time.Duration
 
 	// Guarded by clocks.mu.
@@ -83,7 +83,7 @@ func (c *Clock) Resolution() time.Duration { return c.res }
 // goroutines of one clock may overlap for an instant after a Release and
 // an Acquire).
 func (c *Clock) refresh() {
-	now := floodgate.Nanotime() / 1000
+	now := monotime.Nanotime() / 1000
 	for {
 		old := c.micros.Load()
 		if now <= old || c.micros.CompareAndSwap(old, now) {

@@ -5,16 +5,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 )
 
 // TestReadings checks the contract: a reading is never ahead of
-// floodgate.Nanotime, never goes backwards, and follows the clock.
+// monotime.Nanotime, never goes backwards, and follows the clock.
 func TestReadings(t *testing.T) {
 	c := Acquire(time.Millisecond)
 	defer c.Release()
 	first := c.Micros()
-	if now := floodgate.Nanotime() / 1000; first > now || first == 0 {
+	if now := monotime.Nanotime() / 1000; first > now || first == 0 {
 		t.Fatalf("first reading %d, clock %d: want 0 < reading <= clock", first, now)
 	}
 	prev := first
@@ -24,7 +24,7 @@ func TestReadings(t *testing.T) {
 			t.Fatalf("the reading moved %dus in 5s", prev-first)
 		}
 		got := c.Micros()
-		if now := floodgate.Nanotime() / 1000; got > now {
+		if now := monotime.Nanotime() / 1000; got > now {
 			t.Fatalf("reading %d ahead of the clock %d", got, now)
 		}
 		if got < prev {

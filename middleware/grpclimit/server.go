@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/describe"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
@@ -367,7 +368,7 @@ func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.Ser
 	obs := i.cfg.observer
 	var start int64
 	if obs != nil {
-		start = floodgate.Nanotime()
+		start = monotime.Nanotime()
 	}
 	ev := floodgate.Event{Source: floodgate.SourceRequest, Policy: i.cfg.name, Tier: i.cfg.tier}
 	actx := ctx
@@ -397,7 +398,7 @@ func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.Ser
 	}
 	if obs != nil {
 		ev.Route, ev.Err = i.route(method), err
-		ev.Latency = time.Duration(floodgate.Nanotime() - start)
+		ev.Latency = time.Duration(monotime.Nanotime() - start)
 		obs.Observe(ev)
 	}
 	if refusal != nil || !ok {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/middleware"
 )
@@ -117,7 +118,7 @@ func (c *config) start() int64 {
 	if c.observer == nil {
 		return 0
 	}
-	return floodgate.Nanotime()
+	return monotime.Nanotime()
 }
 
 // event starts the observer's event of a shedding decision that began at
@@ -125,7 +126,7 @@ func (c *config) start() int64 {
 func (c *config) event(start int64) floodgate.Event {
 	ev := floodgate.Event{Source: floodgate.SourceRequest, Policy: c.name, Tier: c.tier, Route: c.route}
 	if c.observer != nil {
-		ev.Latency = time.Duration(floodgate.Nanotime() - start)
+		ev.Latency = time.Duration(monotime.Nanotime() - start)
 	}
 	return ev
 }

@@ -120,12 +120,25 @@ type Algorithm interface {
 // Layout is an optional interface of an [Algorithm]: the part of its [Spec]
 // that a store needs on every call, returned in registers instead of the
 // whole Spec by value. When an algorithm implements it, the values must be
-// those of its Spec (Words, MaxLog) and its namespace in memory: the Spec's
-// Namespace, or [VersionNamespace] of the Spec for a [Lineage] (see
-// [MemoryNamespace]); stores that look for it may then skip the Spec call
-// on their hot path.
+// those of its Spec (Words, MaxLog), its namespace in memory (the Spec's
+// Namespace, or [VersionNamespace] of the Spec for a [Lineage], see
+// [MemoryNamespace]) and its [Grain]; stores that look for it may then skip
+// the Spec call on their hot path.
 type Layout interface {
-	Layout() (namespace uint64, words, maxLog int)
+	Layout() (namespace uint64, words, maxLog int, grain int64)
+}
+
+// Grain is the time one unit of cost takes at the limit's rate, in
+// microseconds: Spec.Window / Spec.Quota, rounded down (0 when either is
+// not positive). A clock that lags by a small part of it moves the
+// algorithm's decisions by that part of one unit; a store may pick its time
+// source by it (see package memstore).
+func Grain(sp Spec) int64 {
+	w := sp.Window.Microseconds()
+	if w <= 0 || sp.Quota <= 0 {
+		return 0
+	}
+	return w / sp.Quota
 }
 
 // WordStepper is an optional interface of an [Algorithm] whose state is one

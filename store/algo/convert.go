@@ -201,7 +201,7 @@ func VersionNamespace(sp Spec) uint64 {
 // memory keeps alg's states: its Layout's namespace, else Spec.Namespace.
 func MemoryNamespace(alg Algorithm) uint64 {
 	if l, ok := alg.(Layout); ok {
-		ns, _, _ := l.Layout()
+		ns, _, _, _ := l.Layout()
 		return ns
 	}
 	return alg.Spec().Namespace

@@ -242,7 +242,7 @@ func (s *Store) commitEntries(ents []entry, now int64, keep []uint64, movedOnly 
 func layout(alg algo.Algorithm) (ns uint64, ti int, err error) {
 	var words, maxLog int
 	if l, ok := alg.(algo.Layout); ok {
-		ns, words, maxLog = l.Layout()
+		ns, words, maxLog, _ = l.Layout()
 	} else {
 		sp := alg.Spec()
 		ns, words, maxLog = sp.Namespace, sp.Words, sp.MaxLog

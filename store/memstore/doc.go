@@ -12,13 +12,21 @@
 //
 // The store owns time: each Apply reads the clock once, under the key's
 // lock, and hands the algorithm Unix microseconds. The default clock is
-// [floodgate.Nanotime] (monotonic, never backwards); [WithClock] injects
+// the monotonic system clock ([floodgate.SystemClock]'s readings, never
+// backwards); [WithClock] injects
 // another one for tests. [WithCoarseClock] opts in to a cached time,
 // refreshed every resolution (say 1ms) by one goroutine shared by the
 // process: one atomic load instead of a clock read, about a third of a
 // decision on a hot key, for decisions made up to the resolution late, and
 // later on a machine short of processors (see WithCoarseClock for the
-// accuracy cost). Algorithms cope with a clock that goes backwards;
+// accuracy cost). The rule: only the algorithms whose grain ([algo.Grain],
+// the time one unit of cost takes at their rate, e.g. 10ms at 100 per
+// second) spans ten resolutions read it, so that a resolution's lag moves a
+// decision by at most a tenth of a unit; faster rates keep the exact clock,
+// and so does ApplyAll. The default stays the exact clock for every
+// algorithm: the store conformance suite (storetest) asks RetryAfter,
+// ResetAfter and Remaining to be those of a time within the call, which a
+// cached time, always behind, cannot give. Algorithms cope with a clock that goes backwards;
 // note only that a key dropped because it was full (see below) is fresh
 // after a backward jump, where a kept state might have had a little less.
 //

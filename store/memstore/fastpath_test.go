@@ -156,8 +156,8 @@ func requireFastPathMatchesStep(t *testing.T, alg algo.Algorithm, nkeys, steps i
 // Spec, which the store must then not need).
 type layoutAlg struct{ words, maxLog int }
 
-func (a layoutAlg) Spec() algo.Spec            { return algo.Spec{Name: "layout", Words: 1} }
-func (a layoutAlg) Layout() (uint64, int, int) { return 0x1a, a.words, a.maxLog }
+func (a layoutAlg) Spec() algo.Spec                   { return algo.Spec{Name: "layout", Words: 1} }
+func (a layoutAlg) Layout() (uint64, int, int, int64) { return 0x1a, a.words, a.maxLog, 0 }
 func (a layoutAlg) Step(s algo.State, now, n int64) (algo.State, floodgate.Decision) {
 	return s, floodgate.Decision{Allowed: true}
 }
@@ -174,7 +174,7 @@ func TestApplyRejectsBadLayout(t *testing.T) {
 // panicStateAlg panics in StepState, the in-place path's step.
 type panicStateAlg struct{ panicAlg }
 
-func (panicStateAlg) Layout() (uint64, int, int) { return 0xbad2, 3, 0 }
+func (panicStateAlg) Layout() (uint64, int, int, int64) { return 0xbad2, 3, 0, 0 }
 func (panicStateAlg) StepState(*algo.State, int64, int64, *floodgate.Decision) {
 	panic("faulty algorithm")
 }
@@ -186,7 +186,7 @@ func TestPanickingStateStepDoesNotLockTheShard(t *testing.T) {
 // panicWordAlg panics in StepWord, the fast path's step.
 type panicWordAlg struct{ panicAlg }
 
-func (panicWordAlg) Layout() (uint64, int, int) { return 0xbad, 1, 0 }
+func (panicWordAlg) Layout() (uint64, int, int, int64) { return 0xbad, 1, 0, 0 }
 func (panicWordAlg) StepWord(int64, int64, int64, *floodgate.Decision) int64 {
 	panic("faulty algorithm")
 }
@@ -207,8 +207,13 @@ func TestShippedLayoutsMatchSpecs(t *testing.T) {
 			t.Errorf("%s does not implement algo.Layout", sp.Name)
 			continue
 		}
-		if ns, words, maxLog := l.Layout(); ns != sp.Namespace || words != sp.Words || maxLog != sp.MaxLog {
+		if ns, words, maxLog, _ := l.Layout(); ns != sp.Namespace || words != sp.Words || maxLog != sp.MaxLog {
 			t.Errorf("%s: Layout() = (%#x, %d, %d), Spec has (%#x, %d, %d)", sp.Name, ns, words, maxLog, sp.Namespace, sp.Words, sp.MaxLog)
+		}
+		// The grain is algo.Grain of the Spec, or one more microsecond
+		// (the token bucket's interval is rounded up).
+		if _, _, _, grain := l.Layout(); grain < algo.Grain(sp) || grain > algo.Grain(sp)+1 || grain <= 0 {
+			t.Errorf("%s: Layout's grain %d, want algo.Grain(Spec) = %d (or one more)", sp.Name, grain, algo.Grain(sp))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/coarse"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -45,6 +46,9 @@ type Store struct {
 	// resolution (0 without it), so that a caller that waits RetryAfter is
 	// not denied again because the cached time lagged more at its retry.
 	slack time.Duration
+	// minGrain is the least grain (algo.Grain, µs) of an algorithm that
+	// reads coarse: coarseGrains resolutions.
+	minGrain int64
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -97,6 +101,7 @@ func New(opts ...Option) (*Store, error) {
 	}
 	if c.coarse > 0 {
 		s.coarse, s.slack = coarse.Acquire(c.coarse), c.coarse
+		s.minGrain = coarseGrains * c.coarse.Microseconds()
 		s.clockDone = runtime.AddCleanup(s, (*coarse.Clock).Release, s.coarse)
 	}
 	s.sw = newSweeper(s.shards, timeSource{s.clock, s.coarse}, c.sweep)
@@ -119,8 +124,28 @@ func New(opts ...Option) (*Store, error) {
 // now reads the store's clock in Unix microseconds.
 func (s *Store) now() int64 { return timeSource{s.clock, s.coarse}.micros() }
 
+// nowFor reads the time of a decision of an algorithm of the given grain
+// (algo.Grain), in Unix microseconds, and returns with it the slack that its
+// denials add to RetryAfter: the coarse clock (WithCoarseClock) for an
+// algorithm whose grain is at least minGrain, else the exact clock.
+func (s *Store) nowFor(grain int64) (int64, time.Duration) {
+	if s.coarse != nil && grain >= s.minGrain {
+		return s.coarse.Micros(), s.slack
+	}
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro(), 0
+	}
+	return monotime.Nanotime() / 1000, 0
+}
+
+// coarseGrains is how many of its resolutions the grain of an algorithm
+// must span for WithCoarseClock to apply to it: the clock's lag is then at
+// most a tenth of the time one unit of cost takes (while the process gets
+// a processor every resolution).
+const coarseGrains = 10
+
 // timeSource is where a store reads time: the coarse clock when set, else
-// clock, else [floodgate.Nanotime].
+// clock, else monotime.Nanotime.
 type timeSource struct {
 	clock  floodgate.Clock
 	coarse *coarse.Clock
@@ -134,7 +159,7 @@ func (ts timeSource) micros() int64 {
 	if ts.clock != nil {
 		return ts.clock.Now().UnixMicro()
 	}
-	return floodgate.Nanotime() / 1000
+	return monotime.Nanotime() / 1000
 }
 
 // ids returns the table id and the check hash of (key, ns), and the index
@@ -178,15 +203,16 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	var (
 		ns            uint64
 		words, maxLog int
+		grain         int64
 	)
 	if l, ok := alg.(algo.Layout); ok {
-		ns, words, maxLog = l.Layout()
+		ns, words, maxLog, grain = l.Layout()
 	} else {
 		if alg == nil {
 			return floodgate.Decision{}, fmt.Errorf("%w: memstore: nil algorithm", floodgate.ErrInvalidConfig)
 		}
 		sp := alg.Spec()
-		ns, words, maxLog = sp.Namespace, sp.Words, sp.MaxLog
+		ns, words, maxLog, grain = sp.Namespace, sp.Words, sp.MaxLog, algo.Grain(sp)
 	}
 	if words < 1 || words > algo.MaxWords || maxLog < 0 {
 		return floodgate.Decision{}, fmt.Errorf("%w: memstore: algorithm %q needs %d words and a log of %d, want 1..%d words and a log >= 0",
@@ -214,7 +240,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	if s.closed.Load() {
 		return floodgate.Decision{}, floodgate.ErrClosed
 	}
-	now := s.now()
+	now, slack := s.nowFor(grain)
 	t := &sh.tables[ti]
 	i := t.find(id, chk)
 	if ws != nil {
@@ -247,7 +273,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 		d := &sh.dec
 		ra := d.RetryAfter
 		if ra > 0 {
-			ra += s.slack
+			ra += slack
 		}
 		return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 			RetryAfter: ra, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
@@ -256,7 +282,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	d := &sh.dec
 	ra := d.RetryAfter
 	if ra > 0 {
-		ra += s.slack
+		ra += slack
 	}
 	return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		RetryAfter: ra, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil

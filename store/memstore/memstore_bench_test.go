@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -98,7 +99,7 @@ func BenchmarkTakeHotKeyCoarseClock(b *testing.B) {
 func BenchmarkClock(b *testing.B) {
 	var sink int64
 	for b.Loop() {
-		sink += floodgate.Nanotime() / 1000
+		sink += monotime.Nanotime() / 1000
 	}
 	runtime.KeepAlive(sink)
 }

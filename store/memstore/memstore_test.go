@@ -628,3 +628,54 @@ func TestCoarseClockReleased(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestCoarseClockOnlyForSlowRates: WithCoarseClock applies to an algorithm
+// whose grain spans ten resolutions (its denials carry the resolution's
+// slack), and a faster one keeps the exact clock (no slack: RetryAfter is
+// the exact refill time, less the time between the two takes).
+func TestCoarseClockOnlyForSlowRates(t *testing.T) {
+	const res = 5 * time.Millisecond // a resolution no other test uses
+	s, err := memstore.New(memstore.WithCoarseClock(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	// take drains a fresh key and returns the RetryAfter of the next take
+	// and the time the two took.
+	take := func(l *store.Limiter, key string) (time.Duration, time.Duration) {
+		start := time.Now()
+		if d, err := l.Take(ctx, key, 1); err != nil || !d.Allowed {
+			t.Fatalf("first take: %+v, %v", d, err)
+		}
+		d, err := l.Take(ctx, key, 1)
+		if err != nil || d.Allowed {
+			t.Fatalf("second take: %+v, %v; want a denial", d, err)
+		}
+		return d.RetryAfter, time.Since(start)
+	}
+
+	// grain 49ms < ten resolutions: exact, every time.
+	fast := floodgate.Rate{N: 1, Per: 10*res - time.Millisecond}
+	l := keyed(t, s, bucket.Config{Rate: fast, Burst: 1})
+	for i := range 20 {
+		ra, took := take(l, fmt.Sprint("fast", i))
+		if ra > fast.Per || ra < fast.Per-took-time.Microsecond {
+			t.Fatalf("grain 49ms: RetryAfter %v, want in [%v, %v]: the exact clock, no slack", ra, fast.Per-took, fast.Per)
+		}
+	}
+	// grain 50ms: cached. Both takes see the same cached time unless a
+	// refresh falls between them, so RetryAfter is the period plus the
+	// slack: seen at least once in 20 tries.
+	slow := floodgate.Rate{N: 1, Per: 10 * res}
+	l = keyed(t, s, bucket.Config{Rate: slow, Burst: 1})
+	var seen []time.Duration
+	for i := range 20 {
+		ra, _ := take(l, fmt.Sprint("slow", i))
+		if ra == slow.Per+res {
+			return
+		}
+		seen = append(seen, ra)
+	}
+	t.Fatalf("grain 50ms: RetryAfter never %v (the cached time and its slack): %v", slow.Per+res, seen)
+}

@@ -81,7 +81,7 @@ func WithSweepInterval(d time.Duration) Option {
 }
 
 // WithClock makes the store read time from clock instead of
-// [floodgate.Nanotime] (for tests). The clock is read once per Apply, under
+// the monotonic system clock (for tests). The clock is read once per Apply, under
 // the key's lock, and converted to Unix microseconds.
 func WithClock(clock floodgate.Clock) Option {
 	return Option{func(c *config) error {
@@ -102,13 +102,18 @@ const (
 // WithCoarseClock makes the store read a cached time, refreshed every
 // resolution (100µs..100ms; 1ms is the usual choice) by one background
 // goroutine shared by every store of the process with that resolution,
-// instead of reading [floodgate.Nanotime] on every call. A decision then
-// costs an atomic load instead of a clock read: about a third of a
-// decision on one hot key on a KVM guest (BenchmarkKeyed/hot in the
-// benchmarks module: 86 against 127 ns of CPU a decision).
+// instead of reading the system clock on every call, for the algorithms
+// slow enough for it: those whose grain ([algo.Grain], the time one unit
+// of cost takes at their rate) is at least ten resolutions (at 1ms: at
+// most 100 units per second per key). The others keep reading the exact
+// clock: their rate needs it. A decision on the cached time costs an
+// atomic load instead of a clock read: about a third of a decision on one
+// hot key on a KVM guest (BenchmarkKeyed/hot in the benchmarks module: 86
+// against 127 ns of CPU a decision).
 //
-// The accuracy cost: every decision is made at a time up to resolution
-// behind the real one, and more when the process is short of processors
+// The accuracy cost, for the algorithms that read it: every decision is
+// made at a time up to resolution (a tenth of a unit's time) behind the
+// real one, and more when the process is short of processors
 // (the refreshing goroutine waits for one like any other: on a loaded
 // 2-core machine it was seen over 50ms behind), and decisions made within
 // one resolution see the same time. The store's time never goes
@@ -123,7 +128,10 @@ const (
 // resolutions too long.
 //
 // It replaces [WithClock] (the later of the two options wins); the sweeper
-// reads the same time.
+// reads the cached time. ApplyAll and the faster algorithms read the exact
+// clock: a key stepped at an exact time and then at a cached, earlier one
+// counts the earlier time as the later (the algorithms never let time go
+// backwards).
 func WithCoarseClock(resolution time.Duration) Option {
 	return Option{func(c *config) error {
 		if resolution < minCoarse || resolution > maxCoarse {

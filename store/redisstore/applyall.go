@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/redis/rueidis"
+
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -54,7 +57,7 @@ import (
 func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
 	var start int64
 	if s.observer != nil {
-		start = floodgate.Nanotime()
+		start = monotime.Nanotime()
 	}
 	if len(out) < len(ops) {
 		return false, fmt.Errorf("%w: redisstore: ApplyAll with %d ops and %d decisions", floodgate.ErrInvalidConfig, len(ops), len(out))
@@ -107,6 +110,7 @@ type group struct {
 	args   []string // ARGV; args[1] is the mode
 	opsAt  int      // index in args of the first op's fields (key, policy, cost)
 	script *script
+	twins  []uint16 // the script's twins, sorted
 }
 
 // op returns the index in the call of the group's j-th op.
@@ -194,6 +198,7 @@ func (s *Store) buildGroup(ops []store.Op, ps []*policy, idx []int) (group, erro
 	}
 	slices.Sort(ids)
 	g.script = scriptFor(kindGroup, ids)
+	g.twins = slices.Clone(ids)
 	g.keys = make([]string, len(entries))
 	for e, en := range entries {
 		g.keys[e] = s.redisKey(en.key, en.p.nsHex)
@@ -241,11 +246,7 @@ func (g *group) peek() group {
 // for several.
 func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, commit bool) (bool, error) {
 	if len(gs) == 1 {
-		mode := modeEvaluate
-		if commit {
-			mode = modeCommit
-		}
-		return s.exec(ctx, &gs[0], mode, out)
+		return s.runOne(ctx, &gs[0], out, commit)
 	}
 	res := make([]result, len(gs))
 	eval := modeEvaluate
@@ -310,6 +311,19 @@ func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, c
 	return false, errors.Join(errs...)
 }
 
+// runOne decides a call of one group: one script, coalesced with other
+// calls of the same script where the store coalesces.
+func (s *Store) runOne(ctx context.Context, g *group, out []floodgate.Decision, commit bool) (bool, error) {
+	mode := modeEvaluate
+	if commit {
+		mode = modeCommit
+	}
+	if s.coalesce > 0 && !s.cluster {
+		return s.groupCoalescerFor(g).do(ctx, g, mode, out)
+	}
+	return s.exec(ctx, g, mode, out)
+}
+
 // result is what one group's script reported.
 type result struct {
 	all bool
@@ -342,6 +356,11 @@ func (s *Store) exec(ctx context.Context, g *group, mode string, out []floodgate
 	if err != nil {
 		return false, err
 	}
+	return decodeGroup(arr, g, out)
+}
+
+// decodeGroup reads the reply of g's script (rungroup's) into out.
+func decodeGroup(arr []rueidis.RedisMessage, g *group, out []floodgate.Decision) (bool, error) {
 	if len(arr) != 1+6*g.n {
 		return false, errReply
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 )
 
 // The probe back-off of the breaker: the first probe goes minProbeWait after
@@ -51,10 +51,10 @@ type breaker struct {
 
 	mu      sync.Mutex
 	probing bool          // a probe is in flight
-	next    int64         // floodgate.Nanotime at or after which the next probe may go
+	next    int64         // monotime.Nanotime at or after which the next probe may go
 	wait    time.Duration // the current back-off
 	err     error         // what open calls fail with: the last failure, wrapped
-	clock   func() int64  // tests only; nil: floodgate.Nanotime
+	clock   func() int64  // tests only; nil: monotime.Nanotime
 
 	// probe sends one probe and returns its outcome, within the store's
 	// timeout; nil: the probe is due, not sent (tests then call probed).
@@ -67,7 +67,7 @@ func (b *breaker) now() int64 {
 	if b.clock != nil {
 		return b.clock()
 	}
-	return floodgate.Nanotime()
+	return monotime.Nanotime()
 }
 
 // errOpen is wrapped by the error of every call the breaker refuses.

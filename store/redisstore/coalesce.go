@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -74,14 +75,92 @@ type coalescer struct {
 	s      *Store
 	p      *policy
 	script *script
-	max    int
-
-	mu     sync.Mutex
-	queue  []*call
-	spare  []*call
-	flying int // script calls in flight (direct or batch)
+	q      inflight[*call]
 
 	batches, batched atomic.Int64 // batch scripts run, calls they carried (tests)
+}
+
+// inflight counts a coalescer's script calls in flight (direct or batch)
+// and queues the calls beyond max; when a script call ends with calls
+// waiting, a worker (drain) runs them, at most limit to a batch, until the
+// queue is empty. Shared by the coalescers of single calls and of groups.
+type inflight[T comparable] struct {
+	max, limit int
+	run        func([]T) // runs a batch and delivers every result
+
+	mu     sync.Mutex
+	queue  []T
+	spare  []T
+	flying int
+}
+
+// enter takes an in-flight slot and returns true when one is free (the
+// caller runs its own script, then calls release); else it queues mk()'s
+// call and returns it.
+func (f *inflight[T]) enter(mk func() T) (T, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.flying < f.max {
+		f.flying++
+		var none T
+		return none, true
+	}
+	c := mk()
+	f.queue = append(f.queue, c)
+	return c, false
+}
+
+// leave takes c out of the queue; false when a batch took it already.
+func (f *inflight[T]) leave(c T) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := slices.Index(f.queue, c)
+	if i < 0 {
+		return false
+	}
+	f.queue = slices.Delete(f.queue, i, i+1)
+	return true
+}
+
+// release ends a script call; a worker takes over the queue if needed.
+func (f *inflight[T]) release() {
+	f.mu.Lock()
+	if len(f.queue) > 0 {
+		f.mu.Unlock()
+		go f.drain()
+		return
+	}
+	f.flying--
+	f.mu.Unlock()
+}
+
+// drain runs batches until the queue is empty. It owns one of the in-flight
+// slots.
+func (f *inflight[T]) drain() {
+	for {
+		f.mu.Lock()
+		if len(f.queue) == 0 {
+			f.flying--
+			f.mu.Unlock()
+			return
+		}
+		batch := f.queue
+		if len(batch) > f.limit {
+			batch = batch[:f.limit]
+			rest := append(f.spare[:0], f.queue[f.limit:]...)
+			f.queue, f.spare = rest, nil
+		} else {
+			f.queue, f.spare = f.spare[:0], nil
+		}
+		f.mu.Unlock()
+		f.run(batch)
+		clear(batch)
+		f.mu.Lock()
+		if f.spare == nil {
+			f.spare = batch[:0]
+		}
+		f.mu.Unlock()
+	}
 }
 
 // call is one queued decision.
@@ -103,25 +182,25 @@ const (
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func newCoalescer(s *Store, p *policy, max int) *coalescer {
-	return &coalescer{s: s, p: p, script: batchScriptFor(p.spec), max: max}
+	b := &coalescer{s: s, p: p, script: batchScriptFor(p.spec)}
+	b.q = inflight[*call]{max: max, limit: maxBatch, run: b.runBatch}
+	return b
 }
 
 // do makes one decision: directly when fewer than max script calls are in
 // flight, else through the queue.
 func (b *coalescer) do(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	b.mu.Lock()
-	if b.flying < b.max {
-		b.flying++
-		b.mu.Unlock()
+	c, direct := b.q.enter(func() *call {
+		c := callPool.Get().(*call)
+		c.key, c.n = key, n
+		c.state.Store(callWaiting)
+		return c
+	})
+	if direct {
 		d, err := b.s.eval(ctx, key, b.p, n)
-		b.release()
+		b.q.release()
 		return d, err
 	}
-	c := callPool.Get().(*call)
-	c.key, c.n = key, n
-	c.state.Store(callWaiting)
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
 
 	cctx, cancel := b.s.callContext(ctx)
 	if cancel != nil {
@@ -133,19 +212,11 @@ func (b *coalescer) do(ctx context.Context, key string, n int64) (floodgate.Deci
 	case <-cctx.Done():
 	}
 	// Timed out or cancelled: leave the queue if still in it.
-	b.mu.Lock()
-	for i, q := range b.queue {
-		if q == c {
-			copy(b.queue[i:], b.queue[i+1:])
-			b.queue[len(b.queue)-1] = nil
-			b.queue = b.queue[:len(b.queue)-1]
-			b.mu.Unlock()
-			c.key = ""
-			callPool.Put(c)
-			return floodgate.Decision{}, cctx.Err()
-		}
+	if b.q.leave(c) {
+		c.key = ""
+		callPool.Put(c)
+		return floodgate.Decision{}, cctx.Err()
 	}
-	b.mu.Unlock()
 	// A batch took it: the decision may be made or not. Abandon it unless
 	// the result is already here.
 	if c.state.CompareAndSwap(callWaiting, callAbandoned) {
@@ -160,47 +231,6 @@ func (b *coalescer) finish(c *call) (floodgate.Decision, error) {
 	c.key, c.err = "", nil
 	callPool.Put(c)
 	return d, err
-}
-
-// release ends a script call; a worker takes over the queue if needed.
-func (b *coalescer) release() {
-	b.mu.Lock()
-	if len(b.queue) > 0 {
-		b.mu.Unlock()
-		go b.drain()
-		return
-	}
-	b.flying--
-	b.mu.Unlock()
-}
-
-// drain runs batches until the queue is empty. It owns one of the in-flight
-// slots.
-func (b *coalescer) drain() {
-	for {
-		b.mu.Lock()
-		if len(b.queue) == 0 {
-			b.flying--
-			b.mu.Unlock()
-			return
-		}
-		batch := b.queue
-		if len(batch) > maxBatch {
-			batch = batch[:maxBatch]
-			rest := append(b.spare[:0], b.queue[maxBatch:]...)
-			b.queue, b.spare = rest, nil
-		} else {
-			b.queue, b.spare = b.spare[:0], nil
-		}
-		b.mu.Unlock()
-		b.runBatch(batch)
-		clear(batch)
-		b.mu.Lock()
-		if b.spare == nil {
-			b.spare = batch[:0]
-		}
-		b.mu.Unlock()
-	}
 }
 
 // runBatch runs one batch script and delivers every result.

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/storetest"
 	"github.com/floodgate-go/floodgate/window"
@@ -184,4 +186,71 @@ func TestBatchScriptEquivalence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Many goroutines deciding groups of two ops (a shared key of a bucket
+// that does not refill during the test, and a key of their own) with
+// ApplyAll, some only evaluating: exactly the shared burst of committed
+// groups is admitted, each goroutine's own key paid for exactly its
+// admitted groups (a refused or evaluated group took nothing), and the
+// groups beyond the in-flight limit were coalesced into batch scripts.
+func TestCoalescedGroupsAdmitExactly(t *testing.T) {
+	c := newClient(t, singleAddr)
+	s := testStore(t, c, WithCoalescing(2))
+	const burst, own, goroutines, each = 700, 1000, 64, 20
+	shared := tokenBucket(t, floodgate.PerHour(1), burst)
+	mine := tokenBucket(t, floodgate.PerHour(1), own)
+	ctx := context.Background()
+	var admitted atomic.Int64
+	per := make([]int64, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			key := "own-" + strconv.Itoa(g)
+			out := make([]floodgate.Decision, 2)
+			for i := range each {
+				ops := []store.Op{{Key: "hot", Alg: shared, N: 1}, {Key: key, Alg: mine, N: 1}}
+				commit := i%4 != 3
+				all, err := s.ApplyAll(ctx, ops, out, commit)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if all != (out[0].Allowed && out[1].Allowed) {
+					t.Errorf("all = %v with decisions %+v", all, out)
+				}
+				if all && commit {
+					admitted.Add(1)
+					per[g]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(burst), admitted.Load())
+	gc := s.groupCoalescerFor(&group{script: scriptFor(kindGroup, twinIDs(t, shared)), twins: twinIDs(t, shared)})
+	t.Logf("%d groups, %d batch scripts carried %d of them", goroutines*each, gc.batches.Load(), gc.batched.Load())
+	assert.Positive(t, gc.batches.Load(), "nothing was coalesced")
+	for g := range goroutines {
+		d, err := s.Apply(ctx, "own-"+strconv.Itoa(g), mine, 0)
+		require.NoError(t, err)
+		assert.Equal(t, own-per[g], d.Remaining, "goroutine %d's own key", g)
+	}
+	d, err := s.Apply(ctx, "hot", shared, 0)
+	require.NoError(t, err)
+	assert.Zero(t, d.Remaining)
+}
+
+// twinIDs is the sorted twin numbers of algs.
+func twinIDs(t *testing.T, algs ...algo.Algorithm) []uint16 {
+	t.Helper()
+	var ids []uint16
+	for _, a := range algs {
+		id, err := twinID(a.Spec())
+		require.NoError(t, err)
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 )
 
 // deadlines hands out shared deadline contexts so that the per-decision
@@ -31,7 +31,7 @@ func newDeadlines(timeout time.Duration) *deadlines {
 // get returns a context that expires between timeout and timeout+grain from
 // now.
 func (d *deadlines) get() context.Context {
-	now := floodgate.Nanotime()
+	now := monotime.Nanotime()
 	if c := d.cur.Load(); c != nil && c.at-now >= int64(d.timeout) {
 		return c
 	}
@@ -56,7 +56,7 @@ func (d *deadlines) get() context.Context {
 // sharedDeadline is a context.Context with a deadline and no parent, values
 // or cancel function.
 type sharedDeadline struct {
-	at      int64     // floodgate.Nanotime of the deadline
+	at      int64     // monotime.Nanotime of the deadline
 	wall    time.Time // the deadline, when shown (tests only)
 	done    chan struct{}
 	expired atomic.Bool

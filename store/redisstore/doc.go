@@ -124,9 +124,11 @@
 // ([WithCoalescing], 2 by default) wait for one of them to finish and then go
 // together in one script call: one TIME, then each decision in turn, as
 // atomically as one. Each decision is still made by exactly one script run;
-// the server's work per decision drops by about half. Coalescing applies to
-// single-node and Sentinel clients (on a Cluster the keys of one script must
-// share a slot).
+// the server's work per decision drops by about half. ApplyAll groups are
+// coalesced the same way, per set of Lua twins: the waiting groups go in one
+// script call that runs each in turn, all or nothing as alone, and each
+// sees the ones before it. Coalescing applies to single-node and Sentinel
+// clients (on a Cluster the keys of one script must share a slot).
 //
 // Redis 6 or later is needed (scripts that call TIME before writing rely on
 // effects replication, the default since Redis 5, and a window that counts

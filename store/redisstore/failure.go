@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
@@ -184,7 +185,7 @@ func divided(alg algo.Algorithm, nodes int) algo.Algorithm {
 	n := int64(max(nodes, 1))
 	m := min(n, sp.Capacity)
 	g := gcd(n, m)
-	a := &dividedAlg{inner: alg, m: m, num: n / g, den: m / g, capacity: sp.Capacity, origin: floodgate.Nanotime() / 1000}
+	a := &dividedAlg{inner: alg, m: m, num: n / g, den: m / g, capacity: sp.Capacity, origin: monotime.Nanotime() / 1000}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "divided/%d/%d", nodes, sp.Namespace)
 	sp.Namespace = h.Sum64()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -109,14 +110,14 @@ func runFleet(t *testing.T) fleetRun {
 				if err != nil || !d.Allowed || k == 0 {
 					continue
 				}
-				if sec := (floodgate.Nanotime() - k) / int64(time.Second); sec < int64(len(perSecond)) {
+				if sec := (monotime.Nanotime() - k) / int64(time.Second); sec < int64(len(perSecond)) {
 					perSecond[sec].Add(1)
 				}
 			}
 		})
 	}
 	time.Sleep(time.Until(start.Add(fleetOnRedis)))
-	killedAt.Store(floodgate.Nanotime())
+	killedAt.Store(monotime.Nanotime())
 	proc.kill()
 	wg.Wait()
 	r := fleetRun{local: local.Load(), errs: errs.Load(), maxLag: time.Duration(maxLag.Load())}

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/redis/rueidis"
 )
 
@@ -144,11 +144,11 @@ const retryFunctions = time.Minute
 // onScripts reports whether s runs its programs as EVAL scripts: always
 // (withEvalOnly), or since a fallback, until its retry time.
 func (s *Store) onScripts() bool {
-	return s.evalOnly.Load() || floodgate.Nanotime() < s.evalUntil.Load()
+	return s.evalOnly.Load() || monotime.Nanotime() < s.evalUntil.Load()
 }
 
 // fallBack runs s's programs as scripts for retryFunctions.
-func (s *Store) fallBack() { s.evalUntil.Store(floodgate.Nanotime() + int64(retryFunctions)) }
+func (s *Store) fallBack() { s.evalUntil.Store(monotime.Nanotime() + int64(retryFunctions)) }
 
 func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string) rueidis.RedisResult {
 	c := s.client

@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/window"
@@ -128,7 +129,7 @@ func TestFunctionsRefusedByACL(t *testing.T) {
 			// passed, the store calls them.
 			grant := append([]string{"ACL", "SETUSER", user}, strings.ReplaceAll(rules[0], "-", "+"))
 			require.NoError(t, admin.Do(ctx, admin.B().Arbitrary(grant...).Build()).Error())
-			s.evalUntil.Store(floodgate.Nanotime() - 1) // the minute is over
+			s.evalUntil.Store(monotime.Nanotime() - 1) // the minute is over
 			fcalls := commandCalls(t, admin, "fcall")
 			_, err = l.Take(ctx, "k", 1)
 			require.NoError(t, err)

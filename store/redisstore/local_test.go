@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -25,7 +26,7 @@ func (l *localStore) Apply(_ context.Context, key string, alg algo.Algorithm, n 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := localKey(key, alg)
-	s, d := alg.Step(l.m[k], floodgate.Nanotime()/1000, n)
+	s, d := alg.Step(l.m[k], monotime.Nanotime()/1000, n)
 	l.m[k] = s
 	return d, nil
 }
@@ -35,7 +36,7 @@ func (l *localStore) Apply(_ context.Context, key string, alg algo.Algorithm, n 
 func (l *localStore) ApplyAll(_ context.Context, ops []store.Op, out []floodgate.Decision, commit bool) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := floodgate.Nanotime() / 1000
+	now := monotime.Nanotime() / 1000
 	next := map[string]algo.State{}
 	all := true
 	for i, op := range ops {

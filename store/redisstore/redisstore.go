@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/micros"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -46,6 +47,7 @@ type Store struct {
 	brk       breaker
 	clock     floodgate.Clock // tests only: inject the time instead of Redis TIME
 	coalesce  int             // max script calls in flight per algorithm before coalescing; 0: never
+	groupCos  sync.Map        // *script (a group script) -> *groupCoalescer
 	cluster   bool            // keys of one script must share a hash slot; set with client
 	state     atomic.Int32    // stateUp, stateDialing, stateClosed
 	dial      *dialer         // Dial only: makes the client and owns it
@@ -128,7 +130,10 @@ const DefaultCoalescing = 2
 // one script call (one TIME, then each decision in turn, atomically): under
 // concurrency this cuts the server's work per decision by about half. It
 // applies to single-node and Sentinel clients (on a Cluster the keys of one
-// script must share a slot) and to single-policy calls.
+// script must share a slot), to single-policy calls (coalesced per
+// algorithm) and to ApplyAll groups (coalesced per set of Lua twins: the
+// waiting groups run one after the other in one script call, each all or
+// nothing as alone).
 func WithCoalescing(maxInFlight int) Option {
 	return Option{func(c *config) { c.coalesce = maxInFlight }}
 }
@@ -331,7 +336,7 @@ func (s *Store) prepare(alg algo.Algorithm) (*policy, error) {
 func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int64) (floodgate.Decision, error) {
 	var start int64
 	if s.observer != nil {
-		start = floodgate.Nanotime()
+		start = monotime.Nanotime()
 	}
 	p, err := s.prepare(alg)
 	if err != nil {
@@ -510,6 +515,6 @@ func (s *Store) report(outcome floodgate.Outcome, d floodgate.Decision, cause er
 		Outcome:  outcome,
 		Decision: d,
 		Err:      cause,
-		Latency:  time.Duration(floodgate.Nanotime() - start),
+		Latency:  time.Duration(monotime.Nanotime() - start),
 	})
 }

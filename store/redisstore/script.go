@@ -31,7 +31,7 @@ import (
 // replicate the effects of scripts (not the scripts), so calling TIME
 // before writing is allowed.
 //
-// There are four bodies:
+// There are five bodies:
 //
 //   - scriptOneWord: one call of an algorithm whose state is one word (the
 //     token bucket), written out for speed;
@@ -40,6 +40,8 @@ import (
 //     multi-word Apply (one op) and every ApplyAll (a group of ops, all or
 //     nothing);
 //   - scriptBatchBody (coalesce.go): independent calls of one algorithm;
+//   - scriptGroupsBody: the groups of several ApplyAll calls, coalesced
+//     (groupcoalesce.go), each run as scriptGroupBody runs one;
 //   - scriptTwinBody: the twin alone on states passed in ARGV, touching no
 //     key (StepTwin, for the conformance suite).
 //
@@ -224,7 +226,10 @@ local function load(v, q, now)
   local ps, s
   if v and q[3] == 0 then
     local n = q[2]
-    if n == 2 then
+    if n == 1 then
+      local a, r = string.match(v, wpat[1])
+      if r then s, ps = {tonumber(a)}, r end
+    elseif n == 2 then
       local a, b, r = string.match(v, wpat[2])
       if r then s, ps = {tonumber(a), tonumber(b)}, r end
     else
@@ -271,7 +276,9 @@ local function save(key, s, words, maxlog, now, injected, pstr, old, ow)
     return
   end
   local v
-  if maxlog == 0 then
+  if words == 1 and maxlog == 0 then
+    v = string.format('%d|%s', w, pstr)
+  elseif maxlog == 0 then
     v = string.format(wfmt[words], unpack(s, 1, words)) .. pstr
   else
     v = encode(s, words, maxlog) .. '|' .. pstr
@@ -304,33 +311,35 @@ func luaShapes() string {
 	return "\nlocal wpat = {" + strings.Join(pat, ", ") + "}\nlocal wfmt = {" + strings.Join(fmts, ", ") + "}"
 }
 
-// scriptGroupBody runs ops. ARGV: the injected time or the empty string; the mode ('0':
-// evaluate, keep nothing; '1': keep every state when every op admits, else
-// only the conversions of keys written with other parameters; '2': keep
-// every state whatever the decisions, as a single Apply does; '3':
-// evaluate for a commit, keeping only the conversions); the
-// number of policies, then each policy: the index of its twin in steps and
-// its description (policyArgs); then each op: the index of its key in KEYS, the
-// index of its policy, the cost. The reply is {all_admitted (0 or 1), then
-// each op's 6 decision numbers}. Ops on one key with policies of other
-// parameters (two versions of a limit) each convert the state the previous
-// one left.
-const scriptGroupBody = `
-local test, now = clock(ARGV[1])
-local mode = ARGV[2]
+// luaGroup defines rungroup, which runs one group of ops: the body of
+// scriptGroupBody, and of scriptGroupsBody for each group of a coalesced
+// call. A group's keys are K[kb + 1], K[kb + 2], ... and its arguments
+// A[ab + 1 .. ae]: the mode ('0': evaluate, keep nothing; '1': keep every
+// state when every op admits, else only the conversions of keys written
+// with other parameters; '2': keep every state whatever the decisions, as
+// a single Apply does; '3': evaluate for a commit, keeping only the
+// conversions); the number of policies, then each policy: the index of its
+// twin in steps and its description (policyArgs); then each op: the index
+// of its key in the group's keys, the index of its policy, the cost. It
+// returns {all_admitted (0 or 1), then each op's 6 decision numbers}. Ops
+// on one key with policies of other parameters (two versions of a limit)
+// each convert the state the previous one left.
+const luaGroup = `
+local function rungroup(K, kb, A, ab, ae, now, test)
+local mode = A[ab + 1]
 local pol = {}
-local a = 4
-for i = 1, (smallint[ARGV[3]] or tonumber(ARGV[3])) do
-  pol[i] = policy(ARGV[a], ARGV[a + 1])
+local a = ab + 3
+for i = 1, (smallint[A[ab + 2]] or tonumber(A[ab + 2])) do
+  pol[i] = policy(A[a], A[a + 1])
   a = a + 2
 end
 local states, shape, raw, ow, moved, out = {}, {}, {}, {}, {}, {1}
 local o = 1
-for i = a, #ARGV, 3 do
-  local k, q = smallint[ARGV[i]] or tonumber(ARGV[i]), pol[smallint[ARGV[i + 1]] or tonumber(ARGV[i + 1])]
+for i = a, ae, 3 do
+  local k, q = smallint[A[i]] or tonumber(A[i]), pol[smallint[A[i + 1]] or tonumber(A[i + 1])]
   local s = states[k]
   if s == nil then
-    local v = redis.call('GET', KEYS[k])
+    local v = redis.call('GET', K[kb + k])
     raw[k] = v
     local ps
     s, ps, ow[k] = load(v, q, now)
@@ -350,7 +359,7 @@ for i = a, #ARGV, 3 do
     s = q[6](s, now, op, q[4])
   end
   shape[k] = q
-  local s2, d = q[1](s, now, smallint[ARGV[i + 2]] or tonumber(ARGV[i + 2]), q[4])
+  local s2, d = q[1](s, now, smallint[A[i + 2]] or tonumber(A[i + 2]), q[4])
   states[k] = s2
   if d[1] == 0 then out[1] = 0 end
   for j = 1, 6 do out[o + j] = d[j] end
@@ -360,10 +369,10 @@ if out[1] == 0 and mode ~= '2' then
   -- Refused: an op that would have admitted reports its key as it stands
   -- (a peek on the state in the key, which nothing changed).
   o = 1
-  for i = a, #ARGV, 3 do
+  for i = a, ae, 3 do
     if out[o + 1] == 1 then
-      local k, q = tonumber(ARGV[i]), pol[tonumber(ARGV[i + 1])]
-      local _, d = q[1](load(redis.call('GET', KEYS[k]), q, now), now, 0, q[4])
+      local k, q = tonumber(A[i]), pol[tonumber(A[i + 1])]
+      local _, d = q[1](load(redis.call('GET', K[kb + k]), q, now), now, 0, q[4])
       for j = 1, 6 do out[o + j] = d[j] end
     end
     o = o + 6
@@ -372,7 +381,7 @@ end
 if mode == '2' or (mode == '1' and out[1] == 1) then
   for k, s in pairs(states) do
     local q = shape[k]
-    save(KEYS[k], s, q[2], q[3], now, test, q[5], raw[k], ow[k])
+    save(K[kb + k], s, q[2], q[3], now, test, q[5], raw[k], ow[k])
   end
 elseif mode == '3' or mode == '1' then
   -- Refused, or evaluated for a commit: the keys written with other
@@ -381,10 +390,39 @@ elseif mode == '3' or mode == '1' then
   -- whatever the group decides.
   for k, m in pairs(moved) do
     local q = m[2]
-    save(KEYS[k], m[1], q[2], q[3], now, test, q[5], raw[k], ow[k])
+    save(K[kb + k], m[1], q[2], q[3], now, test, q[5], raw[k], ow[k])
   end
 end
 return out
+end
+`
+
+// scriptGroupBody runs ops (rungroup). ARGV: the injected time or the
+// empty string, then the group's arguments (see luaGroup). The reply is
+// rungroup's.
+const scriptGroupBody = `
+local test, now = clock(ARGV[1])
+return rungroup(KEYS, 0, ARGV, 1, #ARGV, now, test)
+`
+
+// scriptGroupsBody runs several groups, each as scriptGroupBody would, one
+// after the other (a group sees what the ones before it wrote): the
+// coalesced ApplyAll calls of one script (see groupCoalescer). KEYS: every
+// group's keys, one group after the other. ARGV: the injected time or the
+// empty string, the number of groups, then each group: its number of keys,
+// its number of arguments, its arguments (see luaGroup). The reply is the
+// array of the groups' replies.
+const scriptGroupsBody = `
+local test, now = clock(ARGV[1])
+local res = {}
+local kb, a = 0, 2
+for g = 1, tonumber(ARGV[2]) do
+  local nk, na = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  res[g] = rungroup(KEYS, kb, ARGV, a + 2, a + 2 + na, now, test)
+  kb = kb + nk
+  a = a + 2 + na
+end
+return res
 `
 
 // scriptTwinBody steps the twin steps[1] on states given in ARGV, touching
@@ -459,6 +497,7 @@ const (
 	kindOneWord scriptKind = iota
 	kindGroup
 	kindTwin
+	kindGroups // coalesced groups
 )
 
 // buildScript returns the script of kind embedding twins (the twins are
@@ -484,6 +523,10 @@ func buildScript(kind scriptKind, twins []algo.Spec) *script {
 	b.WriteString(luaCommon)
 	if kind == kindTwin {
 		return newScript(b.String(), scriptTwinBody)
+	}
+	b.WriteString(luaGroup)
+	if kind == kindGroups {
+		return newScript(b.String(), scriptGroupsBody)
 	}
 	return newScript(b.String(), scriptGroupBody)
 }
@@ -518,8 +561,8 @@ func twinID(sp algo.Spec) (uint16, error) {
 }
 
 // scriptFor returns the script of kind embedding the twins ids, in that
-// order (for kindGroup, sorted: every group of the same twins shares one
-// script).
+// order (for kindGroup and kindGroups, sorted: every group of the same
+// twins shares one script).
 func scriptFor(kind scriptKind, ids []uint16) *script {
 	var buf [1 + 2*8]byte
 	key := append(buf[:0], byte(kind))

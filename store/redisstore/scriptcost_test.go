@@ -163,3 +163,46 @@ func scriptStats(b *testing.B, c rueidis.Client) (usec, calls float64) {
 	}
 	return usec, calls
 }
+
+// BenchmarkBatchCost measures what a coalesced batch of 32 token-bucket
+// decisions (distinct keys, all admitted) costs the Redis server per
+// decision: redis-µs/decision from INFO commandstats (the FCALL's time),
+// redis-cpu-µs/decision from INFO cpu. This is the call a busy limiter
+// makes (see coalesce.go).
+func BenchmarkBatchCost(b *testing.B) {
+	const size = 32
+	s := benchClient(b)
+	p, err := s.prepare(tokenBucket(b, floodgate.PerSecond(1_000_000), 1_000_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]*call, size)
+	for i := range batch {
+		batch[i] = &call{done: make(chan struct{}, 1)}
+	}
+	c := s.client
+	b.ReportAllocs()
+	u0, n0 := scriptStats(b, c)
+	c0 := serverCPU(b, c)
+	i := 0
+	for b.Loop() {
+		for j, cl := range batch {
+			cl.key, cl.n = benchKeys[(i*size+j)&1023], 1
+			cl.state.Store(callWaiting)
+		}
+		p.co.runBatch(batch)
+		for _, cl := range batch {
+			<-cl.done
+			if cl.err != nil || !cl.d.Allowed {
+				b.Fatalf("%+v, %v", cl.d, cl.err)
+			}
+		}
+		i++
+	}
+	c1 := serverCPU(b, c)
+	u1, n1 := scriptStats(b, c)
+	if n1 > n0 {
+		b.ReportMetric((u1-u0)/(n1-n0)/size, "redis-µs/decision")
+		b.ReportMetric((c1-c0)*1e6/(n1-n0)/size, "redis-cpu-µs/decision")
+	}
+}

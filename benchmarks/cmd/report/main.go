@@ -73,13 +73,17 @@ func main() {
 
 func runBenchmarks(pattern, benchtime string, count int, raw string) []byte {
 	// The test binary is built once and run once per round.
-	bin := filepath.Join(os.TempDir(), "floodgate-bench.test")
+	dir, err := os.MkdirTemp("", "floodgate-bench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "floodgate-bench.test")
 	build := exec.Command("go", "test", "-c", "-o", bin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		log.Fatalf("go test -c: %v", err)
 	}
-	defer os.Remove(bin)
 	var buf bytes.Buffer
 	for round := 1; round <= count; round++ {
 		args := []string{"-test.run", "^$", "-test.bench", pattern, "-test.benchmem",
@@ -216,6 +220,7 @@ func render(res []result, svgName string, count int, benchtime string) string {
 	fmt.Fprintf(&b, "- Go: %s\n", goVersion())
 	fmt.Fprintf(&b, "- Method: %d rounds, each running every benchmark once (`-benchtime %s`), so that the libraries compared are measured interleaved; figures are medians over the rounds. ", count, benchtime)
 	fmt.Fprintf(&b, "The ratio column is floodgate's figure divided by the peer's, per round: the median, and in brackets the min-max over the rounds; below 1.00 floodgate is faster (or smaller), and \"crosses 1.0\" marks a comparison this run does not settle. ")
+	fmt.Fprintf(&b, "The Redis tables add the Redis server's CPU per operation (`%s`: the growth of INFO cpu's used_cpu_user + used_cpu_sys over each run, divided by its operations, measured in the same interleaved run) and its ratio. ", cpuUnit)
 	fmt.Fprintf(&b, "The raw output is kept in `bench.txt` for `benchstat`.\n\n")
 	fmt.Fprintf(&b, "![ns/op per library](%s)\n\n", svgName)
 	for _, t := range tables(res) {
@@ -229,12 +234,21 @@ func render(res []result, svgName string, count int, benchtime string) string {
 		for _, u := range units {
 			fmt.Fprintf(&b, " %s |", u)
 		}
-		fmt.Fprintf(&b, " floodgate / this |\n|---|")
-		for range units {
+		key := primaryUnit(units)
+		// The Redis server's CPU gets a ratio column of its own.
+		var extra []string
+		if key != cpuUnit && slices.Contains(units, cpuUnit) {
+			extra = append(extra, cpuUnit)
+		}
+		fmt.Fprintf(&b, " floodgate / this |")
+		for range extra {
+			fmt.Fprintf(&b, " Redis CPU, floodgate / this |")
+		}
+		fmt.Fprintf(&b, "\n|---|")
+		for range len(units) + 1 + len(extra) {
 			fmt.Fprintf(&b, "---:|")
 		}
-		fmt.Fprintf(&b, "---:|\n")
-		key := primaryUnit(units)
+		fmt.Fprintf(&b, "\n")
 		var ours float64
 		var oursRow result
 		for _, r := range t.rows {
@@ -252,7 +266,15 @@ func render(res []result, svgName string, count int, benchtime string) string {
 			if !isOurs(r.lib) && ours > 0 && r.metrics[key] > 0 {
 				ratio = ratioText(oursRow, r, key)
 			}
-			fmt.Fprintf(&b, " %s |\n", ratio)
+			fmt.Fprintf(&b, " %s |", ratio)
+			for _, u := range extra {
+				ratio := "—"
+				if !isOurs(r.lib) && oursRow.metrics[u] > 0 && r.metrics[u] > 0 {
+					ratio = ratioText(oursRow, r, u)
+				}
+				fmt.Fprintf(&b, " %s |", ratio)
+			}
+			fmt.Fprintf(&b, "\n")
 		}
 		fmt.Fprintf(&b, "\n")
 	}
@@ -319,7 +341,10 @@ func addOverhead(res []result) []result {
 	return res
 }
 
-var unitOrder = []string{"ns/op", "overhead-ns/op", "B/key", "ops/s", "B/op", "allocs/op"}
+var unitOrder = []string{"ns/op", "overhead-ns/op", "B/key", "ops/s", cpuUnit, "B/op", "allocs/op"}
+
+// cpuUnit is the Redis server's CPU per operation (see BenchmarkRedis).
+const cpuUnit = "redis-cpu-us/op"
 
 func unitsOf(rows []result) []string {
 	seen := map[string]bool{}
