@@ -152,8 +152,11 @@ func fleetShares(t *testing.T, addr string, load float64) {
 			t.Errorf("process %d: %.1f%% of the admissions for %.1f%% of the demand", i, 100*got, 100*want)
 		}
 	}
-	if load >= 3 && perCall < 100 {
-		t.Errorf("%.1f decisions per Grant, want at least 100", perCall)
+	// The race detector slows every process several times over: more of
+	// a claim's share goes to requests that wait for the next one, which
+	// claim again (scripts/test.sh runs these tests without it at 100).
+	if least := map[bool]float64{false: 100, true: 75}[raceOn]; load >= 3 && perCall < least {
+		t.Errorf("%.1f decisions per Grant, want at least %.0f", perCall, least)
 	}
 }
 
