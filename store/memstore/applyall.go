@@ -74,43 +74,9 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		shBuf   [groupOnStack]int
 		keepBuf [groupOnStack]uint64
 	)
-	ents, refs, shards, keep := entBuf[:0], refBuf[:0], shBuf[:0], keepBuf[:0]
-	for i := range ops {
-		o := &ops[i]
-		if o.Alg == nil {
-			return false, fmt.Errorf("%w: memstore: op %d has a nil algorithm", floodgate.ErrInvalidConfig, i)
-		}
-		if o.N < 1 {
-			return false, fmt.Errorf("%w: memstore: op %d has cost %d, want >= 1", floodgate.ErrInvalidCost, i, o.N)
-		}
-		ns, ti, err := layout(o.Alg)
-		if err != nil {
-			return false, err
-		}
-		id, chk, si := s.ids(o.Key, ns)
-		k := -1
-		for j := range ents {
-			if e := &ents[j]; e.id == id && e.chk == chk && e.ti == ti {
-				k = j
-				break
-			}
-		}
-		if k < 0 {
-			// In place: a composite literal would be built, then copied.
-			if len(ents) < cap(ents) {
-				ents = ents[:len(ents)+1]
-			} else {
-				ents = append(ents, entry{})
-			}
-			k = len(ents) - 1
-			e := &ents[k]
-			e.sh, e.ti, e.id, e.chk, e.op = &s.shards[si].shard, ti, id, chk, i
-			keep = append(keep, id)
-			if !slices.Contains(shards, int(si)) {
-				shards = append(shards, int(si))
-			}
-		}
-		refs = append(refs, k)
+	ents, refs, shards, keep, err := s.group(ops, entBuf[:0], refBuf[:0], shBuf[:0], keepBuf[:0])
+	if err != nil {
+		return false, err
 	}
 	if len(ents) == 0 {
 		if s.closed.Load() {
@@ -147,16 +113,7 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		all = all && out[i].Allowed
 	}
 	if !all {
-		// Refused: an op that would have admitted reports its key as it
-		// stands, charged nothing (a peek on the state in the table).
-		for i := range ops {
-			if !out[i].Allowed {
-				continue
-			}
-			e := &ents[refs[i]]
-			s.loadEntry(e, ops, now)
-			stepInto(ops[i].Alg, e.ti == 0, &e.st, scratch, now, 0, &out[i])
-		}
+		s.peekAdmitted(ops, ents, refs, out, scratch, now)
 	}
 	scratch.Log = nil
 	if !all && commit {
@@ -173,23 +130,87 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		return false, nil
 	}
 	if !all || !commit {
-		// The copies are dropped. A log's copy may have appended into the
-		// spare capacity of the log still in the table, never over its
-		// entries (see algo.State): the table's state is unchanged.
-		for j := range ents {
-			ents[j].st.Log = nil
-		}
-		if s.slack > 0 {
-			for i := range ops {
-				if out[i].RetryAfter > 0 {
-					out[i].RetryAfter += s.slack
-				}
-			}
-		}
+		s.dropCopies(ents, out[:len(ops)])
 		return all, nil
 	}
 	s.commitEntries(ents, now, keep, false)
 	return true, nil
+}
+
+// group checks ops and gathers their distinct (key, namespace) entries
+// into ents (refs: each op's entry), the shards they live in and the ids
+// eviction must keep, appending to the slices given (the caller's stack
+// buffers).
+func (s *Store) group(ops []store.Op, ents []entry, refs, shards []int, keep []uint64) ([]entry, []int, []int, []uint64, error) {
+	for i := range ops {
+		o := &ops[i]
+		if o.Alg == nil {
+			return nil, nil, nil, nil, fmt.Errorf("%w: memstore: op %d has a nil algorithm", floodgate.ErrInvalidConfig, i)
+		}
+		if o.N < 1 {
+			return nil, nil, nil, nil, fmt.Errorf("%w: memstore: op %d has cost %d, want >= 1", floodgate.ErrInvalidCost, i, o.N)
+		}
+		ns, ti, err := layout(o.Alg)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		id, chk, si := s.ids(o.Key, ns)
+		k := -1
+		for j := range ents {
+			if e := &ents[j]; e.id == id && e.chk == chk && e.ti == ti {
+				k = j
+				break
+			}
+		}
+		if k < 0 {
+			// In place: a composite literal would be built, then copied.
+			if len(ents) < cap(ents) {
+				ents = ents[:len(ents)+1]
+			} else {
+				ents = append(ents, entry{})
+			}
+			k = len(ents) - 1
+			e := &ents[k]
+			e.sh, e.ti, e.id, e.chk, e.op = &s.shards[si].shard, ti, id, chk, i
+			keep = append(keep, id)
+			if !slices.Contains(shards, int(si)) {
+				shards = append(shards, int(si))
+			}
+		}
+		refs = append(refs, k)
+	}
+	return ents, refs, shards, keep, nil
+}
+
+// peekAdmitted makes the decision of each op of a refused group that
+// would have admitted report its key as it stands, charged nothing (a
+// peek on the state in the table).
+func (s *Store) peekAdmitted(ops []store.Op, ents []entry, refs []int, out []floodgate.Decision, scratch *algo.State, now int64) {
+	for i := range ops {
+		if !out[i].Allowed {
+			continue
+		}
+		e := &ents[refs[i]]
+		s.loadEntry(e, ops, now)
+		stepInto(ops[i].Alg, e.ti == 0, &e.st, scratch, now, 0, &out[i])
+	}
+}
+
+// dropCopies drops the group's copies of the states, unwritten. A log's
+// copy may have appended into the spare capacity of the log still in the
+// table, never over its entries (see algo.State): the table's state is
+// unchanged. The refusals' RetryAfter get the store's slack.
+func (s *Store) dropCopies(ents []entry, out []floodgate.Decision) {
+	for j := range ents {
+		ents[j].st.Log = nil
+	}
+	if s.slack > 0 {
+		for i := range out {
+			if out[i].RetryAfter > 0 {
+				out[i].RetryAfter += s.slack
+			}
+		}
+	}
 }
 
 // commitEntries writes the entries' states back (only those read through a
