@@ -68,11 +68,16 @@
 //	policy                            named policies, plans, descriptor rules, config files, live changes
 //	shadow, shadow/shadowprom         the demand recorder, its recommendation and tuner, its metrics
 //	observer/...                      adapters of the Observer hook (Prometheus, slog)
-//	internal/admit                    the admission core of httplimit and grpclimit (rls decides in its own code)
+//	internal/admit                    the admission core of httplimit and grpclimit (and of cmd/floodgate's
+//	                                  replay, released with this module); rls reuses its fail mode
+//	                                  and decides in its own code
 //	internal/...                      what no user imports (header formats, test harnesses, ...)
 //	rls (module of its own)           the Envoy rate limit service and its command, floodgate-rls
 //	cmd/floodgate (module of its own) the operator's command
 //	benchmarks (module of its own)    floodgate side by side with its peers
+//	rls/benchmarks (module of its own) rls against envoyproxy/ratelimit: answers and cost
+//	scripts/release (module of its own) a module proxy of this tree; its test installs both commands
+//	deploy/                           Prometheus alert and recording rules, a Grafana dashboard
 //	examples/...                      runnable programs, one idea each
 //
 // A new algorithm is a package with a Config whose Algorithm method returns

@@ -13,8 +13,8 @@ import (
 
 const checkDoc = `Check loads every FILE, a floodgate policy file or an envoyproxy/ratelimit
 config (told apart by its top-level "descriptors" key, or by -kind), with
-the loaders the library and the rls service use, and prints each error as
-file:line. A directory stands for its .yaml and .yml files, as the rls
+the loaders the library and the rls service use, and prints each file's
+first error (the loaders stop there) as file:line. A directory stands for its .yaml and .yml files, as the rls
 service reads its config directory. Then it warns about what loads but should not ship:
 
   dry-run        a dry-run (shadow-mode) limit: it never refuses anyone

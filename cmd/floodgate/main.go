@@ -7,11 +7,29 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 )
 
-// version is the command's version, printed by "floodgate version".
-const version = "v0.1.0"
+// versionLine names the command's module version and the floodgate
+// library's, as the build recorded them: "floodgate v0.1.0 (floodgate
+// library v0.1.0)" when installed with go install ...@v0.1.0, "(devel)" when
+// built from a checkout.
+func versionLine() string {
+	v, lib := "(devel)", "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/floodgate-go/floodgate" {
+				lib = d.Version
+				if d.Replace != nil {
+					lib += " => " + d.Replace.Path
+				}
+			}
+		}
+	}
+	return "floodgate " + v + " (floodgate library " + lib + ")"
+}
 
 // The exit codes of every subcommand.
 const (
@@ -39,7 +57,7 @@ func init() {
 		{"replay", "--config FILE [flags] LOG...", "decide access logs through a candidate config, offline", runReplay},
 		{"report", "[flags] URL|FILE", "render a recorder's demand report", runReport},
 		{"version", "", "print the command's version", func(_ []string, stdout, _ io.Writer) int {
-			fmt.Fprintln(stdout, "floodgate", version)
+			fmt.Fprintln(stdout, versionLine())
 			return exitOK
 		}},
 	}

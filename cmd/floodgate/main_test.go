@@ -22,7 +22,7 @@ func TestUsageAndHelp(t *testing.T) {
 	if _, _, code := runCmd(t, "frobnicate"); code != exitUsage {
 		t.Errorf("unknown command: code %d, want 2", code)
 	}
-	if out, _, code := runCmd(t, "version"); code != 0 || out != "floodgate "+version+"\n" {
+	if out, _, code := runCmd(t, "version"); code != 0 || out != versionLine()+"\n" || !strings.HasPrefix(out, "floodgate ") {
 		t.Errorf("version: %d %q", code, out)
 	}
 	for _, c := range []string{"check", "diff", "replay", "report"} {

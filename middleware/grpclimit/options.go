@@ -203,7 +203,7 @@ func (c *config) setKey(k keyKind) error {
 // for the main limiter of [New] (limits added with [WithLimit] keep their
 // own) and for [Shed]. The default is the limiter's own name (its
 // [floodgate.Describer] policy name, its Config's Name; "" when it has
-// none) for New, "" for Shed. It applies to New and Shed.
+// none) for New, "" for Shed. It applies to New, Policies and Shed.
 func WithName(name string) CommonOption {
 	return commonOpt(func(c *config) error {
 		if name == "" {
@@ -215,8 +215,8 @@ func WithName(name string) CommonOption {
 }
 
 // WithTier sets the tier label reported to the observer (Event.Tier), for
-// example "edge" or "global". The default is empty. It applies to New and
-// Shed.
+// example "edge" or "global". The default is empty. It applies to New,
+// Policies and Shed.
 func WithTier(tier string) CommonOption {
 	return commonOpt(func(c *config) error { c.tier = tier; return nil })
 }
@@ -226,7 +226,7 @@ func WithTier(tier string) CommonOption {
 // method name, "/package.Service/Method", whose set is bounded by the
 // services the server registers; map it to fewer classes to keep metric
 // cardinality down. A route function that panics reports the class
-// "unknown". It applies to New and Shed.
+// "unknown". It applies to New, Policies and Shed.
 func WithRouteFunc(route func(fullMethod string) string) CommonOption {
 	return commonOpt(func(c *config) error {
 		if route == nil {
@@ -241,7 +241,7 @@ func WithRouteFunc(route func(fullMethod string) string) CommonOption {
 // (call, limit), with Source floodgate.SourceRequest (see the package
 // documentation). The default sends none. o is called on
 // the call's goroutine and must not block or panic (see
-// [floodgate.Observer]). It applies to New and Shed.
+// [floodgate.Observer]). It applies to New, Policies and Shed.
 func WithObserver(o floodgate.Observer) CommonOption {
 	return commonOpt(func(c *config) error {
 		if nilcheck.Is(o) {
@@ -257,7 +257,7 @@ func WithObserver(o floodgate.Observer) CommonOption {
 // else: keep it cheap, and it must not panic (a panic there is the server's
 // to handle, like a handler's). Use it to exempt health checks, or with
 // [Methods] to give an expensive method a tighter limit of its own. It
-// applies to New and Shed.
+// applies to New, Policies and Shed.
 func WithFilter(f func(ctx context.Context, fullMethod string) bool) CommonOption {
 	return commonOpt(func(c *config) error {
 		if f == nil {
@@ -374,7 +374,7 @@ func WithKeyPrefix(prefix string) Option {
 // WithIPPrefix sets the prefix lengths peer addresses are aggregated to
 // before they become keys: v4 bits for IPv4 (default 32, the address
 // itself) and v6 bits for IPv6 (default 64: one budget per /64, the block a
-// single host usually holds). It applies to New.
+// single host usually holds). It applies to New and Policies.
 func WithIPPrefix(v4, v6 int) LimitOption {
 	return limitOpt(func(c *config) error {
 		if v4 < 1 || v4 > 32 || v6 < 1 || v6 > 128 {
@@ -388,7 +388,7 @@ func WithIPPrefix(v4, v6 int) LimitOption {
 // WithCost sets the cost of each call; the default is 1. Streams are charged
 // once, when they open. Every limit of the call is charged the same cost. A
 // cost function that panics is a limiter that could not decide (the
-// [middleware.FailMode] applies). It applies to New; given to NewClient, it is the cost each call takes from the client's throttle.
+// [middleware.FailMode] applies). It applies to New and Policies; given to NewClient, it is the cost each call takes from the client's throttle.
 func WithCost(f CostFunc) CostOption {
 	return costOpt(func(c *config) error {
 		if f == nil {
@@ -423,7 +423,7 @@ func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
 }
 
 // WithFailMode sets what happens when the limiter errors or panics; the
-// default is [middleware.FailOpen]. It applies to New and Shed.
+// default is [middleware.FailOpen]. It applies to New, Policies and Shed.
 func WithFailMode(m middleware.FailMode) CommonOption {
 	return commonOpt(func(c *config) error {
 		if m != middleware.FailOpen && m != middleware.FailClosed {
@@ -435,7 +435,7 @@ func WithFailMode(m middleware.FailMode) CommonOption {
 }
 
 // WithDelayMode sets what happens to a call admitted with a Delay; the
-// default is [middleware.DelayHonour]. It applies to New.
+// default is [middleware.DelayHonour]. It applies to New and Policies.
 func WithDelayMode(m middleware.DelayMode) LimitOption {
 	return limitOpt(func(c *config) error {
 		if m != middleware.DelayHonour && m != middleware.DelayRefuse {

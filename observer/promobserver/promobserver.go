@@ -111,7 +111,9 @@ type series struct {
 	latency prometheus.Observer
 }
 
-// New returns an Observer whose two metrics are registered with reg. When
+// New returns an Observer whose four metrics (the decisions, their
+// duration, the config reloads and the last reload's success) are
+// registered with reg. When
 // reg already holds metrics of the same names, labels and types (another
 // Observer registered them), New shares them instead of failing, so that
 // several policies, or several servers in one process, report into the

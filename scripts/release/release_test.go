@@ -88,7 +88,7 @@ func TestInstallFromProxy(t *testing.T) {
 
 	gocmd(t, outside, env, "install", "github.com/floodgate-go/floodgate/cmd/floodgate@"+version)
 	out, err = exec.Command(filepath.Join(gobin, "floodgate"), "version").CombinedOutput()
-	if err != nil || !strings.HasPrefix(strings.TrimSpace(string(out)), "floodgate ") || !strings.Contains(string(out), version) {
+	if err != nil || strings.TrimSpace(string(out)) != "floodgate "+version+" (floodgate library "+version+")" {
 		t.Fatalf("floodgate version: %q, %v", out, err)
 	}
 
