@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -32,6 +33,18 @@ func (f *fields) index(name string) int {
 	}
 	f.names = append(f.names, name)
 	return len(f.names) - 1
+}
+
+// within returns an error naming the first field asked for (by -key, -cost
+// or -descriptor) that a line of what has not: such a field would be
+// empty on every line.
+func (f *fields) within(have []string, what string) error {
+	for _, n := range f.names {
+		if !slices.Contains(have, n) {
+			return fmt.Errorf("$%s: %s has no such field (it has $%s)", n, what, strings.Join(have, ", $"))
+		}
+	}
+	return nil
 }
 
 // lookup returns the index of name, -1 when no template asks for it.
@@ -224,6 +237,17 @@ func newNginxParser(format string, fs *fields) (*nginxParser, error) {
 		}
 	}
 	return p, nil
+}
+
+// vars returns the names of the format's variables.
+func (p *nginxParser) vars() []string {
+	var names []string
+	for _, it := range p.items {
+		if it.lit == nil {
+			names = append(names, it.name)
+		}
+	}
+	return names
 }
 
 // readVar reads the variable at s[i] ('$'): "$name" (letters, digits, '_'

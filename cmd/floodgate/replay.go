@@ -281,10 +281,14 @@ func (rp *replayer) mapping() error {
 		if np, err = newNginxParser(o.logFormat, &fs); err == nil && np.timeVar != "msec" {
 			rp.res.Notes = append(rp.res.Notes, fmt.Sprintf("the log's times are whole seconds ($%s): every line of a second is decided at its start, so bursts within a second look larger than they were; add $msec to the log_format", np.timeVar))
 		}
+		if err == nil {
+			err = fs.within(np.vars(), "the log format")
+		}
 		rp.newParser = func() parser { c := *np; c.ts = tsCache{}; return &c }
 	case "envoy":
 		rp.newParser = func() parser { return &jsonParser{fs: &fs, timeKey: "start_time"} }
 	case "csv":
+		err = fs.within([]string{"key", "cost"}, "a CSV line (time,key[,cost])")
 		rp.newParser = func() parser { return &csvParser{key: fs.lookup("key"), cost: fs.lookup("cost")} }
 	default:
 		err = fmt.Errorf("-format %q: want nginx, envoy or csv", o.format)
@@ -332,6 +336,13 @@ func (rp *replayer) decider(cfg policy.Config) error {
 func (rp *replayer) take(ctx context.Context, lim *store.Limiter, key string, n int) (verdict, string, error) {
 	d, err := lim.Take(ctx, key, n)
 	switch {
+	case errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrInvalidKey):
+		// Never admissible (a cost above the capacity, a key the store
+		// refuses): the middleware answers 429, so replay refuses it.
+		if rp.dryRun[lim.Name()] {
+			return vWould, lim.Name(), nil
+		}
+		return vRefused, lim.Name(), nil
 	case err != nil:
 		return vAllowed, lim.Name(), err
 	case d.Allowed:
@@ -379,12 +390,15 @@ func (rp *replayer) byDescriptors(ctx context.Context, _ string, n int) (verdict
 	case admit.Unavailable:
 		return vAllowed, "", v.Err
 	}
+	// Refused: by a limit (Deny), or because no limit can ever admit it
+	// (NeverFits: a cost above a capacity, a key the store refuses), which
+	// the middleware answers with 429 too.
 	for _, c := range checks[:enf] {
 		if !c.Decision.Allowed {
-			return vRefused, limName(c.Limiter), v.Err
+			return vRefused, limName(c.Limiter), nil
 		}
 	}
-	return vRefused, limName(checks[0].Limiter), v.Err
+	return vRefused, limName(checks[0].Limiter), nil
 }
 
 func limName(l floodgate.Limiter) string {

@@ -518,3 +518,46 @@ func TestProgress(t *testing.T) {
 		t.Errorf("progress bar: %q", got)
 	}
 }
+
+// A request costing more than a limit's capacity is refused by the
+// middleware (429, cost_exceeds_limit): replay counts it refused, through a
+// policy and through the rules, and the -max-refused gate sees it.
+func TestReplayRefusesWhatNeverFits(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "cost.csv")
+	if err := os.WriteFile(log, []byte("2026-12-04T09:00:00Z,a,1\n2026-12-04T09:00:00Z,a,50\n2026-12-04T09:00:00Z,a,50\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, route := range [][]string{{"-policy", "per-ip"}, {"-descriptor", "remote_address=$key"}} {
+		args := append([]string{"replay", "-json", "-config", "testdata/per-ip.yaml", "-format", "csv"}, route...)
+		out, errs, code := runCmd(t, append(args, log)...)
+		var res replayResult
+		decodeJSON(t, out, &res)
+		if code != exitOK || res.Decided != 3 || res.Refused != 2 {
+			t.Errorf("%v: code %d, decided %d, refused %d, want 0, 3, 2\n%s", route, code, res.Decided, res.Refused, errs)
+		}
+		if _, _, code := runCmd(t, append(append(args, "-max-refused", "0.01"), log)...); code != exitFindings {
+			t.Errorf("%v -max-refused 0.01: code %d, want %d", route, code, exitFindings)
+		}
+	}
+}
+
+// A field the lines do not have (a typo in -key, -cost or -descriptor, a
+// log_format without the default key) is a usage error naming it, not a
+// replay in which every line lacks it.
+func TestReplayUnknownField(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-policy", "per-ip", "-cost", "$nope", "testdata/access.log"}, "$nope: the log format has no such field"},
+		{[]string{"-policy", "per-ip", "-key", "$nope", "testdata/access.log"}, "$nope: the log format has no such field"},
+		{[]string{"-descriptor", "remote_address=$nope", "testdata/access.log"}, "$nope: the log format has no such field"},
+		{[]string{"-policy", "per-ip", "-log-format", "$foo [$time_local]", "testdata/access.log"}, "$remote_addr: the log format has no such field"},
+		{[]string{"-policy", "per-ip", "-format", "csv", "-key", "$client", "testdata/access.log"}, "$client: a CSV line (time,key[,cost]) has no such field"},
+	} {
+		_, errs, code := runCmd(t, append([]string{"replay", "-config", "testdata/per-ip.yaml"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: code %d, stderr %q; want %d and %q", tc.args, code, errs, exitUsage, tc.want)
+		}
+	}
+}
