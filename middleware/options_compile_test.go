@@ -25,7 +25,7 @@ var misuses = []string{
 	`grpclimit.New(lim, grpclimit.WithShedRetryAfter(time.Second))`,
 	`grpclimit.New(lim, grpclimit.WithClassFunc(grpclimit.HeaderClass("x", "a", "a")))`,
 	`grpclimit.Policies(match, grpclimit.WithLimit(lim, nil))`,
-	`grpclimit.NewClient(grpclimit.WithObserver(floodgate.NopObserver))`,
+	`grpclimit.NewClient(grpclimit.WithObserver(floodgate.ObserverFunc(nil)))`,
 	`grpclimit.New(lim, grpclimit.WithPushback(true))`,
 }
 
@@ -120,5 +120,8 @@ func TestOptionsAreCheckedByTheCompiler(t *testing.T) {
 	}
 	if strings.Count(out, "does not implement") < len(misuses) {
 		t.Errorf("want a \"does not implement\" error per misuse:\n%s", out)
+	}
+	if strings.Contains(out, "undefined") {
+		t.Errorf("a misuse names what does not exist: it proves nothing:\n%s", out)
 	}
 }
