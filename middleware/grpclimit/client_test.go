@@ -64,7 +64,7 @@ func ok(opts []grpc.CallOption) error { return nil }
 func refused(code codes.Code, retry time.Duration, trailerMs string) func([]grpc.CallOption) error {
 	return func(opts []grpc.CallOption) error {
 		if trailerMs != "" {
-			setTrailer(opts, metadata.Pairs(PushbackTrailer, trailerMs))
+			setTrailer(opts, metadata.Pairs(pushbackTrailer, trailerMs))
 		}
 		return refusal(code, retry)
 	}
@@ -365,7 +365,7 @@ func TestClientStreamPushback(t *testing.T) {
 		var opened []time.Time
 		streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
 			opened = append(opened, time.Now())
-			return &fakeStream{err: refusal(codes.ResourceExhausted, 0), trailer: metadata.Pairs(PushbackTrailer, "400")}, nil
+			return &fakeStream{err: refusal(codes.ResourceExhausted, 0), trailer: metadata.Pairs(pushbackTrailer, "400")}, nil
 		}
 		s := c.Stream()
 		cs, err := s(context.Background(), &grpc.StreamDesc{}, nil, "/x.Y/Watch", streamer)

@@ -61,7 +61,7 @@ func Example() {
 		fmt.Printf("call %d: %v", i, st.Code())
 		if d, ok := grpclimit.RetryDelay(err); ok {
 			fmt.Printf(" %q, retry in %v, pushback trailer set: %v",
-				st.Message(), d.Round(time.Minute), len(trailer.Get(grpclimit.PushbackTrailer)) == 1)
+				st.Message(), d.Round(time.Minute), len(trailer.Get("grpc-retry-pushback-ms")) == 1)
 		}
 		fmt.Println()
 	}
