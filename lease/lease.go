@@ -46,10 +46,10 @@ const (
 
 // Defaults of a [Config].
 const (
-	DefaultRefresh   = 100 * time.Millisecond
-	DefaultHotRate   = 20.0
-	DefaultMaxKeys   = 100_000
-	DefaultHeartbeat = time.Second
+	defaultRefresh   = 100 * time.Millisecond
+	defaultHotRate   = 20.0
+	defaultMaxKeys   = 100_000
+	defaultHeartbeat = time.Second
 )
 
 // Config configures a [Limiter]. Only Bucket is required; every other
@@ -261,7 +261,7 @@ func New(global Global, c Config) (*Limiter, error) {
 // Bucket and Mode) and refuses the values outside their ranges.
 func (c *Config) withDefaults() error {
 	if c.Refresh == 0 {
-		c.Refresh = DefaultRefresh
+		c.Refresh = defaultRefresh
 	}
 	if c.Refresh < time.Millisecond || c.Refresh > 10*time.Second {
 		return fmt.Errorf("%w: lease: refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, c.Refresh)
@@ -273,19 +273,19 @@ func (c *Config) withDefaults() error {
 		return fmt.Errorf("%w: lease: TTL %v outside refresh (%v)..1h", floodgate.ErrInvalidConfig, c.TTL, c.Refresh)
 	}
 	if c.HotRate == 0 {
-		c.HotRate = DefaultHotRate
+		c.HotRate = defaultHotRate
 	}
 	if !(c.HotRate > 0) || math.IsInf(c.HotRate, 0) {
 		return fmt.Errorf("%w: lease: hot rate %v, want a finite rate > 0", floodgate.ErrInvalidConfig, c.HotRate)
 	}
 	if c.MaxKeys == 0 {
-		c.MaxKeys = DefaultMaxKeys
+		c.MaxKeys = defaultMaxKeys
 	}
 	if c.MaxKeys < 0 {
 		return fmt.Errorf("%w: lease: max keys %d < 0", floodgate.ErrInvalidConfig, c.MaxKeys)
 	}
 	if c.Heartbeat == 0 {
-		c.Heartbeat = DefaultHeartbeat
+		c.Heartbeat = defaultHeartbeat
 	}
 	if c.Heartbeat < 10*time.Millisecond || c.Heartbeat > time.Minute {
 		return fmt.Errorf("%w: lease: heartbeat %v outside 10ms..1m", floodgate.ErrInvalidConfig, c.Heartbeat)

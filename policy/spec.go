@@ -58,7 +58,7 @@ type Policy struct {
 	// the leases hold (see lease's "Bounds").
 	Leased bool
 	// LeaseRefresh is a leased policy's refresh period (lease.Config.Refresh,
-	// 1ms..10s; default lease.DefaultRefresh).
+	// 1ms..10s; default 100ms).
 	LeaseRefresh time.Duration
 }
 

@@ -61,7 +61,7 @@ func TestDefaultLevelsAndAttributes(t *testing.T) {
 	levels := []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelError, slog.LevelWarn}
 	for i, r := range h.records {
 		assert.Equal(t, levels[i], r.Level, "record %d", i)
-		assert.Equal(t, DefaultMessage, r.Message)
+		assert.Equal(t, defaultMessage, r.Message)
 	}
 
 	allowed := attrs(h.records[0])
