@@ -107,7 +107,7 @@ type Config struct {
 	// transport's to report, and the store's failure policy reports its
 	// own (redisstore.WithObserver).
 	Observer floodgate.Observer
-	// Clock is for tests (default floodgate.SystemClock). The global store
+	// Clock is for tests (default the system clock). The global store
 	// keeps its own time (Redis: the server's).
 	Clock floodgate.Clock
 

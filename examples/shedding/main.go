@@ -93,7 +93,7 @@ func run(args []string, stdout io.Writer) error {
 	}
 	// The simulation, the chart and the summary list the classes from the
 	// most important down; priority counts them from the least important.
-	classes := p.Classes()
+	classes := p.Stats() // the class names, in class order
 	class := func(c int) priority.Class { return priority.Class(len(classes) - 1 - c) }
 	tg := simulate.Target{Limit: capacity.Limit, InFlight: capacity.InFlight}
 	if *queue {

@@ -213,11 +213,11 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 	return &Client{cfg: cc, base: time.Now()}, nil
 }
 
-// PushbackUntil returns the time until which the server asked this client
+// methodPushback returns the time until which the server asked this client
 // to hold its calls to method (to any method when pushback is not per
 // method) that carry no class (see [Client.PushbackFor]); the zero Time
 // when no pushback is in force.
-func (c *Client) PushbackUntil(method string) time.Time {
+func (c *Client) methodPushback(method string) time.Time {
 	return c.pushbackUntil(c.scopeOf(method, ""))
 }
 

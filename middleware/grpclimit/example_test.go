@@ -121,7 +121,7 @@ func ExampleNewClient() {
 		panic(err)
 	}
 	defer conn.Close()
-	fmt.Println("pushback in force:", !client.PushbackUntil("/grpc.health.v1.Health/Check").IsZero())
+	fmt.Println("pushback in force:", !client.PushbackFor(context.Background(), "/grpc.health.v1.Health/Check").IsZero())
 	// Output:
 	// pushback in force: false
 }

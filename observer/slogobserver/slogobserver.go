@@ -167,8 +167,8 @@ func New(logger *slog.Logger, opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// Level returns the level outcome o is logged at.
-func (o *Observer) Level(oc floodgate.Outcome) slog.Level {
+// level returns the level outcome o is logged at.
+func (o *Observer) level(oc floodgate.Outcome) slog.Level {
 	if int(oc) < len(o.levels) {
 		return o.levels[oc]
 	}
@@ -186,7 +186,7 @@ func (o *Observer) Observe(e floodgate.Event) {
 		}
 	}
 	ctx := context.Background()
-	level := o.Level(e.Outcome)
+	level := o.level(e.Outcome)
 	if !o.logger.Enabled(ctx, level) {
 		return
 	}
@@ -261,7 +261,7 @@ func (o *Observer) Flush() {
 func (o *Observer) write(counts []foldedCount) {
 	ctx := context.Background()
 	for _, c := range counts {
-		level := o.Level(c.outcome)
+		level := o.level(c.outcome)
 		if !o.logger.Enabled(ctx, level) {
 			continue
 		}

@@ -259,9 +259,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Timeout returns the per-decision timeout.
-func (s *Store) Timeout() time.Duration { return s.timeout }
-
 // Key returns the Redis key that holds key's state for alg: the prefix, a
 // hash tag made of the 64-bit FNV-1a hash of key in hex (so that braces in
 // key never steer the Cluster slot, and the keys of one user key share a

@@ -59,7 +59,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	s, err := New(c)
 	require.NoError(t, err)
-	assert.Equal(t, defaultTimeout, s.Timeout())
+	assert.Equal(t, defaultTimeout, s.timeout)
 
 	// An algorithm without a Lua twin cannot run on Redis.
 	ctx := context.Background()
