@@ -29,7 +29,7 @@
 //     "empty at now", which credits nothing. A clock that goes back by less
 //     leaves the key that much longer in debt: it never credits either.
 //
-// The zero [Config] is invalid; [Config.Validate] says why.
+// The zero [Config] is invalid; [Config.Algorithm] says why.
 //
 // # Reservations and floodgate.Wait
 //

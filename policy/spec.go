@@ -125,9 +125,9 @@ func (p Policy) validateAlgorithm() error {
 	var err error
 	switch p.algorithm() {
 	case TokenBucket:
-		err = p.bucket().Validate()
+		_, err = p.bucket().Algorithm()
 	case LeakyBucket:
-		err = p.leaky().Validate()
+		_, err = p.leaky().Algorithm()
 	case FixedWindow:
 		_, err = p.window().FixedAlgorithm()
 	case SlidingLog:

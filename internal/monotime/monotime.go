@@ -2,7 +2,6 @@
 // to wall time once, at program start, so that its readings never go
 // backwards even when the wall clock is stepped, and cost about half of a
 // plain [time.Now]. Every store and limiter that is given no clock reads it.
-//
 package monotime
 
 import "time"
