@@ -207,7 +207,21 @@ func (o *Observer) Observe(e floodgate.Event) {
 			return
 		}
 	}
-	attrs := append(buf[:0],
+	attrs := eventAttrs(buf[:0], e)
+	if folded > 0 {
+		attrs = append(attrs, slog.Int64("folded", folded))
+	}
+	if over {
+		attrs = append(attrs, slog.Bool("overflow", true))
+	}
+	o.logger.LogAttrs(ctx, level, o.msg, attrs...)
+}
+
+// eventAttrs appends the attributes of a decision event to attrs: the
+// policy, outcome, source, class, tier, route, latency, the decision's
+// figures and the error's text.
+func eventAttrs(attrs []slog.Attr, e floodgate.Event) []slog.Attr {
+	attrs = append(attrs,
 		slog.String("policy", e.Policy),
 		slog.String("outcome", e.Outcome.String()))
 	if e.Source != 0 && e.Source != floodgate.SourceRequest {
@@ -237,17 +251,11 @@ func (o *Observer) Observe(e floodgate.Event) {
 		// call, an Observer must not keep the error.
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
-	if folded > 0 {
-		attrs = append(attrs, slog.Int64("folded", folded))
-	}
-	if over {
-		attrs = append(attrs, slog.Bool("overflow", true))
-	}
-	o.logger.LogAttrs(ctx, level, o.msg, attrs...)
+	return attrs
 }
 
-// Flush writes, with "floodgate failures folded", every folded count not yet written,
-// whatever the interval; a key's next failure is still written or folded by
+// Flush writes, with "floodgate failures folded", every folded count not
+// yet written, whatever the interval; a key's next failure is still written or folded by
 // the interval that was running. Call it before the process exits, or
 // where an outage is known to be over. It is safe to call at any time,
 // concurrently with Observe.
