@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -43,16 +44,19 @@ type call struct {
 	// admitted: the enforcing descriptors were charged (the request is
 	// admitted, shadow ones charged).
 	admitted bool
+	// v is the admission core's verdict of the request's enforcing group
+	// (judge).
+	v admit.Verdict
 }
 
-// decide runs the checks of ds and writes the response, in the order of
-// the reference's request path: the limits a request matches (resolve)
-// have been found; here the store decides them (looks and refunds, then
-// the counted descriptors together, else quota descriptors, the enforcing
-// group and shadow descriptors in turn), then the statuses are written.
-// lead is the check that decided, for the observer.
-func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []dstatus, sc *scratch) (*rlspb.RateLimitResponse, *floodgate.Check, error) {
-	c := call{s: s, ctx: ctx, req: req, ds: ds, sc: sc, admitted: true}
+// decide runs the checks of the call's descriptors and writes the
+// response, in the order of the reference's request path: the limits a
+// request matches (resolve) have been found; here the store decides them
+// (looks and refunds, then the counted descriptors together, else
+// quota descriptors, the enforcing group and shadow descriptors in turn),
+// the admission core judges the request (judge), then the statuses are
+// written. lead is the check that stands for the response.
+func (c *call) decide() (*rlspb.RateLimitResponse, *floodgate.Check, error) {
 	c.buildChecks()
 	err := c.looks()
 	done := false
@@ -71,6 +75,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 	if err != nil {
 		return nil, nil, err
 	}
+	c.judge()
 	resp, lead := c.respond()
 	return resp, lead, nil
 }
@@ -273,7 +278,6 @@ func (c *call) respond() (*rlspb.RateLimitResponse, *floodgate.Check) {
 	// The statuses and their durations, one allocation each for all the
 	// descriptors.
 	sts, durs := make([]rlspb.RateLimitResponse_DescriptorStatus, n), make([]durationpb.Duration, n)
-	overall := rlspb.RateLimitResponse_OK
 	var ld leader
 	now := c.s.opts.now()
 	for i := range c.ds {
@@ -290,16 +294,17 @@ func (c *call) respond() (*rlspb.RateLimitResponse, *floodgate.Check) {
 		j := pick(d.checks)
 		over := c.status(d, j, st, &durs[i], now)
 		c.count(d, j)
-		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
-			overall = rlspb.RateLimitResponse_OVER_LIMIT
-		}
 		if over && d.role == roleEnforce && !d.cached {
 			c.s.over.remember(d, now)
 		}
 		ld.consider(d, j, st, over)
 	}
-	if overall == rlspb.RateLimitResponse_OVER_LIMIT && c.s.opts.shadow {
-		overall = rlspb.RateLimitResponse_OK
+	// The request's code is the core's verdict: OVER_LIMIT when an
+	// enforcing check refuses (its status says so), OK when they admit or
+	// in the global shadow mode (the core's dry run).
+	overall := rlspb.RateLimitResponse_OK
+	if c.v.Kind == admit.Deny || c.v.Kind == admit.Unavailable {
+		overall = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	resp.OverallCode = overall
 	resp.ResponseHeadersToAdd = c.s.headers(c.ds, resp, ld, overall == rlspb.RateLimitResponse_OVER_LIMIT, now)
@@ -528,10 +533,15 @@ type scratch struct {
 	ents      []entry
 	enforcing []floodgate.Check
 	backing   []floodgate.Check
+	// group and names: the checks of a group the core judges and reports,
+	// and their names (judge, report).
+	group []floodgate.Check
+	names []string
 }
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{ents: make([]entry, 0, 8), enforcing: make([]floodgate.Check, 0, 8), backing: make([]floodgate.Check, 0, 8)}
+	return &scratch{ents: make([]entry, 0, 8), enforcing: make([]floodgate.Check, 0, 8), backing: make([]floodgate.Check, 0, 8),
+		group: make([]floodgate.Check, 0, 8), names: make([]string, 0, 8)}
 }}
 
 // path returns n cleared node slots for lookup.
@@ -567,9 +577,13 @@ func (sc *scratch) checks(n int) []floodgate.Check {
 }
 
 func (sc *scratch) release() {
-	if len(sc.ds) > 64 || cap(sc.backing) > 256 {
+	if len(sc.ds) > 64 || cap(sc.backing) > 256 || cap(sc.group) > 256 || cap(sc.names) > 256 {
 		return // an outsized call: let its buffers go
 	}
+	clear(sc.group[:cap(sc.group)])
+	sc.group = sc.group[:0]
+	clear(sc.names[:cap(sc.names)])
+	sc.names = sc.names[:0]
 	clear(sc.backing[:cap(sc.backing)])
 	sc.backing = sc.backing[:0]
 	clear(sc.ds)
