@@ -19,7 +19,13 @@ import (
 // BenchmarkShouldRateLimit: one call with the origin, purge-orchestrator
 // and tenant descriptors, on memstore, without gRPC.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	svc, reqs := benchSetup(b)
+	benchCalls(b, nil)
+}
+
+// benchCalls calls ShouldRateLimit in parallel on the service of
+// benchSetup, with opts.
+func benchCalls(b *testing.B, opts []rls.Option) {
+	svc, reqs := benchSetup(b, opts...)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -42,19 +48,7 @@ func BenchmarkShouldRateLimitObserved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, reqs := benchSetup(b, rls.WithObserver(obs))
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			resp, err := svc.ShouldRateLimit(ctx, reqs[i%len(reqs)])
-			if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK {
-				b.Fatal(resp, err)
-			}
-			i++
-		}
-	})
+	benchCalls(b, []rls.Option{rls.WithObserver(obs)})
 }
 
 // nullRLS answers every call OK with one status per descriptor and decides

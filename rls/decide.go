@@ -533,10 +533,11 @@ type scratch struct {
 	ents      []entry
 	enforcing []floodgate.Check
 	backing   []floodgate.Check
-	// group and names: the checks of a group the core judges and reports,
-	// and their names (judge, report).
-	group []floodgate.Check
-	names []string
+	// group and names: the checks of a group the core reports, and their
+	// names (report); grouped: they hold some.
+	group   []floodgate.Check
+	names   []string
+	grouped bool
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -580,10 +581,13 @@ func (sc *scratch) release() {
 	if len(sc.ds) > 64 || cap(sc.backing) > 256 || cap(sc.group) > 256 || cap(sc.names) > 256 {
 		return // an outsized call: let its buffers go
 	}
-	clear(sc.group[:cap(sc.group)])
-	sc.group = sc.group[:0]
-	clear(sc.names[:cap(sc.names)])
-	sc.names = sc.names[:0]
+	if sc.grouped {
+		clear(sc.group[:cap(sc.group)])
+		sc.group = sc.group[:0]
+		clear(sc.names[:cap(sc.names)])
+		sc.names = sc.names[:0]
+		sc.grouped = false
+	}
 	clear(sc.backing[:cap(sc.backing)])
 	sc.backing = sc.backing[:0]
 	clear(sc.ds)

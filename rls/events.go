@@ -32,26 +32,49 @@ func (d *dstatus) side() side {
 // judge puts the request to the admission core: the verdict of its
 // enforcing checks combined (refused when one refuses; admitted in the
 // global shadow mode, the core's dry run, with would_deny; a store's
-// fallback told). The enforcing group and its names (when observing) stay
-// in the scratch buffers for report.
+// fallback told). Each enforcing descriptor's checks are combined first
+// (on the stack: combining is associative), so that judging copies no
+// check.
 func (c *call) judge() {
-	g := c.sc.group[:0]
-	names := c.sc.names[:0]
-	observing := c.s.opts.observer != nil
+	var buf [8]floodgate.Check
+	g := buf[:0]
 	for i := range c.ds {
 		if d := &c.ds[i]; d.side() == sideEnforce {
-			g = append(g, d.checks...)
-			if observing {
-				names = d.names(names)
-			}
+			g = append(g, floodgate.Check{Decision: floodgate.Combine(d.checks)})
 		}
 	}
-	c.sc.group, c.sc.names = g, names
 	if len(g) == 0 {
 		c.v = admit.Verdict{Kind: admit.Admit, Outcome: floodgate.OutcomeAllowed}
 		return
 	}
 	c.v = c.s.core.Judge(g, floodgate.Combine(g), nil)
+}
+
+// group gathers into the scratch buffers the checks of the descriptors
+// keep selects, and their names.
+func (c *call) group(keep func(*dstatus) bool) ([]floodgate.Check, []string) {
+	g, names := c.sc.group[:0], c.sc.names[:0]
+	for i := range c.ds {
+		if d := &c.ds[i]; keep(d) {
+			g = append(g, d.checks...)
+			names = d.names(names)
+		}
+	}
+	c.sc.group, c.sc.names, c.sc.grouped = g, names, true
+	return g, names
+}
+
+// enforcing, shadowing and failing select the descriptors of the
+// request's enforcing group, of its shadow-mode group, and those reported
+// when the store failed (the enforcing and quota-mode ones, shadow-mode
+// ones aside).
+func enforcing(d *dstatus) bool { return d.side() == sideEnforce }
+
+func shadowing(d *dstatus) bool { return d.side() == sideShadow }
+
+func failing(d *dstatus) bool {
+	s := d.side()
+	return (s == sideEnforce || s == sideQuota) && !d.lm.shadow
 }
 
 // names appends the names of d's limits, those RateLimit-Policy
@@ -77,9 +100,10 @@ func (c *call) report(start int64) {
 		return
 	}
 	var ev floodgate.Event
-	n := len(c.sc.group)
+	g, names := c.group(enforcing)
+	n := len(g)
 	if n > 0 {
-		c.s.core.Report(floodgate.SourceRequest, ev, start, c.v, c.sc.group, c.sc.names)
+		c.s.core.Report(floodgate.SourceRequest, ev, start, c.v, g, names)
 	}
 	for i := range c.ds {
 		d := &c.ds[i]
@@ -90,7 +114,7 @@ func (c *call) report(start int64) {
 		if d.lm.shadow {
 			src = floodgate.SourceShadow
 		}
-		c.sc.names = d.names(c.sc.names[:0])
+		c.sc.names, c.sc.grouped = d.names(c.sc.names[:0]), true
 		v := c.s.dry.Judge(d.checks, floodgate.Combine(d.checks), nil)
 		c.s.dry.Report(src, ev, start, v, d.checks, c.sc.names)
 		n += len(d.checks)
@@ -106,14 +130,7 @@ func (c *call) report(start int64) {
 // reportShadows reports the shadow-mode descriptors' events, Source
 // shadow, and returns their number.
 func (c *call) reportShadows(start int64) int {
-	g, names := c.sc.group[:0], c.sc.names[:0]
-	for i := range c.ds {
-		if d := &c.ds[i]; d.side() == sideShadow {
-			g = append(g, d.checks...)
-			names = d.names(names)
-		}
-	}
-	c.sc.group, c.sc.names = g, names
+	g, names := c.group(shadowing)
 	if len(g) > 0 {
 		v := c.s.dry.Judge(g, floodgate.Combine(g), nil)
 		c.s.dry.Report(floodgate.SourceShadow, floodgate.Event{}, start, v, g, names)
@@ -138,15 +155,7 @@ func (c *call) reportFailure(closed bool, err error, start int64) {
 	if closed && !c.s.opts.shadow {
 		v = admit.Verdict{Kind: admit.Unavailable, Outcome: floodgate.OutcomeErrorClosed, RetryAfter: admit.UnavailableRetry, Reason: admit.ReasonUnavailable, Err: err}
 	}
-	g, names := c.sc.group[:0], c.sc.names[:0]
-	for i := range c.ds {
-		d := &c.ds[i]
-		if s := d.side(); (s == sideEnforce || s == sideQuota) && !d.lm.shadow {
-			g = append(g, d.checks...)
-			names = d.names(names)
-		}
-	}
-	c.sc.group, c.sc.names = g, names
+	g, names := c.group(failing)
 	if len(g) == 0 {
 		names = nil
 	}
