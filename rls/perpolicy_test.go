@@ -1,17 +1,26 @@
 package rls_test
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/store/algo"
+	"github.com/floodgate-go/floodgate/store/memstore"
+	"github.com/floodgate-go/floodgate/store/redisstore"
 )
 
 // perPolicyFiles: an origin with a nested purge descriptor of two limits
@@ -121,6 +130,88 @@ func TestPoliciesCountedPerPolicyInPrometheus(t *testing.T) {
 		}
 	}
 }
+
+// TestPerLimitEventsInOutage: when a real Redis is killed, every limit of
+// the enforcing and quota-mode descriptors is counted in Prometheus under
+// the outcome the failure mode gave it (error_closed, error_open, or
+// fallback when the store's local fallback decided); a shadow-mode limit
+// counts nothing when the store failed, and fallback when the fallback
+// decided an admitted request.
+func TestPerLimitEventsInOutage(t *testing.T) {
+	mem, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mem.Close() })
+	enforcing := []string{"origin", "purge", "rl-", "tenant-quota"}
+	for _, tc := range []struct {
+		name    string
+		fp      redisstore.FailurePolicy
+		mode    rls.FailureMode
+		code    codes.Code
+		outcome string
+		shadow  string // the shadow-mode limit's count, "" for none
+	}{
+		{"closed", redisstore.FailError(), rls.FailClosed, codes.OK, "request error_closed", ""},
+		{"open", redisstore.FailError(), rls.FailOpen, codes.OK, "request error_open", ""},
+		{"error", redisstore.FailError(), rls.FailError, codes.Unavailable, "request error_open", ""},
+		// The local fallback decides: an admitted request charges the
+		// shadow-mode limit too; a refused one (Fallback's buckets start
+		// drained at the switch) charges none, and each of its limits
+		// reports fallback.
+		{"fallback", redisstore.FallbackWith(mem, same), rls.FailClosed, codes.OK, "request fallback", "shadow per-client fallback"},
+		{"fallback-refused", redisstore.Fallback(mem, 1), rls.FailClosed, codes.OK, "request fallback", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			st := redisStore(t, c, redisstore.WithFailurePolicy(tc.fp), redisstore.WithTimeout(time.Second))
+			reg := prometheus.NewRegistry()
+			obs, err := promobserver.New(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := serve(t, st, perPolicyFiles, rls.WithFailureMode(tc.mode), rls.WithObserver(obs))
+			srv.Kill()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = s.client.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitpb.RateLimitDescriptor{
+				desc("destination_cluster", "image-origin.prod"),
+				desc("destination_cluster", "image-origin.prod", "source_service", "purge-orchestrator"),
+				desc("client", "c1"),
+				desc("tenant", "t1"),
+			}})
+			if status.Code(err) != tc.code {
+				t.Fatalf("ShouldRateLimit: %v, want code %v", err, tc.code)
+			}
+			got := map[string]float64{}
+			for k, v := range decisions(t, reg) {
+				if f := strings.Fields(k); strings.HasPrefix(f[1], "rl-") {
+					k = f[0] + " rl- " + f[2] // the unnamed limit's hash
+				}
+				got[k] = v
+			}
+			want := map[string]float64{}
+			for _, p := range enforcing {
+				f := strings.Fields(tc.outcome)
+				want[f[0]+" "+p+" "+f[1]] = 1
+			}
+			if tc.shadow != "" {
+				want[tc.shadow] = 1
+			}
+			if !maps.Equal(got, want) {
+				t.Fatalf("floodgate_decisions_total by source, policy and outcome:\n got %v\nwant %v", got, want)
+			}
+		})
+	}
+}
+
+// same runs a Redis algorithm as it is on the local fallback.
+func same(a algo.Algorithm) (algo.Algorithm, error) { return a, nil }
 
 // decisions sums floodgate_decisions_total of reg by "source policy
 // outcome".
