@@ -490,17 +490,26 @@ func (s *Service) evaluate(ctx context.Context, checks []floodgate.Check) (bool,
 func pick(checks []floodgate.Check) int {
 	best := 0
 	for i := 1; i < len(checks); i++ {
-		a, b := checks[i].Decision, checks[best].Decision
-		switch {
-		case !a.Allowed && b.Allowed:
-			best = i
-		case !a.Allowed && !b.Allowed && a.RetryAfter > b.RetryAfter:
-			best = i
-		case a.Allowed && b.Allowed && a.Remaining < b.Remaining:
+		if leads(&checks[i].Decision, &checks[best].Decision) {
 			best = i
 		}
 	}
 	return best
+}
+
+// leads reports whether decision a stands for a group before b: a refusal
+// before an admission, the longer wait among refusals, the fewer units
+// left among admissions.
+func leads(a, b *floodgate.Decision) bool {
+	switch {
+	case !a.Allowed && b.Allowed:
+		return true
+	case !a.Allowed && !b.Allowed:
+		return a.RetryAfter > b.RetryAfter
+	case a.Allowed && b.Allowed:
+		return a.Remaining < b.Remaining
+	}
+	return false
 }
 
 // resetOf is a descriptor's duration_until_reset in whole seconds, rounded

@@ -30,24 +30,35 @@ func (d *dstatus) side() side {
 }
 
 // judge puts the request to the admission core: the verdict of its
-// enforcing checks combined (refused when one refuses; admitted in the
-// global shadow mode, the core's dry run, with would_deny; a store's
-// fallback told). Each enforcing descriptor's checks are combined first
-// (on the stack: combining is associative), so that judging copies no
-// check.
+// enforcing checks (refused when one refuses; admitted in the global
+// shadow mode, the core's dry run, with would_deny; a store's fallback
+// told), judged on the decision that stands for them all (the refusing
+// one with the longest wait, else the one with the fewest left, as pick
+// chooses; Fallback when any fell back), so that judging copies no check.
 func (c *call) judge() {
-	var buf [8]floodgate.Check
-	g := buf[:0]
+	var one [1]floodgate.Check
+	d := &one[0].Decision
+	n, fallback := 0, false
 	for i := range c.ds {
-		if d := &c.ds[i]; d.side() == sideEnforce {
-			g = append(g, floodgate.Check{Decision: floodgate.Combine(d.checks)})
+		ds := &c.ds[i]
+		if ds.side() != sideEnforce {
+			continue
+		}
+		for j := range ds.checks {
+			x := &ds.checks[j].Decision
+			fallback = fallback || x.Fallback
+			if n == 0 || leads(x, d) {
+				*d = *x
+			}
+			n++
 		}
 	}
-	if len(g) == 0 {
+	if n == 0 {
 		c.v = admit.Verdict{Kind: admit.Admit, Outcome: floodgate.OutcomeAllowed}
 		return
 	}
-	c.v = c.s.core.Judge(g, floodgate.Combine(g), nil)
+	d.Fallback = fallback
+	c.v = c.s.core.Judge(one[:], *d, nil)
 }
 
 // group gathers into the scratch buffers the checks of the descriptors
