@@ -297,7 +297,7 @@ func (c *call) respond() (*rlspb.RateLimitResponse, *floodgate.Check) {
 		if over && d.role == roleEnforce && !d.cached {
 			c.s.over.remember(d, now)
 		}
-		ld.consider(d, j, st, over)
+		ld.consider(d, j, st)
 	}
 	// The request's code is the core's verdict: OVER_LIMIT when an
 	// enforcing check refuses (its status says so), OK when they admit or
@@ -361,30 +361,15 @@ type leader struct {
 	set   bool
 }
 
-func (ld *leader) consider(d *dstatus, j int, st *rlspb.RateLimitResponse_DescriptorStatus, over bool) {
+func (ld *leader) consider(d *dstatus, j int, st *rlspb.RateLimitResponse_DescriptorStatus) {
 	dec := d.checks[j].Decision
-	if ld.set && !ld.beats(dec, over) {
+	if ld.set && !leads(&dec, &ld.dec) {
 		return
 	}
 	ld.set, ld.st, ld.d, ld.dec, ld.check = true, st, d, dec, nil
 	if d.checks[j].Limiter != nil {
 		ld.check = &d.checks[j]
 	}
-}
-
-// beats reports whether a descriptor whose pick decided dec (over: one of
-// its limits refuses) takes the lead.
-func (ld *leader) beats(dec floodgate.Decision, over bool) bool {
-	lead := ld.dec
-	switch {
-	case over && lead.Allowed:
-		return true
-	case over:
-		return dec.RetryAfter > lead.RetryAfter
-	case lead.Allowed:
-		return dec.Remaining < lead.Remaining
-	}
-	return false
 }
 
 // take decides checks all or nothing: charged when commit, else only
