@@ -167,9 +167,6 @@ func (c *call) reportFailure(closed bool, err error, start int64) {
 		v = admit.Verdict{Kind: admit.Unavailable, Outcome: floodgate.OutcomeErrorClosed, RetryAfter: admit.UnavailableRetry, Reason: admit.ReasonUnavailable, Err: err}
 	}
 	g, names := c.group(failing)
-	if len(g) == 0 {
-		names = nil
-	}
 	c.s.core.Report(floodgate.SourceRequest, floodgate.Event{}, start, v, g, names)
 }
 

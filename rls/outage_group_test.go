@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -34,6 +35,19 @@ func (o *outcomes) since(n int) ([]string, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]string(nil), o.o[n:]...), len(o.o)
+}
+
+// killable is a Redis store with failure policy fp on a redis-server of
+// the test's own, which the test may kill.
+func killable(t *testing.T, fp redisstore.FailurePolicy) (store.Store, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return redisStore(t, c, redisstore.WithFailurePolicy(fp), redisstore.WithTimeout(time.Second)), srv
 }
 
 // statusShape is what Envoy reads of one descriptor's status (whether
@@ -80,13 +94,7 @@ descriptors:
 	}
 	for _, p := range policies {
 		t.Run(p.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
-			st := redisStore(t, c, redisstore.WithFailurePolicy(p.fp), redisstore.WithTimeout(time.Second))
+			st, srv := killable(t, p.fp)
 			obs := &outcomes{}
 			s := serve(t, st, files, rls.WithFailureMode(p.mode), rls.WithObserver(obs), rls.WithHeaders(rls.HeadersIETF|rls.HeadersLegacy))
 			srv.Kill()

@@ -11,11 +11,9 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/rueidis"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/algo"
@@ -163,13 +161,7 @@ func TestPerLimitEventsInOutage(t *testing.T) {
 		{"fallback-refused", redisstore.Fallback(mem, 1), rls.FailClosed, codes.OK, "request fallback", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
-			st := redisStore(t, c, redisstore.WithFailurePolicy(tc.fp), redisstore.WithTimeout(time.Second))
+			st, srv := killable(t, tc.fp)
 			reg := prometheus.NewRegistry()
 			obs, err := promobserver.New(reg)
 			if err != nil {
