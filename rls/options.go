@@ -263,7 +263,7 @@ func WithKeySecret(secret []byte) Option {
 
 // WithClock sets the clock that duration_until_reset of a fixed window
 // counts from when the store did not say (a key at full capacity). The
-// default is floodgate.SystemClock. For tests.
+// default is the system clock. For tests.
 func WithClock(c floodgate.Clock) Option {
 	return Option{func(o *options) error {
 		if c == nil {

@@ -523,7 +523,7 @@ func (c *Core) Deciding(checks []floodgate.Check) string {
 		if len(c.limits) == 0 {
 			return ""
 		}
-		return c.limits[0].Policy.Name
+		return c.name(nil, 0)
 	}
 	best := 0
 	for i := 1; i < len(checks); i++ {

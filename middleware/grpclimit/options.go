@@ -13,8 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/middleware"
 )
 
-// Option configures [New] (and its shorthands [UnaryServerInterceptor] and
-// [StreamServerInterceptor]). Each constructor takes its own option type,
+// Option configures [New]. Each constructor takes its own option type,
 // so that the compiler refuses an option given to a constructor it does
 // not apply to: New takes Option, [Policies] PoliciesOption, [Shed]
 // ShedOption, [NewClient] ClientOption. A [CommonOption] (names, observer,
@@ -325,11 +324,11 @@ func WithHeaderKey(name string) Option {
 	})
 }
 
-// MinKeySecret is the shortest secret [WithKeySecret] accepts, in bytes.
-const MinKeySecret = 16
+// minKeySecret is the shortest secret [WithKeySecret] accepts, in bytes.
+const minKeySecret = 16
 
 // WithKeySecret sets the secret of the keyed hash that turns [WithHeaderKey]
-// values into keys (at least [MinKeySecret] bytes; 32 random bytes is
+// values into keys (at least 16 bytes; 32 random bytes is
 // right). Give the same secret to every node that shares a store, so that a
 // token has one budget across the fleet; keep it secret (whoever holds it
 // can test guessed tokens against the store's keys), and expect every
@@ -337,8 +336,8 @@ const MinKeySecret = 16
 // secret per process. secret is copied. It applies to New.
 func WithKeySecret(secret []byte) Option {
 	return newOpt(func(c *config) error {
-		if len(secret) < MinKeySecret {
-			return invalid("key secret of %d bytes, want at least %d", len(secret), MinKeySecret)
+		if len(secret) < minKeySecret {
+			return invalid("key secret of %d bytes, want at least %d", len(secret), minKeySecret)
 		}
 		c.hasher = newKeyHasher(secret)
 		return nil
