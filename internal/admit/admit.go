@@ -5,8 +5,10 @@
 // (request, limit).
 // httplimit and grpclimit call it and only translate the verdict into their
 // own status codes and headers. The Envoy rate limit service (module rls)
-// does not: it decides a request's descriptors in its own code
-// (Service.decide).
+// decides a request's descriptors in store calls of its own (per-descriptor
+// statuses, hits_addend, quota and shadow modes, its over-limit cache),
+// then has the core judge the request ([Core.Judge]: deny, dry run,
+// fallback) and report its events ([Core.Report]).
 package admit
 
 import (
@@ -446,6 +448,12 @@ func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floo
 // it) gets one event, under the core's Name. On a core of one limit the
 // event carries the verdict's decision (DelayRefuse's undelayed one).
 func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
+	c.reportNamed(src, ev, start, v, checks, nil)
+}
+
+// reportNamed is report with the checks' names given (names[i] names
+// check i; nil: each check's policy name).
+func (c *Core) reportNamed(src floodgate.Source, ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check, names []string) {
 	o := c.cfg.Observer
 	if o == nil {
 		return
@@ -463,7 +471,11 @@ func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v V
 	}
 	for i := range checks {
 		e := ev
-		e.Policy = c.name(checks, i)
+		if names != nil {
+			e.Policy = names[i]
+		} else {
+			e.Policy = c.name(checks, i)
+		}
 		e.Outcome = checkOutcome(v, &checks[i].Decision, len(checks))
 		e.Decision = checks[i].Decision
 		if len(checks) == 1 && v.Decision != (floodgate.Decision{}) {
