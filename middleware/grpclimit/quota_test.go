@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // TestQuotaFailureNamesTheRefusingLimit: a rate-limited refusal's
@@ -82,4 +84,35 @@ func TestQuotaFailureNamesTheRefusingLimit(t *testing.T) {
 			require.NoError(t, err, "a dry run refuses nothing")
 		}
 	})
+}
+
+// TestQuotaFailureNamesTheDelayingLimit: under DelayRefuse, a call refused
+// because one limit would delay it names that limit, even when another
+// limit that admits it at once has fewer units left.
+func TestQuotaFailureNamesTheDelayingLimit(t *testing.T) {
+	s := newStore(t)
+	// A leaky bucket in delay mode: the first call passes at once, the
+	// next ones (up to the burst of 5) would be delayed about a minute.
+	shaper, err := leaky.NewKeyed(s, leaky.Config{Name: "shaper", Rate: floodgate.PerMinute(1), Burst: 5})
+	require.NoError(t, err)
+	// A bucket with fewer units left than the shaper after the first call.
+	tight := namedBucket(t, s, "tight", floodgate.PerMinute(1), 2)
+	for _, order := range []string{"shaper first", "tight first"} {
+		t.Run(order, func(t *testing.T) {
+			main, extra := floodgate.Limiter(shaper), floodgate.Limiter(tight)
+			if order == "tight first" {
+				main, extra = tight, shaper
+			}
+			ic, err := New(main, WithLimit(extra, nil), WithDelayMode(middleware.DelayRefuse), WithKeyPrefix(order+":"))
+			require.NoError(t, err)
+			conn, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(ic.Unary())})
+			hc := healthpb.NewHealthClient(conn)
+			ctx := testCtx(t)
+			_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			require.NoError(t, err, "the first call is within the rate")
+			_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			require.Equal(t, codes.ResourceExhausted, status.Code(err), "the second would be delayed: refused")
+			assert.Equal(t, []string{"policy:shaper"}, quotaSubjects(err), "the limit that would have delayed it")
+		})
+	}
 }

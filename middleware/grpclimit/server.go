@@ -227,7 +227,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 		v = i.core.Decide(ctx, checks, ev, start)
 	}
 	if v.Kind == admit.Deny {
-		return nil, answer(ctx, ss, v, i.core.Deciding(checks))
+		return nil, answer(ctx, ss, v, i.core.Deciding(checks, v))
 	}
 	return nil, answer(ctx, ss, v, "")
 }

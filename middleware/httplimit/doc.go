@@ -106,8 +106,9 @@
 // the client address. With diagnostics on (HeadersDiagnostic), responses also
 // carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope ("ip", "header",
 // "key", prefixed by "route+" with [WithKeyPrefix]; with [Policies], the
-// name of the policy that decided: the one that refused, else the one with
-// the fewest units left, or "descriptor" when the policy set could not
+// name of the policy that decided: the one that refused (the longest
+// retry; for "delay_refused", the one that would have delayed), else the
+// one with the fewest units left, or "descriptor" when the policy set could not
 // match; "concurrency" for [Shed]) and, on
 // refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
 // "overloaded", "limiter_unavailable", "cost_exceeds_limit", "invalid_key").
