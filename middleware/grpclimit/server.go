@@ -26,8 +26,7 @@ import (
 
 // pushbackTrailer is the trailer gRPC clients read to delay their next retry
 // (gRFC A6): a whole number of milliseconds to wait, or a negative one
-//
-//	meaning "do not retry".
+// ([noRetryPushback]) meaning "do not retry".
 const pushbackTrailer = "grpc-retry-pushback-ms"
 
 // noRetryPushback is the pushback trailer value of a call that can never
