@@ -61,7 +61,7 @@ const (
 
 // Capacity is how many requests of cost 1 pass at once from an idle key:
 // Burst + 1, exactly as in nginx (the first request is within the rate and
-// Burst more are allowed in excess). It is the Limit of every [Decision] and
+// Burst more are allowed in excess). It is the Limit of every [floodgate.Decision] and
 // the largest cost a single request may have.
 func (c Config) Capacity() int64 { return c.Burst + 1 }
 

@@ -275,7 +275,7 @@ func describe(err error, trailer metadata.MD) string {
 		s += fmt.Sprintf(" | RetryInfo: %v", (d + time.Second - 1).Truncate(time.Second))
 	}
 	if v := trailer.Get("grpc-retry-pushback-ms"); len(v) == 1 {
-		s += " | " + "grpc-retry-pushback-ms set"
+		s += " | grpc-retry-pushback-ms set"
 	}
 	return s
 }

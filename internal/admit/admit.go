@@ -514,24 +514,37 @@ func (c *Core) name(checks []floodgate.Check, i int) string {
 	return c.policy(checks, i).Name
 }
 
-// Deciding names the limit that decided a request, for the transports'
-// diagnostic headers: the refusing one with the longest RetryAfter, else
-// the one with the fewest units remaining; the core's Name when set (on a
-// fixed core, for its first limit).
-func (c *Core) Deciding(checks []floodgate.Check) string {
+// Deciding names the limit that decided a request whose verdict is v, for
+// the transports' diagnostic headers and details: the refusing one with the
+// longest retry (under a delay refusal, a limit that would have delayed
+// the request refused it, its delay its retry, as [checkOutcome] counts
+// it), else the one with the fewest units remaining; the core's Name when
+// set (on a fixed core, for its first limit).
+func (c *Core) Deciding(checks []floodgate.Check, v Verdict) string {
 	if len(checks) == 0 {
 		if len(c.limits) == 0 {
 			return ""
 		}
 		return c.name(nil, 0)
 	}
+	refusal := func(d *floodgate.Decision) (retry time.Duration, refused bool) {
+		switch {
+		case !d.Allowed:
+			return d.RetryAfter, true
+		case v.Reason == ReasonDelay && d.Delay > 0:
+			return d.Delay, true
+		}
+		return 0, false
+	}
 	best := 0
 	for i := 1; i < len(checks); i++ {
-		a, b := checks[best].Decision, checks[i].Decision
+		a, b := &checks[best].Decision, &checks[i].Decision
+		ra, aRefused := refusal(a)
+		rb, bRefused := refusal(b)
 		switch {
-		case !b.Allowed && (a.Allowed || b.RetryAfter > a.RetryAfter):
+		case bRefused && (!aRefused || rb > ra):
 			best = i
-		case a.Allowed && b.Allowed && b.Remaining < a.Remaining:
+		case !aRefused && !bRefused && b.Remaining < a.Remaining:
 			best = i
 		}
 	}

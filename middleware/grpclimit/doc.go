@@ -57,11 +57,15 @@
 //     retry can succeed (read it with [RetryDelay]), and the
 //     grpc-retry-pushback-ms trailer (gRFC A6) holding the same
 //     delay in whole milliseconds, rounded up, so that a client that honours
-//     it is never early; and a google.rpc.QuotaFailure detail naming the
-//     limit that refused (subject "policy:" and its name: with [Policies]
-//     the refusing policy with the longest retry, else [WithName]'s or the
-//     limiter's own name; absent when the limit has no name). A delay that
-//     cannot be honoured (it would pass the deadline, or
+//     it is never early; and a google.rpc.QuotaFailure detail with one
+//     violation naming the limit that refused: subject "policy:" and its
+//     name, description "rate limit exceeded". Of several limits ([WithLimit],
+//     [Policies]) it is the refusing one with the longest retry, a limit that
+//     would have delayed the call counting as refusing it; New's main limit
+//     is named by [WithName], else by the limiter itself (its Config's
+//     Name), an added limit by its limiter. There is no QuotaFailure when
+//     that limit has no name, and none in a dry run, which refuses nothing.
+//     A delay that cannot be honoured (it would pass the deadline, or
 //     [middleware.DelayRefuse]) is refused this way, its units given back.
 //   - Never admissible: a cost above the limit's capacity (or below 1), or
 //     a key the store refuses: codes.ResourceExhausted, message

@@ -408,8 +408,10 @@ func WithCost(f CostFunc) CostOption {
 // [PeerKey] keys l by peer next to a main key from a header. The limits are
 // decided by [floodgate.TakeAll]: atomically when every limiter is a keyed
 // store limiter on one store. A refusal carries the longest retry time of
-// the refusing limits; the observer's event names the limit that decided
-// (unless [WithName] is given). It may be given several times; it applies
+// the refusing limits, and its QuotaFailure detail names the limit that
+// gave it (by l's own name, see the package documentation); the observer
+// gets one event per limit, each under its limit's name ([WithName]
+// renames the main limit only). It may be given several times; it applies
 // to New.
 func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
 	return newOpt(func(c *config) error {

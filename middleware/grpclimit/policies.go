@@ -124,7 +124,7 @@ func (i *Interceptors) admitPolicies(ctx context.Context, ss grpc.ServerStream, 
 	v, m := i.set.Decide(ctx, i.core, call{&i.cfg, ctx, method}, ev, start)
 	var policy string
 	if v.Kind == admit.Deny {
-		policy = i.core.Deciding(m.Checks)
+		policy = i.core.Deciding(m.Checks, v)
 	}
 	m.Release()
 	return answer(ctx, ss, v, policy)

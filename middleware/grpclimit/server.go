@@ -26,8 +26,7 @@ import (
 
 // pushbackTrailer is the trailer gRPC clients read to delay their next retry
 // (gRFC A6): a whole number of milliseconds to wait, or a negative one
-//
-//	meaning "do not retry".
+// ([noRetryPushback]) meaning "do not retry".
 const pushbackTrailer = "grpc-retry-pushback-ms"
 
 // noRetryPushback is the pushback trailer value of a call that can never
@@ -227,7 +226,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 		v = i.core.Decide(ctx, checks, ev, start)
 	}
 	if v.Kind == admit.Deny {
-		return nil, answer(ctx, ss, v, i.core.Deciding(checks))
+		return nil, answer(ctx, ss, v, i.core.Deciding(checks, v))
 	}
 	return nil, answer(ctx, ss, v, "")
 }

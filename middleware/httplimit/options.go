@@ -383,9 +383,10 @@ func WithHeaders(h HeaderSet) CommonOption {
 // RateLimit: its Name (a structured-field String, printable ASCII), Quota
 // and Window (q per w seconds, scaled by the smallest whole factor that
 // makes q at least the limiter's capacity and w whole seconds; see the
-// package documentation). It is optional: by default they come from the
-// limiter itself (see [floodgate.Describer]), and the name is "default"
-// when the limiter has none. A restated Quota or Window must match what the
+// package documentation). It is optional, and so is each field (a zero
+// one is not restated): by default they come from the limiter itself (see
+// [floodgate.Describer]), and the name is "default" when the limiter has
+// none. A restated Quota or Window must match what the
 // limiter describes, or Middleware returns an error; a limiter that cannot
 // describe itself advertises Decision.Limit as q and no w unless restated.
 // Capacity and Undelayed are the limiter's own and must be zero. It applies

@@ -43,7 +43,8 @@ func WithSubsystem(s string) Option {
 }
 
 // WithBuckets sets the latency histogram's upper bounds in seconds; they
-// must be strictly increasing. The default is 10 exponential buckets from 1µs, each 4 times the last (up to about 0.26 s).
+// must be strictly increasing. The default is 10 exponential buckets from
+// 1µs, each 4 times the last (up to about 0.26 s).
 func WithBuckets(b []float64) Option {
 	return Option{func(c *config) error {
 		if len(b) == 0 {
@@ -78,8 +79,8 @@ func WithConstLabels(l prometheus.Labels) Option {
 //   - floodgate_decision_duration_seconds (histogram): how long the limiter
 //     took to decide.
 //
-// Both carry the labels policy, tier, route, class, outcome and source (in this order). Keep
-// the limiter, tier and route values to a small fixed set (route classes,
+// Both carry the labels policy, tier, route, class, outcome and source, in
+// this order. Keep the limiter, tier and route values to a small fixed set (route classes,
 // not raw URLs): every combination is a time series.
 //
 // Config changes ([floodgate.SourceConfig] events, from a policy set's

@@ -22,16 +22,7 @@ const configMessage = "floodgate config change"
 const maxOutcome = 16
 
 // defaultLevel returns the level an outcome is logged at unless [WithLevel]
-// says otherwise:
-//
-//   - allowed, delayed: Debug (the normal path, one record per request
-//     and limit);
-//   - denied, would_deny: Info (the limiter doing its job);
-//   - shed, error_open, fallback: Warn (overload, or a limiter that could
-//     not decide and let traffic through);
-//   - error_closed, config_refused: Error (a limiter failure that refused
-//     traffic; a config change that was refused, the running one staying);
-//   - config_applied: Info (a config change, for the audit trail).
+// says otherwise (the table is in WithLevel's documentation).
 func defaultLevel(o floodgate.Outcome) slog.Level {
 	switch o {
 	case floodgate.OutcomeAllowed, floodgate.OutcomeDelayed:
@@ -48,7 +39,16 @@ func defaultLevel(o floodgate.Outcome) slog.Level {
 // return an error wrapping [floodgate.ErrInvalidConfig].
 type Option func(*Observer) error
 
-// WithLevel logs outcome o at level l.
+// WithLevel logs outcome o at level l. The defaults are:
+//
+//   - allowed, delayed: Debug (the normal path, one record per request
+//     and limit);
+//   - denied, would_deny: Info (the limiter doing its job);
+//   - shed, error_open, fallback: Warn (overload, or a limiter that could
+//     not decide and let traffic through);
+//   - error_closed, config_refused: Error (a limiter failure that refused
+//     traffic; a config change that was refused, the running one staying);
+//   - config_applied: Info (a config change, for the audit trail).
 func WithLevel(o floodgate.Outcome, l slog.Level) Option {
 	return func(ob *Observer) error {
 		if o == 0 || int(o) >= maxOutcome {
@@ -99,8 +99,13 @@ func WithFoldInterval(d time.Duration) Option {
 //   - error: the error's text, for the error and fallback outcomes;
 //   - folded: on a failing decision's record, the failing decisions of its
 //     key folded since the key's last record, when there were any;
-//   - overflow: true on the records of the shared fold state (see
-//     1,024), whose folded counts any policy in that case.
+//   - overflow: true on the records of a shared fold state, whose folded
+//     counts any policy in that case: fold state is kept for at most 1,024
+//     policies; when that many are held, policies whose state is idle
+//     (nothing pending, the interval since their last record passed) are
+//     dropped to make room, and a failing policy that still finds no room
+//     shares one fold state per (outcome, source) with the others in its
+//     case.
 //
 // # Folding failures
 //
