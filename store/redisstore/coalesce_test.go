@@ -16,6 +16,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/livetest"
+	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
@@ -253,4 +255,61 @@ func twinIDs(t *testing.T, algs ...algo.Algorithm) []uint16 {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// The batch script converts a key written with other parameters (a live
+// change) as the single-call scripts do: states left by one version
+// through single calls, then one batch of the next version on the same
+// keys (every other key twice), decide as the Go convert then step do.
+func TestBatchScriptConverts(t *testing.T) {
+	const keys = 60
+	c := newClient(t, singleAddr)
+	clk := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	s := testStore(t, c, withClock(clk), WithCoalescing(1))
+	for family, versions := range livetest.Versions(t) {
+		t.Run(family, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(len(family)), 11))
+			goStates := make([]algo.State, keys)
+			key := func(i int) string { return family + ":" + strconv.Itoa(i) }
+			for v := 1; v < len(versions); v++ {
+				from, to := versions[v-1], versions[v]
+				for i := range keys { // states of from, through single calls
+					clk.Advance(time.Duration(r.IntN(3000)) * time.Microsecond)
+					n := r.Int64N(from.Spec().Capacity + 1)
+					_, err := s.Apply(context.Background(), key(i), from, n)
+					require.NoError(t, err)
+					goStates[i], _ = from.Step(goStates[i], micros.Of(clk.Now()), n)
+				}
+				clk.Advance(time.Duration(r.IntN(3000)) * time.Microsecond)
+				now := micros.Of(clk.Now())
+				p, err := s.prepare(to)
+				require.NoError(t, err)
+				var batch []*call
+				var idx []int
+				for i := range keys {
+					for range 1 + i%2 {
+						batch = append(batch, &call{key: key(i), n: r.Int64N(to.Spec().Capacity+2) - 1, done: make(chan struct{}, 1)})
+						idx = append(idx, i)
+					}
+				}
+				moved := make([]bool, keys)
+				conv := !slices.Equal(algo.StateParams(from.Spec()), algo.StateParams(to.Spec()))
+				p.co.runBatch(batch)
+				for j, cl := range batch {
+					require.NoError(t, cl.err)
+					i := idx[j]
+					st := goStates[i]
+					if st.W[0] <= now {
+						st = algo.State{}
+					} else if conv && !moved[i] {
+						st = to.(algo.Converter).Convert(st, now, from)
+					}
+					moved[i] = true
+					next, want := to.Step(st, now, cl.n)
+					require.Equal(t, want, cl.d, "version %d, key %d, call %d (n=%d)", v, i, j, cl.n)
+					goStates[i] = next
+				}
+			}
+		})
+	}
 }
