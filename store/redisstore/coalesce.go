@@ -57,18 +57,16 @@ return out
 // scriptBatchWordBody is scriptBatchBody for an algorithm whose state is
 // one word (the token bucket), written for the server's time per decision
 // (Redis runs one script at a time, so it is the throughput of a busy
-// limiter): a key's state is a number, not a table (one table is stepped
-// for every call, the twin's step given a fresh word each time); a value
+// limiter): a key's state is a number between the calls of the batch; a value
 // as the store writes it ("w|params") is read with one match, any other
 // through load; each decision's numbers are written to the reply without a
 // loop. Same semantics as scriptBatchBody: save's rules, written out.
 const scriptBatchWordBody = `
 local test, now = clock(ARGV[1])
 local q = policy('1', ARGV[2])
-local p, pstr, conv = q[4], q[5], q[6]
+local p, pstr, conv, vf = q[4], q[5], q[6], q[7]
 local vals = redis.call('MGET', unpack(KEYS))
 local out, st, raw, ow = {}, {}, {}, {}
-local S = {0}
 for i = 1, #KEYS do
   local key = KEYS[i]
   local w = st[key]
@@ -92,8 +90,7 @@ for i = 1, #KEYS do
       end
     end
   end
-  S[1] = w
-  local s2, d = step(S, now, smallint[ARGV[i + 2]] or tonumber(ARGV[i + 2]), p)
+  local s2, d = step({w}, now, smallint[ARGV[i + 2]] or tonumber(ARGV[i + 2]), p)
   st[key] = s2[1]
   local o = i * 6 - 6
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = d[1], d[2], d[3], d[4], d[5], d[6]
@@ -103,7 +100,7 @@ for key, w in pairs(st) do
   if w <= now then
     if old then redis.call('DEL', key) end
   else
-    local v = string.format('%d|%s', w, pstr)
+    local v = string.format(vf, w)
     if test then
       local ttl = math.floor((w - now + 999) / 1000)
       if ttl < 60000 then ttl = 60000 end
