@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
+	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/storetest"
 	"github.com/floodgate-go/floodgate/window"
 )
@@ -311,5 +312,59 @@ func TestBatchScriptConverts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Coalesced groups decide as the memory store does when it runs them one
+// after the other: batches of groups of one script whose policies differ
+// from group to group (each group numbers its own, the batch sends each
+// once), some only evaluated, on keys they share.
+func TestCoalescedGroupsSameAsMemory(t *testing.T) {
+	c := newClient(t, singleAddr)
+	clk := storetest.NewClock(time.UnixMicro(1_700_000_000_000_000))
+	rs := testStore(t, c, withClock(clk), WithCoalescing(1))
+	ms, err := memstore.New(memstore.WithClock(clk), memstore.WithSweepInterval(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { ms.Close() })
+	var algs []algo.Algorithm
+	for _, w := range []window.Config{{Limit: 5, Window: time.Second}, {Limit: 3, Window: 10 * time.Second}, {Limit: 8, Window: time.Minute}, {Limit: 2, Window: 300 * time.Millisecond}} {
+		a, err := w.FixedAlgorithm()
+		require.NoError(t, err)
+		algs = append(algs, a)
+	}
+	keys := []string{"a", "b", "c"}
+	r := rand.New(rand.NewPCG(5, 6))
+	ctx := context.Background()
+	for trial := range 400 {
+		clk.Set(time.UnixMicro(nextTime(r, clk.Now().UnixMicro())))
+		var batch []*groupCall
+		var opss [][]store.Op
+		for range 1 + r.IntN(6) {
+			ops := make([]store.Op, 1+r.IntN(4))
+			ps := make([]*policy, len(ops))
+			for i := range ops {
+				a := algs[r.IntN(len(algs))]
+				ops[i] = store.Op{Key: keys[r.IntN(len(keys))], Alg: a, N: 1 + r.Int64N(a.Spec().Capacity+1)}
+				ps[i], err = rs.prepare(a)
+				require.NoError(t, err)
+			}
+			gs, err := rs.plan(ops, ps)
+			require.NoError(t, err)
+			mode := modeCommit
+			if r.IntN(4) == 0 {
+				mode = modeEvaluate
+			}
+			batch = append(batch, &groupCall{g: &gs[0], mode: mode, out: make([]floodgate.Decision, len(ops)), done: make(chan struct{}, 1)})
+			opss = append(opss, ops)
+		}
+		rs.groupCoalescerFor(batch[0].g).runBatch(batch)
+		for j, gc := range batch {
+			require.NoError(t, gc.err)
+			want := make([]floodgate.Decision, len(opss[j]))
+			all, err := ms.ApplyAll(ctx, opss[j], want, gc.mode == modeCommit)
+			require.NoError(t, err)
+			require.Equal(t, all, gc.all, "trial %d, group %d", trial, j)
+			require.Equal(t, want, gc.out, "trial %d, group %d of %d: %v", trial, j, len(batch), opss[j])
+		}
 	}
 }

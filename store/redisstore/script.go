@@ -31,7 +31,7 @@ import (
 // replicate the effects of scripts (not the scripts), so calling TIME
 // before writing is allowed.
 //
-// There are five bodies:
+// There are six bodies:
 //
 //   - scriptOneWord: one call of an algorithm whose state is one word (the
 //     token bucket), written out for speed;
@@ -39,7 +39,8 @@ import (
 //     order, each key's ops on the state the previous one left: every
 //     multi-word Apply (one op) and every ApplyAll (a group of ops, all or
 //     nothing);
-//   - scriptBatchBody (coalesce.go): independent calls of one algorithm;
+//   - scriptBatchBody (coalesce.go): independent calls of one algorithm
+//     (scriptBatchWordBody when its state is one word);
 //   - scriptGroupsBody: the groups of several ApplyAll calls, coalesced
 //     (groupcoalesce.go), each run as scriptGroupBody runs one;
 //   - scriptTwinBody: the twin alone on states passed in ARGV, touching no
@@ -55,7 +56,8 @@ import (
 // runs one script at a time): one argument per policy, parsed once by a
 // library (luaPolicy), states read and written with one match and one
 // format (luaShapes), small integers looked up (smallint), no closure
-// created per call by a library.
+// created per call by a library, tables sized when made (newtab), a
+// group's keys read with one MGET.
 
 // luaPolicy defines policy, which turns the description of a policy in
 // ARGV into the table the bodies use.
