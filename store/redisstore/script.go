@@ -514,7 +514,6 @@ return out
 // empty string, the policy's description (policyArgs). The reply is the decision. It keeps the
 // encoding of the other scripts and is written out without luaCommon's
 // helpers: every closure a script creates costs server time on every call.
-// A value as the store writes it ("w|params") is read with one match.
 // Like save, it writes nothing when the key already holds the new value (a
 // denial) and deletes nothing when there is no key.
 const scriptOneWord = `
@@ -531,20 +530,17 @@ local p, pstr = params(ARGV[3])
 local v = redis.call('GET', KEYS[1])
 local w = 0
 if v then
-  local a, ps = string.match(v, '^(%-?%d+)|(.*)$')
-  if not ps then
-    local bar = string.find(v, '|', 1, true)
-    if bar then
-      a, ps = string.sub(v, 1, bar - 1), string.sub(v, bar + 1)
-    else
-      a = v
+  local bar = string.find(v, '|', 1, true)
+  if not bar then
+    w = tonumber(v)
+  else
+    w = tonumber(string.sub(v, 1, bar - 1))
+    local ps = string.sub(v, bar + 1)
+    if ps ~= pstr and convert then
+      local op = {}
+      for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
+      w = convert({w}, now, op, p)[1]
     end
-  end
-  w = tonumber(a)
-  if ps and ps ~= pstr and convert then
-    local op = {}
-    for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
-    w = convert({w}, now, op, p)[1]
   end
 end
 local s, d = step({w}, now, n, p)
