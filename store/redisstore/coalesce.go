@@ -54,16 +54,84 @@ end
 return out
 `
 
-// batchScripts caches the batch script per (Name, Source).
+// scriptBatchWordBody is scriptBatchBody for an algorithm whose state is
+// one word (the token bucket), written for the server's time per decision
+// (Redis runs one script at a time, so it is the throughput of a busy
+// limiter): a key's state is a number between the calls of the batch; a value
+// as the store writes it ("w|params") is read with one match, any other
+// through load; each decision's numbers are written to the reply without a
+// loop. Same semantics as scriptBatchBody: save's rules, written out.
+const scriptBatchWordBody = `
+local test, now = clock(ARGV[1])
+local q = policy('1', ARGV[2])
+local p, pstr, conv, vf = q[4], q[5], q[6], q[7]
+local vals = redis.call('MGET', unpack(KEYS))
+local out, st, raw, ow = {}, {}, {}, {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local w = st[key]
+  if not w then
+    local v = vals[i]
+    raw[key] = v
+    w = 0
+    if v then
+      local a, ps = string.match(v, '^(%-?%d+)|(.*)$')
+      if ps then
+        w = tonumber(a)
+        ow[key] = w
+        if ps ~= pstr and conv then
+          local op = {}
+          for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
+          w = conv({w}, now, op, p)[1]
+        end
+      else
+        local s, _, w0 = load(v, q, now)
+        w, ow[key] = s[1], w0
+      end
+    end
+  end
+  local s2, d = step({w}, now, smallint[ARGV[i + 2]] or tonumber(ARGV[i + 2]), p)
+  st[key] = s2[1]
+  local o = i * 6 - 6
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = d[1], d[2], d[3], d[4], d[5], d[6]
+end
+for key, w in pairs(st) do
+  local old = raw[key]
+  if w <= now then
+    if old then redis.call('DEL', key) end
+  else
+    local v = string.format(vf, w)
+    if test then
+      local ttl = math.floor((w - now + 999) / 1000)
+      if ttl < 60000 then ttl = 60000 end
+      redis.call('SET', key, v, 'PX', ttl)
+    elseif v ~= old then
+      if w == ow[key] then
+        redis.call('SET', key, v, 'KEEPTTL')
+      else
+        redis.call('SET', key, v, 'PX', math.floor((w - now + 999) / 1000))
+      end
+    end
+  end
+end
+return out
+`
+
+// batchScripts caches the batch script per (Name, Source, one word).
 var batchScripts sync.Map // string -> *script
 
 func batchScriptFor(sp algo.Spec) *script {
-	key := sp.Name + "\x00" + sp.Lua.Source
+	oneWord := sp.Words == 1 && sp.MaxLog == 0
+	key := sp.Name + "\x00" + sp.Lua.Source + "\x00" + strconv.FormatBool(oneWord)
 	if l, ok := batchScripts.Load(key); ok {
 		return l.(*script)
 	}
 	prelude := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\n%s", sp.Name, sp.Lua.Source, luaCommon)
-	l, _ := batchScripts.LoadOrStore(key, newScript(prelude, scriptBatchBody))
+	body := scriptBatchBody
+	if oneWord {
+		body = scriptBatchWordBody
+	}
+	l, _ := batchScripts.LoadOrStore(key, newScript(prelude, body))
 	return l.(*script)
 }
 

@@ -16,9 +16,12 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/livetest"
+	"github.com/floodgate-go/floodgate/internal/micros"
 	"github.com/floodgate-go/floodgate/leaky"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
+	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/storetest"
 	"github.com/floodgate-go/floodgate/window"
 )
@@ -253,4 +256,115 @@ func twinIDs(t *testing.T, algs ...algo.Algorithm) []uint16 {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// The batch script converts a key written with other parameters (a live
+// change) as the single-call scripts do: states left by one version
+// through single calls, then one batch of the next version on the same
+// keys (every other key twice), decide as the Go convert then step do.
+func TestBatchScriptConverts(t *testing.T) {
+	const keys = 60
+	c := newClient(t, singleAddr)
+	clk := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	s := testStore(t, c, withClock(clk), WithCoalescing(1))
+	for family, versions := range livetest.Versions(t) {
+		t.Run(family, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(len(family)), 11))
+			goStates := make([]algo.State, keys)
+			key := func(i int) string { return family + ":" + strconv.Itoa(i) }
+			for v := 1; v < len(versions); v++ {
+				from, to := versions[v-1], versions[v]
+				for i := range keys { // states of from, through single calls
+					clk.Advance(time.Duration(r.IntN(3000)) * time.Microsecond)
+					n := r.Int64N(from.Spec().Capacity + 1)
+					_, err := s.Apply(context.Background(), key(i), from, n)
+					require.NoError(t, err)
+					goStates[i], _ = from.Step(goStates[i], micros.Of(clk.Now()), n)
+				}
+				clk.Advance(time.Duration(r.IntN(3000)) * time.Microsecond)
+				now := micros.Of(clk.Now())
+				p, err := s.prepare(to)
+				require.NoError(t, err)
+				var batch []*call
+				var idx []int
+				for i := range keys {
+					for range 1 + i%2 {
+						batch = append(batch, &call{key: key(i), n: r.Int64N(to.Spec().Capacity+2) - 1, done: make(chan struct{}, 1)})
+						idx = append(idx, i)
+					}
+				}
+				moved := make([]bool, keys)
+				conv := !slices.Equal(algo.StateParams(from.Spec()), algo.StateParams(to.Spec()))
+				p.co.runBatch(batch)
+				for j, cl := range batch {
+					require.NoError(t, cl.err)
+					i := idx[j]
+					st := goStates[i]
+					if st.W[0] <= now {
+						st = algo.State{}
+					} else if conv && !moved[i] {
+						st = to.(algo.Converter).Convert(st, now, from)
+					}
+					moved[i] = true
+					next, want := to.Step(st, now, cl.n)
+					require.Equal(t, want, cl.d, "version %d, key %d, call %d (n=%d)", v, i, j, cl.n)
+					goStates[i] = next
+				}
+			}
+		})
+	}
+}
+
+// Coalesced groups decide as the memory store does when it runs them one
+// after the other: batches of groups of one script whose policies differ
+// from group to group (each group numbers its own, the batch sends each
+// once), some only evaluated, on keys they share.
+func TestCoalescedGroupsSameAsMemory(t *testing.T) {
+	c := newClient(t, singleAddr)
+	clk := storetest.NewClock(time.UnixMicro(1_700_000_000_000_000))
+	rs := testStore(t, c, withClock(clk), WithCoalescing(1))
+	ms, err := memstore.New(memstore.WithClock(clk), memstore.WithSweepInterval(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { ms.Close() })
+	var algs []algo.Algorithm
+	for _, w := range []window.Config{{Limit: 5, Window: time.Second}, {Limit: 3, Window: 10 * time.Second}, {Limit: 8, Window: time.Minute}, {Limit: 2, Window: 300 * time.Millisecond}} {
+		a, err := w.FixedAlgorithm()
+		require.NoError(t, err)
+		algs = append(algs, a)
+	}
+	keys := []string{"a", "b", "c"}
+	r := rand.New(rand.NewPCG(5, 6))
+	ctx := context.Background()
+	for trial := range 400 {
+		clk.Set(time.UnixMicro(nextTime(r, clk.Now().UnixMicro())))
+		var batch []*groupCall
+		var opss [][]store.Op
+		for range 1 + r.IntN(6) {
+			ops := make([]store.Op, 1+r.IntN(4))
+			ps := make([]*policy, len(ops))
+			for i := range ops {
+				a := algs[r.IntN(len(algs))]
+				ops[i] = store.Op{Key: keys[r.IntN(len(keys))], Alg: a, N: 1 + r.Int64N(a.Spec().Capacity+1)}
+				ps[i], err = rs.prepare(a)
+				require.NoError(t, err)
+			}
+			gs, err := rs.plan(ops, ps)
+			require.NoError(t, err)
+			mode := modeCommit
+			if r.IntN(4) == 0 {
+				mode = modeEvaluate
+			}
+			batch = append(batch, &groupCall{g: &gs[0], mode: mode, out: make([]floodgate.Decision, len(ops)), done: make(chan struct{}, 1)})
+			opss = append(opss, ops)
+		}
+		rs.groupCoalescerFor(batch[0].g).runBatch(batch)
+		for j, gc := range batch {
+			require.NoError(t, gc.err)
+			want := make([]floodgate.Decision, len(opss[j]))
+			all, err := ms.ApplyAll(ctx, opss[j], want, gc.mode == modeCommit)
+			require.NoError(t, err)
+			require.Equal(t, all, gc.all, "trial %d, group %d", trial, j)
+			require.Equal(t, want, gc.out, "trial %d, group %d of %d: %v", trial, j, len(batch), opss[j])
+		}
+	}
 }

@@ -117,19 +117,7 @@ const maxGroupBatch = 64
 // runBatch runs one scriptGroupsBody call for batch and delivers every
 // group's result.
 func (b *groupCoalescer) runBatch(batch []*groupCall) {
-	nk, na := 0, 2
-	for _, c := range batch {
-		nk += len(c.g.keys)
-		na += 2 + len(c.g.args) - 1
-	}
-	keys := make([]string, 0, nk)
-	args := make([]string, 0, na)
-	args = append(args, b.s.injectedNow(), strconv.Itoa(len(batch)))
-	for _, c := range batch {
-		keys = append(keys, c.g.keys...)
-		args = append(args, strconv.Itoa(len(c.g.keys)), strconv.Itoa(len(c.g.args)-1), c.mode)
-		args = append(args, c.g.args[2:]...) // the group's arguments after the time and the mode
-	}
+	keys, args := groupsArgs(b.s.injectedNow(), batch)
 	b.batches.Add(1)
 	b.batched.Add(int64(len(batch)))
 	arr, err := b.s.call(b.s.dl.get(), b.script, keys, args).ToArray()
@@ -149,4 +137,49 @@ func (b *groupCoalescer) runBatch(batch []*groupCall) {
 			c.done <- struct{}{}
 		}
 	}
+}
+
+// groupsArgs returns the KEYS and ARGV of scriptGroupsBody for batch: the
+// policies of every group once (groups of one script share twins, and
+// calls of a service often share their policies), then each group with
+// its ops' policies numbered in that list.
+func groupsArgs(now string, batch []*groupCall) (keys, args []string) {
+	nk, nops := 0, 0
+	for _, c := range batch {
+		nk += len(c.g.keys)
+		nops += c.g.n
+	}
+	keys = make([]string, 0, nk)
+	var pbuf [16]string
+	var ibuf [16]int
+	pols, idx := pbuf[:0], ibuf[:0] // pols: twin and description pairs; idx: each group's policies in pols
+	for _, c := range batch {
+		g := c.g
+		for a := 3; a < g.opsAt; a += 2 {
+			k := 0
+			for k < len(pols) && (pols[k] != g.args[a] || pols[k+1] != g.args[a+1]) {
+				k += 2
+			}
+			if k == len(pols) {
+				pols = append(pols, g.args[a], g.args[a+1])
+			}
+			idx = append(idx, k/2+1)
+		}
+	}
+	args = make([]string, 0, 3+len(pols)+3*len(batch)+3*nops)
+	args = append(args, now, strconv.Itoa(len(pols)/2))
+	args = append(args, pols...)
+	args = append(args, strconv.Itoa(len(batch)))
+	for _, c := range batch {
+		g := c.g
+		keys = append(keys, g.keys...)
+		args = append(args, strconv.Itoa(len(g.keys)), strconv.Itoa(1+3*g.n), c.mode)
+		for j := range g.n {
+			op := g.args[g.opsAt+3*j:]
+			local, _ := strconv.Atoi(op[1])
+			args = append(args, op[0], strconv.Itoa(idx[local-1]), op[2])
+		}
+		idx = idx[(g.opsAt-3)/2:]
+	}
+	return keys, args
 }

@@ -31,7 +31,7 @@ import (
 // replicate the effects of scripts (not the scripts), so calling TIME
 // before writing is allowed.
 //
-// There are five bodies:
+// There are six bodies:
 //
 //   - scriptOneWord: one call of an algorithm whose state is one word (the
 //     token bucket), written out for speed;
@@ -39,7 +39,8 @@ import (
 //     order, each key's ops on the state the previous one left: every
 //     multi-word Apply (one op) and every ApplyAll (a group of ops, all or
 //     nothing);
-//   - scriptBatchBody (coalesce.go): independent calls of one algorithm;
+//   - scriptBatchBody (coalesce.go): independent calls of one algorithm
+//     (scriptBatchWordBody when its state is one word);
 //   - scriptGroupsBody: the groups of several ApplyAll calls, coalesced
 //     (groupcoalesce.go), each run as scriptGroupBody runs one;
 //   - scriptTwinBody: the twin alone on states passed in ARGV, touching no
@@ -55,7 +56,8 @@ import (
 // runs one script at a time): one argument per policy, parsed once by a
 // library (luaPolicy), states read and written with one match and one
 // format (luaShapes), small integers looked up (smallint), no closure
-// created per call by a library.
+// created per call by a library, tables sized when made (newtab), a
+// group's keys read with one MGET.
 
 // luaPolicy defines policy, which turns the description of a policy in
 // ARGV into the table the bodies use.
@@ -64,7 +66,8 @@ import (
 var luaPolicy = luaPolicyPatterns() + `
 -- policy returns the policy of twin t (a string: its index in steps) that
 -- desc describes (see policyArgs): {step, words, maxlog, params, pstr,
--- convert}. A function library keeps what it parsed from one call to the
+-- convert, vf}, vf the format of a value of the policy without a log (its
+-- words, then "|" and pstr: one string.format writes it), else false. A function library keeps what it parsed from one call to the
 -- next (at most 256 descriptions, then it starts afresh); a script parses
 -- again on every call, with one match (ppat) for up to 9 params. Nothing
 -- changes a policy's table once made: the twins do not write to their
@@ -98,7 +101,9 @@ local function policy(t, desc)
   local p = {}
   for j = 3, #f do p[j - 2] = f[j] end
   local i = tonumber(t)
-  local q = {steps[i], f[1], f[2], p, pstr, converts[i]}
+  local vf = false
+  if f[2] == 0 then vf = wfmt[f[1]] .. pstr end
+  local q = {steps[i], f[1], f[2], p, pstr, converts[i], vf}
   if library then
     if pcount >= 256 then
       pcache, pcount = {}, 0
@@ -175,7 +180,7 @@ func luaPolicyPatterns() string {
 
 // luaCommon follows the twins in every script but scriptOneWord: the clock,
 // the policies, and the encoding of a state in its key.
-var luaCommon = luaShapes() + luaPolicy + `
+var luaCommon = luaShapes() + luaNewTab() + luaPolicy + `
 -- clock returns (injected, now): the injected time a when it is not empty,
 -- else the server's TIME in microseconds.
 local function clock(a)
@@ -269,14 +274,17 @@ end
 -- a state whose first word, its time to full, is that one (a fixed window
 -- counting within its window) is written with KEEPTTL, since the key's TTL
 -- already runs to that time; SET with PX costs the server twice as much.
-local function save(key, s, words, maxlog, now, injected, pstr, old, ow)
+-- vf, when given, is the policy's value format (policy's q[7]).
+local function save(key, s, words, maxlog, now, injected, pstr, old, ow, vf)
   local w = s[1]
   if w <= now then
     if old ~= false then redis.call('DEL', key) end
     return
   end
   local v
-  if words == 1 and maxlog == 0 then
+  if vf then
+    v = string.format(vf, unpack(s, 1, words))
+  elseif words == 1 and maxlog == 0 then
     v = string.format('%d|%s', w, pstr)
   elseif maxlog == 0 then
     v = string.format(wfmt[words], unpack(s, 1, words)) .. pstr
@@ -311,114 +319,174 @@ func luaShapes() string {
 	return "\nlocal wpat = {" + strings.Join(pat, ", ") + "}\nlocal wfmt = {" + strings.Join(fmts, ", ") + "}"
 }
 
-// luaGroup defines rungroup, which runs one group of ops: the body of
-// scriptGroupBody, and of scriptGroupsBody for each group of a coalesced
-// call. A group's keys are K[kb + 1], K[kb + 2], ... and its arguments
-// A[ab + 1 .. ae]: the mode ('0': evaluate, keep nothing; '1': keep every
-// state when every op admits, else only the conversions of keys written
-// with other parameters; '2': keep every state whatever the decisions, as
-// a single Apply does; '3': evaluate for a commit, keeping only the
-// conversions); the number of policies, then each policy: the index of its
-// twin in steps and its description (policyArgs); then each op: the index
-// of its key in the group's keys, the index of its policy, the cost. It
-// returns {all_admitted (0 or 1), then each op's 6 decision numbers}. Ops
-// on one key with policies of other parameters (two versions of a limit)
-// each convert the state the previous one left.
+// luaGroup defines policies, which reads a list of policies from ARGV,
+// and rungroup, which runs one group of ops: the body of scriptGroupBody,
+// and of scriptGroupsBody for each group of a coalesced call.
+//
+// policies(A, a) reads the number of policies at A[a], then each policy:
+// the index of its twin in steps and its description (policyArgs); it
+// returns them (pol[1], pol[2], ...) and the index after the last.
+//
+// rungroup(K, kb, nk, A, ab, ae, now, test, pol, mode): the group's keys
+// are K[kb + 1] .. K[kb + nk], its ops A[ab + 1 .. ae], each three
+// arguments: the index of its key among the group's keys, the index of its
+// policy in pol, the cost. mode: '0': evaluate, keep nothing; '1': keep
+// every state when every op admits, else only the conversions of keys
+// written with other parameters; '2': keep every state whatever the
+// decisions, as a single Apply does; '3': evaluate for a commit, keeping
+// only the conversions. It returns {all_admitted (0 or 1), then each op's
+// 6 decision numbers}. Ops on one key with policies of other parameters
+// (two versions of a limit) each convert the state the previous one left.
+// The group's keys are read at once (one MGET), before anything is
+// written: a refused group's peeks read the values it read.
 const luaGroup = `
-local function rungroup(K, kb, A, ab, ae, now, test)
-local mode = A[ab + 1]
-local pol = {}
-local a = ab + 3
-for i = 1, (smallint[A[ab + 2]] or tonumber(A[ab + 2])) do
-  pol[i] = policy(A[a], A[a + 1])
-  a = a + 2
+local function policies(A, a)
+  local np = smallint[A[a]] or tonumber(A[a])
+  local pol = newtab(np)
+  for i = 1, np do
+    pol[i] = policy(A[a + 1], A[a + 2])
+    a = a + 2
+  end
+  return pol, a + 1
 end
-local states, shape, raw, ow, moved, out = {}, {}, {}, {}, {}, {1}
+-- first returns the entry of a key the group reads for the first time, as
+-- op policy q reads it: {state, policy of the last op on it, the value
+-- read, its first word}; and, when the value was written with other
+-- parameters (a live change), the converted state as it was before any op
+-- (a copy: a step may change the state it is given).
+local function first(v, q, now)
+  local s, ps, w0 = load(v, q, now)
+  local e = {s, q, v, w0}
+  if ps and ps ~= q[5] and q[6] then
+    local c = {}
+    for j = 1, #s do c[j] = s[j] end
+    if s.log then
+      c.log = {}
+      for j = 1, #s.log do c.log[j] = s.log[j] end
+    end
+    return e, c
+  end
+  return e
+end
+local function rungroup(K, kb, nk, A, ab, ae, now, test, pol, mode)
+local vals
+if nk == 1 then
+  vals = {redis.call('GET', K[kb + 1])}
+else
+  vals = redis.call('MGET', unpack(K, kb + 1, kb + nk))
+end
+local ks, moved = newtab(nk), nil
+local out = newtab(1 + 2 * (ae - ab))
+out[1] = 1
 local o = 1
-for i = a, ae, 3 do
+for i = ab + 1, ae, 3 do
   local k, q = smallint[A[i]] or tonumber(A[i]), pol[smallint[A[i + 1]] or tonumber(A[i + 1])]
-  local s = states[k]
-  if s == nil then
-    local v = redis.call('GET', K[kb + k])
-    raw[k] = v
-    local ps
-    s, ps, ow[k] = load(v, q, now)
-    if ps and ps ~= q[5] and q[6] then
-      -- A copy: a step may change the state it is given.
-      local c = {}
-      for j = 1, #s do c[j] = s[j] end
-      if s.log then
-        c.log = {}
-        for j = 1, #s.log do c.log[j] = s.log[j] end
-      end
+  local e = ks[k]
+  local s
+  if e == nil then
+    local c
+    e, c = first(vals[k], q, now)
+    ks[k], s = e, e[1]
+    if c then
+      moved = moved or {}
       moved[k] = {c, q}
     end
-  elseif shape[k][5] ~= q[5] and q[6] then
-    local op = {}
-    for x in string.gmatch(shape[k][5], '[^,]+') do op[#op + 1] = tonumber(x) end
-    s = q[6](s, now, op, q[4])
+  else
+    s = e[1]
+    local pq = e[2]
+    if pq[5] ~= q[5] and q[6] then
+      local op = {}
+      for x in string.gmatch(pq[5], '[^,]+') do op[#op + 1] = tonumber(x) end
+      s = q[6](s, now, op, q[4])
+    end
+    e[2] = q
   end
-  shape[k] = q
   local s2, d = q[1](s, now, smallint[A[i + 2]] or tonumber(A[i + 2]), q[4])
-  states[k] = s2
+  e[1] = s2
   if d[1] == 0 then out[1] = 0 end
-  for j = 1, 6 do out[o + j] = d[j] end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = d[1], d[2], d[3], d[4], d[5], d[6]
   o = o + 6
 end
 if out[1] == 0 and mode ~= '2' then
   -- Refused: an op that would have admitted reports its key as it stands
-  -- (a peek on the state in the key, which nothing changed).
+  -- (a peek on the value read, which nothing changed).
   o = 1
-  for i = a, ae, 3 do
+  for i = ab + 1, ae, 3 do
     if out[o + 1] == 1 then
       local k, q = tonumber(A[i]), pol[tonumber(A[i + 1])]
-      local _, d = q[1](load(redis.call('GET', K[kb + k]), q, now), now, 0, q[4])
+      local _, d = q[1](load(vals[k], q, now), now, 0, q[4])
       for j = 1, 6 do out[o + j] = d[j] end
     end
     o = o + 6
   end
 end
 if mode == '2' or (mode == '1' and out[1] == 1) then
-  for k, s in pairs(states) do
-    local q = shape[k]
-    save(K[kb + k], s, q[2], q[3], now, test, q[5], raw[k], ow[k])
+  for k = 1, nk do
+    local e = ks[k]
+    if e then
+      local q = e[2]
+      save(K[kb + k], e[1], q[2], q[3], now, test, q[5], e[3], e[4], q[7])
+    end
   end
-elseif mode == '3' or mode == '1' then
+elseif moved and (mode == '3' or mode == '1') then
   -- Refused, or evaluated for a commit: the keys written with other
   -- parameters (a live change) are kept converted, charged nothing, so
   -- that the new parameters apply from the first request after the change
   -- whatever the group decides.
   for k, m in pairs(moved) do
-    local q = m[2]
-    save(K[kb + k], m[1], q[2], q[3], now, test, q[5], raw[k], ow[k])
+    local q, e = m[2], ks[k]
+    save(K[kb + k], m[1], q[2], q[3], now, test, q[5], e[3], e[4], q[7])
   end
 end
 return out
 end
 `
 
+// luaNewTab defines newtab: newtab(n) is an empty table whose array part
+// holds n entries (n <= 48; beyond, an empty table), so that filling it
+// does not resize it several times on the way, which costs the server more
+// than the rest of the work on a small group. A function of table
+// constructors with n nils, since Lua 5.1 has no table.new.
+func luaNewTab() string {
+	var b strings.Builder
+	b.WriteString("\nlocal function newtab(n)\n")
+	for n := 1; n <= 48; n++ {
+		if n == 1 {
+			b.WriteString("  if")
+		} else {
+			b.WriteString("  elseif")
+		}
+		fmt.Fprintf(&b, " n == %d then return {%s}\n", n, strings.TrimSuffix(strings.Repeat("nil, ", n), ", "))
+	}
+	b.WriteString("  end\n  return {}\nend\n")
+	return b.String()
+}
+
 // scriptGroupBody runs ops (rungroup). ARGV: the injected time or the
-// empty string, then the group's arguments (see luaGroup). The reply is
-// rungroup's.
+// empty string, the mode, the policies (see policies), the ops (see
+// rungroup). The reply is rungroup's.
 const scriptGroupBody = `
 local test, now = clock(ARGV[1])
-return rungroup(KEYS, 0, ARGV, 1, #ARGV, now, test)
+local pol, a = policies(ARGV, 3)
+return rungroup(KEYS, 0, #KEYS, ARGV, a - 1, #ARGV, now, test, pol, ARGV[2])
 `
 
 // scriptGroupsBody runs several groups, each as scriptGroupBody would, one
 // after the other (a group sees what the ones before it wrote): the
 // coalesced ApplyAll calls of one script (see groupCoalescer). KEYS: every
 // group's keys, one group after the other. ARGV: the injected time or the
-// empty string, the number of groups, then each group: its number of keys,
-// its number of arguments, its arguments (see luaGroup). The reply is the
-// array of the groups' replies.
+// empty string, the policies of every group (see policies: each group's
+// ops refer to this list), the number of groups, then each group: its
+// number of keys, its number of arguments after this one, its mode, its
+// ops (see rungroup). The reply is the array of the groups' replies.
 const scriptGroupsBody = `
 local test, now = clock(ARGV[1])
+local pol, a = policies(ARGV, 2)
 local res = {}
-local kb, a = 0, 2
-for g = 1, tonumber(ARGV[2]) do
+local kb = 0
+for g = 1, tonumber(ARGV[a]) do
   local nk, na = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  res[g] = rungroup(KEYS, kb, ARGV, a + 2, a + 2 + na, now, test)
+  res[g] = rungroup(KEYS, kb, nk, ARGV, a + 3, a + 2 + na, now, test, pol, ARGV[a + 3])
   kb = kb + nk
   a = a + 2 + na
 end
