@@ -109,6 +109,124 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 	}
 }
 
+// oneBlock holds the informational header values of a one-limit
+// Middleware response without diagnostic fields: the one-element []string
+// values the header map points to and the bytes of the formatted numbers,
+// in one allocation of 128 bytes.
+type oneBlock struct {
+	vals [5]string
+	buf  [48]byte
+}
+
+// writeHeaders writes the informational headers of verdict v. A single
+// limit's fields, in a header map no other rate-limit middleware wrote
+// to, take writeOne's shorter path; everything else (several limits,
+// diagnostic fields, stacked middlewares) the general one.
+func (m *limiterMW) writeHeaders(h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
+	c := &m.cfg
+	if len(checks) == 1 && c.headers&HeadersDiagnostic == 0 && c.headers&(HeadersIETF|HeadersLegacy) != 0 {
+		_, stackedIETF := h[hRateLimit]
+		_, stackedLegacy := h[hRemaining]
+		if !stackedIETF && !stackedLegacy {
+			m.writeOne(h, v)
+			return
+		}
+	}
+	c.writeHeaders(m, h, checks, v, scope)
+}
+
+// writeOne writes the IETF and legacy fields of a one-limit verdict v into
+// h, which holds none of them: the same bytes as the general path, with
+// the constant parts precomputed (the RateLimit-Policy value, the
+// RateLimit member's name, X-RateLimit-Limit when the decision's limit is
+// the capacity) and X-RateLimit-Remaining and -Reset pointing into the
+// RateLimit member's digits when they are the same numbers.
+func (m *limiterMW) writeOne(h http.Header, v admit.Verdict) {
+	hd := &m.hdrs[0]
+	ietf, legacy := m.cfg.headers&HeadersIETF != 0, m.cfg.headers&HeadersLegacy != 0
+	d := v.Decision
+	blk := new(oneBlock)
+	buf := blk.buf[:0]
+	// Field k of the block is blk.vals[k], or the bytes buf[from[k]:to[k]]
+	// when it is formatted (from[k] < to[k]).
+	const (
+		fPolicy = iota
+		fRateLimit
+		fLimit
+		fRemaining
+		fReset
+	)
+	var from, to [5]int
+	span := func(k, a int) { from[k], to[k] = a, len(buf) }
+	var r, t int64
+	sent := false
+	if ietf {
+		blk.vals[fPolicy] = m.static
+		if m.static == "" {
+			a := len(buf)
+			buf = m.appendPolicy(buf, 0, nil, d.Limit)
+			span(fPolicy, a)
+		}
+		retry := time.Duration(0)
+		if v.Kind == admit.Deny {
+			retry = v.RetryAfter
+		}
+		r, t, sent = ratehdr.Member(d, hd.q, retry, v.Reason == admit.ReasonDelay)
+		if sent {
+			a := len(buf)
+			buf = append(buf, hd.rl...)
+			from[fRemaining] = len(buf)
+			buf = strconv.AppendInt(buf, r, 10)
+			to[fRemaining] = len(buf)
+			buf = append(buf, ";t="...)
+			from[fReset] = len(buf)
+			buf = strconv.AppendInt(buf, t, 10)
+			to[fReset] = len(buf)
+			span(fRateLimit, a)
+		}
+	}
+	if legacy {
+		limit := clampSF(d.Limit)
+		remaining := min(clampSF(d.Remaining), limit)
+		reset := min(ceilSeconds(d.ResetAfter), maxSF)
+		if limit == hd.capacity && hd.capacityField != "" {
+			blk.vals[fLimit] = hd.capacityField
+		} else {
+			a := len(buf)
+			buf = strconv.AppendInt(buf, limit, 10)
+			span(fLimit, a)
+		}
+		if !sent || r != remaining {
+			a := len(buf)
+			buf = strconv.AppendInt(buf, remaining, 10)
+			span(fRemaining, a)
+		}
+		if !sent || t != reset {
+			a := len(buf)
+			buf = strconv.AppendInt(buf, reset, 10)
+			span(fReset, a)
+		}
+	}
+	// buf is never written again: the strings may point into it (or into
+	// the heap array append moved it to, equally immutable from here on).
+	for k := range blk.vals {
+		if from[k] < to[k] {
+			blk.vals[k] = unsafe.String(&buf[from[k]], to[k]-from[k])
+		}
+	}
+	if ietf {
+		h[hRateLimitPolicy] = blk.vals[fPolicy : fPolicy+1 : fPolicy+1]
+		if sent {
+			h[hRateLimit] = blk.vals[fRateLimit : fRateLimit+1 : fRateLimit+1]
+		}
+	}
+	if legacy {
+		h[hLimit] = blk.vals[fLimit : fLimit+1 : fLimit+1]
+		h[hRemaining] = blk.vals[fRemaining : fRemaining+1 : fRemaining+1]
+		h[hReset] = blk.vals[fReset : fReset+1 : fReset+1]
+	}
+}
+
 // putFields puts the fields of sp into h. Stacked middlewares: an outer one
 // may already have written its fields. The IETF fields are lists and get
 // this middleware's members too (on a refusal, RateLimit holds only the
