@@ -140,3 +140,55 @@ func goldenCalls() []goldenCall {
 	}
 	return calls
 }
+
+// TestHeadersManyLimits: a request naming more limits than the writer
+// tracks by linear search (32) still advertises each limit once, in the
+// order of its first descriptor, and the limits it names twice once.
+func TestHeadersManyLimits(t *testing.T) {
+	const n = 40
+	var y strings.Builder
+	y.WriteString("domain: many\ndescriptors:\n")
+	for i := range n {
+		fmt.Fprintf(&y, "  - key: k%d\n    rate_limit: {unit: second, requests_per_unit: %d}\n", i, i+1)
+	}
+	d, err := rls.ParseDomain("many.yaml", []byte(y.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	svc, err := rls.New(s, rls.Config{Domains: []rls.Domain{d}}, rls.WithHeaders(rls.HeadersIETF), rls.WithHeaderPolicyNames(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*ratelimitpb.RateLimitDescriptor
+	var want []string
+	for round := range 2 { // every limit twice: the second time, each is known
+		for i := range n {
+			ds = append(ds, desc(fmt.Sprintf("k%d", i), "v"))
+			if round == 0 {
+				name := "default"
+				if i > 0 {
+					name = fmt.Sprintf("limit-%d", i+1)
+				}
+				want = append(want, fmt.Sprintf("%q;q=%d;w=1", name, i+1))
+			}
+		}
+	}
+	resp, err := svc.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "many", Descriptors: ds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hv := range resp.ResponseHeadersToAdd {
+		if hv.Key == "RateLimit-Policy" {
+			if got := strings.Join(want, ", "); hv.Value != got {
+				t.Fatalf("RateLimit-Policy\n %s\nwant\n %s", hv.Value, got)
+			}
+			return
+		}
+	}
+	t.Fatalf("no RateLimit-Policy in %v", resp.ResponseHeadersToAdd)
+}
