@@ -63,7 +63,7 @@ func (s *Service) headers(ds []dstatus, resp *rlspb.RateLimitResponse, ld leader
 	}
 	var arr [512]byte
 	buf := arr[:0]
-	var fs fields
+	var fs ratehdr.Fields
 	if s.opts.headers&HeadersIETF != 0 {
 		buf = s.ietf(buf, &fs, ds, ld.st.GetDurationUntilReset().AsDuration(), refused, now)
 	}
@@ -74,45 +74,31 @@ func (s *Service) headers(ds []dstatus, resp *rlspb.RateLimitResponse, ld leader
 		}
 		a := len(buf)
 		buf = strconv.AppendInt(buf, limitHeader(ld.st, capacity), 10)
-		fs.add("X-RateLimit-Limit", a, len(buf))
+		fs.Add("X-RateLimit-Limit", a, len(buf))
 		a = len(buf)
 		buf = strconv.AppendUint(buf, uint64(ld.st.LimitRemaining), 10)
-		fs.add("X-RateLimit-Remaining", a, len(buf))
+		fs.Add("X-RateLimit-Remaining", a, len(buf))
 		a = len(buf)
 		buf = strconv.AppendInt(buf, ld.st.GetDurationUntilReset().GetSeconds(), 10)
-		fs.add("X-RateLimit-Reset", a, len(buf))
+		fs.Add("X-RateLimit-Reset", a, len(buf))
 	}
 	if s.opts.headers&HeadersReference != 0 {
 		buf = referenceHeaders(buf, &fs, resp.Statuses, now)
 	}
-	return fs.values(buf)
+	return values(&fs, buf)
 }
 
-// fields records the header fields formatted into a buffer: field k is
-// key[k] = buf[from[k]:to[k]]. Eight at most: two IETF, three legacy,
-// three reference.
-type fields struct {
-	key      [8]string
-	from, to [8]int
-	n        int
-}
-
-func (fs *fields) add(key string, from, to int) {
-	fs.key[fs.n], fs.from[fs.n], fs.to[fs.n] = key, from, to
-	fs.n++
-}
-
-// values returns the recorded fields as HeaderValues, their values
-// substrings of one copy of buf.
-func (fs *fields) values(buf []byte) []*corepb.HeaderValue {
-	if fs.n == 0 {
+// values returns the fields fs recorded in buf as HeaderValues, their
+// values substrings of one copy of buf.
+func values(fs *ratehdr.Fields, buf []byte) []*corepb.HeaderValue {
+	if fs.N == 0 {
 		return nil
 	}
 	all := string(buf)
-	hv := make([]corepb.HeaderValue, fs.n)
-	out := make([]*corepb.HeaderValue, fs.n)
+	hv := make([]corepb.HeaderValue, fs.N)
+	out := make([]*corepb.HeaderValue, fs.N)
 	for k := range out {
-		hv[k].Key, hv[k].Value = fs.key[k], all[fs.from[k]:fs.to[k]]
+		hv[k].Key, hv[k].Value = fs.Key[k], all[fs.From[k]:fs.To[k]]
 		out[k] = &hv[k]
 	}
 	return out
@@ -133,7 +119,7 @@ func (m member) header() string { return m.d.lm.lims[m.j].header }
 // a window advertises both, each under its own name), the first
 // descriptor naming a limit advertising it. leadReset is the lead's
 // duration_until_reset.
-func (s *Service) ietf(buf []byte, fs *fields, ds []dstatus, leadReset time.Duration, refused bool, now time.Time) []byte {
+func (s *Service) ietf(buf []byte, fs *ratehdr.Fields, ds []dstatus, leadReset time.Duration, refused bool, now time.Time) []byte {
 	var arr [16]member
 	ms := members(arr[:0], ds)
 	if len(ms) == 0 {
@@ -144,7 +130,7 @@ func (s *Service) ietf(buf []byte, fs *fields, ds []dstatus, leadReset time.Dura
 		l := &m.d.lm.lims[m.j]
 		buf = s.appendMember(buf, k > 0, m, ";q=", l.q, ";w=", l.w)
 	}
-	fs.add("RateLimit-Policy", a, len(buf))
+	fs.Add("RateLimit-Policy", a, len(buf))
 	a = len(buf)
 	for _, m := range ms {
 		if r, t, send := s.member(m.d, m.j, leadReset, refused, now); send {
@@ -152,7 +138,7 @@ func (s *Service) ietf(buf []byte, fs *fields, ds []dstatus, leadReset time.Dura
 		}
 	}
 	if len(buf) > a {
-		fs.add("RateLimit", a, len(buf))
+		fs.Add("RateLimit", a, len(buf))
 	}
 	return buf
 }
@@ -257,7 +243,7 @@ func (s *Service) member(d *dstatus, j int, leadReset time.Duration, refused boo
 // referenceHeaders appends the reference's RateLimit-Limit,
 // RateLimit-Remaining and RateLimit-Reset (see HeadersReference), chosen
 // among the statuses as the reference chooses, to buf and fs.
-func referenceHeaders(buf []byte, fs *fields, sts []*rlspb.RateLimitResponse_DescriptorStatus, now time.Time) []byte {
+func referenceHeaders(buf []byte, fs *ratehdr.Fields, sts []*rlspb.RateLimitResponse_DescriptorStatus, now time.Time) []byte {
 	var lead *rlspb.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
 	for _, st := range sts {
@@ -278,13 +264,13 @@ func referenceHeaders(buf []byte, fs *fields, sts []*rlspb.RateLimitResponse_Des
 	}
 	a := len(buf)
 	buf = strconv.AppendUint(buf, uint64(lead.CurrentLimit.RequestsPerUnit), 10)
-	fs.add("RateLimit-Limit", a, len(buf))
+	fs.Add("RateLimit-Limit", a, len(buf))
 	a = len(buf)
 	buf = strconv.AppendUint(buf, uint64(lead.LimitRemaining), 10)
-	fs.add("RateLimit-Remaining", a, len(buf))
+	fs.Add("RateLimit-Remaining", a, len(buf))
 	a = len(buf)
 	buf = strconv.AppendInt(buf, reset, 10)
-	fs.add("RateLimit-Reset", a, len(buf))
+	fs.Add("RateLimit-Reset", a, len(buf))
 	return buf
 }
 

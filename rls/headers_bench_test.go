@@ -2,46 +2,33 @@ package rls_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 
-	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-go/floodgate/rls"
 )
 
-// BenchmarkHeaders: the call of BenchmarkShouldRateLimit (three
+// BenchmarkHeaders: the requests of BenchmarkShouldRateLimit (three
 // descriptors, three limits, on memstore, without gRPC), serial, with the
 // IETF and legacy header groups and without any: the difference is what
 // response_headers_to_add costs.
 func BenchmarkHeaders(b *testing.B) {
 	d, err := rls.ParseDomain("edge.yaml", []byte(`domain: edge
 descriptors:
+  # A named limit, a hashed name, a token bucket: every kind of member.
+  - key: tenant
+    rate_limit: {algorithm: token-bucket, unit: second, requests_per_unit: 1000000, burst: 1000000}
   - key: destination_cluster
     value: image-origin.prod
     rate_limit: {unit: second, requests_per_unit: 1000000000}
     descriptors:
-      - key: source_service
-        value: purge-orchestrator
-        rate_limit: {unit: second, requests_per_unit: 500000000, name: purge}
-  - key: tenant
-    rate_limit: {algorithm: token-bucket, unit: second, requests_per_unit: 1000000, burst: 1000000}
+      - {key: source_service, value: purge-orchestrator, rate_limit: {unit: second, requests_per_unit: 500000000, name: purge}}
 `))
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := func(k, v string) *ratelimitpb.RateLimitDescriptor_Entry {
-		return &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v}
-	}
-	reqs := make([]*rlspb.RateLimitRequest, 1024)
-	for i := range reqs {
-		reqs[i] = &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitpb.RateLimitDescriptor{
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("destination_cluster", "image-origin.prod")}},
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("destination_cluster", "image-origin.prod"), e("source_service", "purge-orchestrator")}},
-			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{e("tenant", "t"+strconv.Itoa(i))}},
-		}}
-	}
+	_, reqs := benchSetup(b) // its requests: the same descriptors
 	for _, tc := range []struct {
 		name string
 		set  rls.HeaderSet

@@ -39,20 +39,6 @@ type headerBlock struct {
 	buf  [128]byte
 }
 
-// spans records the fields formatted into a headerBlock's buffer: field
-// k is names[k] = buf[from[k]:to[k]] (an empty span: the static
-// RateLimit-Policy value).
-type spans struct {
-	names    [5]string
-	from, to [5]int
-	n        int
-}
-
-func (s *spans) add(name string, from, to int) {
-	s.names[s.n], s.from[s.n], s.to[s.n] = name, from, to
-	s.n++
-}
-
 // writeHeaders writes the informational header groups of verdict v, whose
 // checks hold each limit's own decision, with f's members; the field names
 // are the canonical constants, written straight into the map.
@@ -66,7 +52,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 
 	blk := new(headerBlock)
 	buf := blk.buf[:0]
-	var sp spans
+	var sp ratehdr.Fields // an empty span: the static RateLimit-Policy value
 	if c.headers&HeadersIETF != 0 {
 		a := len(buf)
 		if f.policyField() == "" {
@@ -77,11 +63,11 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 				buf = f.appendPolicy(buf, i, checks[i].Limiter, checks[i].Decision.Limit)
 			}
 		}
-		sp.add(hRateLimitPolicy, a, len(buf))
+		sp.Add(hRateLimitPolicy, a, len(buf))
 		a = len(buf)
 		buf = appendCurrent(buf, f, checks, v)
 		if len(buf) > a {
-			sp.add(hRateLimit, a, len(buf))
+			sp.Add(hRateLimit, a, len(buf))
 		}
 	}
 	if c.headers&HeadersLegacy != 0 {
@@ -91,7 +77,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 		}{{hLimit, limit}, {hRemaining, remaining}, {hReset, min(ceilSeconds(d.ResetAfter), maxSF)}} {
 			a := len(buf)
 			buf = strconv.AppendInt(buf, x.v, 10)
-			sp.add(x.name, a, len(buf))
+			sp.Add(x.name, a, len(buf))
 		}
 	}
 	// buf is never written again: strings may point into it. (When many
@@ -99,7 +85,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 	// equally immutable from here on.)
 	putFields(h, blk, buf, &sp, f.policyField(), v.Kind == admit.Deny, remaining)
 	if c.headers&HeadersDiagnostic != 0 {
-		n := sp.n
+		n := sp.N
 		if c.tier != "" {
 			blk.vals[n] = c.tier
 			h[hTier] = blk.vals[n : n+1 : n+1]
@@ -227,12 +213,12 @@ func (m *limiterMW) writeOne(h http.Header, v admit.Verdict) {
 	}
 }
 
-// putFields puts the fields of sp into h. Stacked middlewares: an outer one
+// putFields puts the fields of sp (spans of buf) into h. Stacked middlewares: an outer one
 // may already have written its fields. The IETF fields are lists and get
 // this middleware's members too (on a refusal, RateLimit holds only the
 // refusing limits' members); the legacy fields hold one policy and keep
 // the one with the fewest units remaining.
-func putFields(h http.Header, blk *headerBlock, buf []byte, sp *spans, policyField string, refused bool, remaining int64) {
+func putFields(h http.Header, blk *headerBlock, buf []byte, sp *ratehdr.Fields, policyField string, refused bool, remaining int64) {
 	oldRem, stackedLegacy := h[hRemaining]
 	_, stackedIETF := h[hRateLimit]
 	if refused {
@@ -244,14 +230,14 @@ func putFields(h http.Header, blk *headerBlock, buf []byte, sp *spans, policyFie
 			keepLegacy = true
 		}
 	}
-	for i := 0; i < sp.n; i++ {
-		if sp.from[i] == sp.to[i] {
+	for i := 0; i < sp.N; i++ {
+		if sp.From[i] == sp.To[i] {
 			blk.vals[i] = policyField // the one field that can be empty
 		} else {
-			blk.vals[i] = unsafe.String(&buf[sp.from[i]], sp.to[i]-sp.from[i])
+			blk.vals[i] = unsafe.String(&buf[sp.From[i]], sp.To[i]-sp.From[i])
 		}
 		val := blk.vals[i : i+1 : i+1]
-		switch name := sp.names[i]; {
+		switch name := sp.Key[i]; {
 		case name == hRateLimitPolicy || name == hRateLimit:
 			if stackedIETF {
 				if old := h[name]; len(old) > 0 {
@@ -261,7 +247,7 @@ func putFields(h http.Header, blk *headerBlock, buf []byte, sp *spans, policyFie
 		case keepLegacy:
 			continue
 		}
-		h[sp.names[i]] = val
+		h[sp.Key[i]] = val
 	}
 }
 
