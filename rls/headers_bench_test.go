@@ -9,14 +9,11 @@ import (
 	"github.com/floodgate-go/floodgate/rls"
 )
 
-// BenchmarkHeaders: the requests of BenchmarkShouldRateLimit (three
-// descriptors, three limits, on memstore, without gRPC), serial, with the
-// IETF and legacy header groups and without any: the difference is what
-// response_headers_to_add costs.
-func BenchmarkHeaders(b *testing.B) {
-	d, err := rls.ParseDomain("edge.yaml", []byte(`domain: edge
+// edgeYAML is BenchmarkShouldRateLimit's config with budgets that never
+// run out, a named limit, a hashed name and a token bucket: every kind of
+// member.
+const edgeYAML = `domain: edge
 descriptors:
-  # A named limit, a hashed name, a token bucket: every kind of member.
   - key: tenant
     rate_limit: {algorithm: token-bucket, unit: second, requests_per_unit: 1000000, burst: 1000000}
   - key: destination_cluster
@@ -24,7 +21,14 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000000}
     descriptors:
       - {key: source_service, value: purge-orchestrator, rate_limit: {unit: second, requests_per_unit: 500000000, name: purge}}
-`))
+`
+
+// BenchmarkHeaders: the requests of BenchmarkShouldRateLimit (three
+// descriptors, three limits, on memstore, without gRPC), serial, with the
+// IETF and legacy header groups and without any: the difference is what
+// response_headers_to_add costs.
+func BenchmarkHeaders(b *testing.B) {
+	d, err := rls.ParseDomain("edge.yaml", []byte(edgeYAML))
 	if err != nil {
 		b.Fatal(err)
 	}
