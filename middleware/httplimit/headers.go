@@ -100,9 +100,18 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 // values the header map points to and the bytes of the formatted numbers,
 // in one allocation of 128 bytes.
 type oneBlock struct {
-	vals [5]string
+	vals [5]string // indexed by fPolicy...fReset
 	buf  [48]byte
 }
+
+// The fields of a oneBlock.
+const (
+	fPolicy = iota
+	fRateLimit
+	fLimit
+	fRemaining
+	fReset
+)
 
 // writeHeaders writes the informational headers of verdict v. A single
 // limit's fields, in a header map no other rate-limit middleware wrote
@@ -135,13 +144,6 @@ func (m *limiterMW) writeOne(h http.Header, v admit.Verdict) {
 	buf := blk.buf[:0]
 	// Field k of the block is blk.vals[k], or the bytes buf[from[k]:to[k]]
 	// when it is formatted (from[k] < to[k]).
-	const (
-		fPolicy = iota
-		fRateLimit
-		fLimit
-		fRemaining
-		fReset
-	)
 	var from, to [5]int
 	span := func(k, a int) { from[k], to[k] = a, len(buf) }
 	var r, t int64
@@ -200,16 +202,22 @@ func (m *limiterMW) writeOne(h http.Header, v admit.Verdict) {
 			blk.vals[k] = unsafe.String(&buf[from[k]], to[k]-from[k])
 		}
 	}
+	blk.put(h, ietf, sent, legacy)
+}
+
+// put sets the fields of b in h, under their canonical names: the IETF
+// ones (RateLimit only when sent), the legacy ones.
+func (b *oneBlock) put(h http.Header, ietf, sent, legacy bool) {
 	if ietf {
-		h[hRateLimitPolicy] = blk.vals[fPolicy : fPolicy+1 : fPolicy+1]
+		h[hRateLimitPolicy] = b.vals[fPolicy : fPolicy+1 : fPolicy+1]
 		if sent {
-			h[hRateLimit] = blk.vals[fRateLimit : fRateLimit+1 : fRateLimit+1]
+			h[hRateLimit] = b.vals[fRateLimit : fRateLimit+1 : fRateLimit+1]
 		}
 	}
 	if legacy {
-		h[hLimit] = blk.vals[fLimit : fLimit+1 : fLimit+1]
-		h[hRemaining] = blk.vals[fRemaining : fRemaining+1 : fRemaining+1]
-		h[hReset] = blk.vals[fReset : fReset+1 : fReset+1]
+		h[hLimit] = b.vals[fLimit : fLimit+1 : fLimit+1]
+		h[hRemaining] = b.vals[fRemaining : fRemaining+1 : fRemaining+1]
+		h[hReset] = b.vals[fReset : fReset+1 : fReset+1]
 	}
 }
 
