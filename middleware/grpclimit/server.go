@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -432,28 +431,13 @@ func refuse(ctx context.Context, ss grpc.ServerStream, code codes.Code, msg stri
 	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
 		st = withInfo
 	}
-	blk := new(pushbackBlock)
-	digits := strconv.AppendInt(blk.buf[:0], pushbackMillis(retry), 10)
-	blk.val[0] = unsafe.String(&digits[0], len(digits)) // digits is never written again
-	setPushbackMD(ctx, ss, metadata.MD{PushbackTrailer: blk.val[:]})
+	setPushback(ctx, ss, strconv.FormatInt(pushbackMillis(retry), 10))
 	return st.Err()
-}
-
-// pushbackBlock holds a pushback trailer's value and its digits, in one
-// allocation. (The trailer is the call's own: gRPC merges it into the
-// stream's, and a wrapping stream may keep it, so it is never shared.)
-type pushbackBlock struct {
-	val [1]string
-	buf [20]byte
 }
 
 // setPushback sets the pushback trailer of a refused call.
 func setPushback(ctx context.Context, ss grpc.ServerStream, pushback string) {
-	setPushbackMD(ctx, ss, metadata.MD{PushbackTrailer: []string{pushback}})
-}
-
-// setPushbackMD sets md, the pushback trailer of a refused call.
-func setPushbackMD(ctx context.Context, ss grpc.ServerStream, md metadata.MD) {
+	md := metadata.MD{PushbackTrailer: []string{pushback}}
 	if ss != nil {
 		ss.SetTrailer(md)
 		return
