@@ -145,7 +145,9 @@ func (*deadlineError) Error() string {
 func (*deadlineError) Unwrap() error { return context.DeadlineExceeded }
 
 // Clock tells the time. Limiters and stores accept a Clock so that tests can
-// drive time explicitly; the default is the system clock.
+// drive time explicitly; the default is the system clock, read from Go's
+// monotonic clock (offset to wall time once, at program start), so that it
+// never goes backwards even when the wall clock is stepped.
 //
 // A Clock must be safe for concurrent use. It may go backwards (wall clocks
 // do): every algorithm in floodgate treats a time earlier than the last one it
@@ -159,18 +161,3 @@ type ClockFunc func() time.Time
 
 // Now returns f().
 func (f ClockFunc) Now() time.Time { return f() }
-
-// SystemClock is the default [Clock]. Its readings come from Go's monotonic
-// clock (offset to wall time once, at program start), so they never go
-// backwards even when the wall clock is stepped, and they cost about half of a
-// plain [time.Now].
-var SystemClock Clock = systemClock{}
-
-type systemClock struct{}
-
-var (
-	bootWall = time.Now()
-	bootNano = bootWall.UnixNano()
-)
-
-func (systemClock) Now() time.Time { return time.Unix(0, bootNano+int64(time.Since(bootWall))) }

@@ -215,16 +215,6 @@ func TestOutcomeStrings(t *testing.T) {
 	}
 }
 
-func TestSystemClockMonotonic(t *testing.T) {
-	prev := floodgate.SystemClock.Now()
-	for i := 0; i < 10000; i++ {
-		now := floodgate.SystemClock.Now()
-		require.False(t, now.Before(prev))
-		prev = now
-	}
-	assert.InDelta(t, float64(time.Now().UnixNano()), float64(floodgate.SystemClock.Now().UnixNano()), float64(time.Second))
-}
-
 func TestDeadlineErrorUnwraps(t *testing.T) {
 	assert.ErrorIs(t, floodgate.ErrWouldExceedDeadline, context.DeadlineExceeded)
 }

@@ -215,7 +215,7 @@ func readmeShedding(apiHandler, batchHandler http.Handler) error {
 	http.Handle("/api/", shed(apiHandler))
 
 	// Classes sharing one capacity: best-effort work is shed first.
-	classes, err := priority.NewShedder(lim, priority.DefaultClasses()...)
+	classes, err := priority.NewShedder(lim) // best-effort, standard, critical
 	if err != nil {
 		return err
 	}

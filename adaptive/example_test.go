@@ -30,7 +30,7 @@ func Example() {
 	a.Success()
 	b.Dropped()
 	b.Success() // a second end does nothing
-	fmt.Println("in flight:", l.InFlight())
+	fmt.Println("in flight:", l.Stats().InFlight)
 	// Output:
 	// third request: adaptive: concurrency limit exceeded true
 	// in flight: 0

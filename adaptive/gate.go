@@ -312,20 +312,6 @@ func (l *Gate) Do(ctx context.Context, fn func(context.Context) error) error {
 	return err
 }
 
-// Limit returns the current limit.
-func (l *Gate) Limit() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
-}
-
-// InFlight returns the number of tokens in flight.
-func (l *Gate) InFlight() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.inflight
-}
-
 // Stats returns a snapshot of the counters. It also reclaims tokens older
 // than the maximum age, so calling it periodically finds leaks even when no
 // request comes.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 )
 
 // Order is the service order of the wait queue.
@@ -60,7 +61,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		clock:      floodgate.SystemClock,
+		clock:      monotime.Clock{},
 		observer:   floodgate.ObserverFunc(func(floodgate.Event) {}),
 		minSamples: 10,
 		window:     time.Second,
@@ -74,7 +75,7 @@ func invalid(format string, args ...any) error {
 }
 
 // WithClock sets the clock that times requests and windows. Default
-// [floodgate.SystemClock].
+// the system clock.
 func WithClock(c floodgate.Clock) Option {
 	return Option{func(o *options) error {
 		if c == nil {

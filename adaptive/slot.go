@@ -6,7 +6,7 @@ import (
 )
 
 // Slot acquires a slot in the shape the middleware packages take for load
-// shedding ([middleware.Acquirer], which httplimit.Shed and grpclimit.Shed
+// shedding (middleware.Acquirer, which httplimit.Shed and grpclimit.Shed
 // take): pass the method value,
 //
 //	shed, err := httplimit.Shed(middleware.AcquirerFunc(lim.Slot))

@@ -29,7 +29,7 @@
 //     "empty at now", which credits nothing. A clock that goes back by less
 //     leaves the key that much longer in debt: it never credits either.
 //
-// The zero [Config] is invalid; [Config.Validate] says why.
+// The zero [Config] is invalid; [Config.Algorithm] says why.
 //
 // # Reservations and floodgate.Wait
 //
@@ -95,8 +95,8 @@
 // per second ([Limit], [Every], [Inf] as in x/time/rate). Allow drops what
 // exceeds the limit, Reserve says how long to wait, Wait blocks (see
 // [Limiter]). Times: Allow, Reserve, Wait, Tokens and the setters without a
-// time read the monotonic system clock (the readings of
-// [floodgate.SystemClock]), cheap and never backwards; AllowN, ReserveN,
+// time read the monotonic system clock (offset to wall time once, at
+// program start), cheap and never backwards; AllowN, ReserveN,
 // TokensAt, SetLimitAt, SetBurstAt, DelayFrom and CancelAt take the time
 // explicitly (using its monotonic reading when it has one). Both agree on a
 // shared scale; times more than about 146 years from the process start are

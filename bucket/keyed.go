@@ -35,9 +35,9 @@ type Config struct {
 // below 2^53 (exact in Lua's doubles) even with a clock jumped decades ahead.
 const maxSpanMicros = int64(1) << 50
 
-// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
 // configuration cannot work.
-func (c Config) Validate() error {
+func (c Config) validate() error {
 	if err := c.Rate.Validate(); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (c Config) interval() int64 {
 // Algorithm returns the token bucket as a [algo.Algorithm], for stores and
 // for composition. It returns an error when the configuration is invalid.
 func (c Config) Algorithm() (algo.Algorithm, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	t := c.interval()

@@ -131,7 +131,7 @@ func TestKeyedRejectsBadConfig(t *testing.T) {
 		"burst x interval":      {Rate: floodgate.PerSecond(1), Burst: 1 << 31},
 		"burst = MaxInt64":      {Rate: floodgate.PerSecond(1_000_000), Burst: math.MaxInt64},
 	} {
-		if err := c.Validate(); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		if err := validate(c); !errors.Is(err, floodgate.ErrInvalidConfig) {
 			t.Errorf("%s: Validate() = %v, want ErrInvalidConfig", name, err)
 		}
 		if alg, err := c.Algorithm(); alg != nil || !errors.Is(err, floodgate.ErrInvalidConfig) {
@@ -152,7 +152,7 @@ func TestKeyedRejectsBadConfig(t *testing.T) {
 		"1 per 35 years":    {Rate: floodgate.Rate{N: 1, Per: 35 * 365 * 24 * time.Hour}, Burst: 1},
 		"large N, long Per": {Rate: floodgate.Rate{N: 1 << 40, Per: 1 << 62}, Burst: 1000},
 	} {
-		if err := c.Validate(); err != nil {
+		if err := validate(c); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -61,7 +61,7 @@ const (
 
 // Capacity is how many requests of cost 1 pass at once from an idle key:
 // Burst + 1, exactly as in nginx (the first request is within the rate and
-// Burst more are allowed in excess). It is the Limit of every [Decision] and
+// Burst more are allowed in excess). It is the Limit of every [floodgate.Decision] and
 // the largest cost a single request may have.
 func (c Config) Capacity() int64 { return c.Burst + 1 }
 
@@ -101,11 +101,11 @@ func (c Config) delayMilli() int64 {
 	return c.Delay * milli
 }
 
-// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
 // configuration cannot work: a rate out of range, a negative burst or delay, a
 // delay above the burst, both NoDelay and Delay, or values so large that the
 // arithmetic would overflow.
-func (c Config) Validate() error {
+func (c Config) validate() error {
 	r, err := c.milliRate()
 	if err != nil {
 		return err
@@ -131,7 +131,7 @@ func (c Config) Validate() error {
 // Algorithm returns the leaky bucket as a [algo.Algorithm], for stores and
 // for composition. It returns an error when the configuration is invalid.
 func (c Config) Algorithm() (algo.Algorithm, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	r, _ := c.milliRate()
@@ -225,7 +225,7 @@ func ParseNginx(rate, params string) (Config, error) {
 			return Config{}, fmt.Errorf("%w: unknown limit_req parameter %q", floodgate.ErrInvalidConfig, f)
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return Config{}, err
 	}
 	return c, nil

@@ -164,7 +164,8 @@
 // expressed; a rate below nginx's resolution (0.001 r/s) or above 1,000,000
 // r/s, a negative burst or delay, a delay above the burst, NoDelay with
 // Delay, or a bucket that would take more than 2^40 ms to drain are refused
-// by [Config.Validate] with an error wrapping [floodgate.ErrInvalidConfig].
+// by [Config.Algorithm] (and [NewKeyed]) with an error wrapping
+// [floodgate.ErrInvalidConfig].
 //
 // Nothing in this package reads a clock except [Shape], and nothing but
 // [Shape] sleeps. The algorithm [Config.Algorithm] returns and the limiter [NewKeyed] returns are safe for

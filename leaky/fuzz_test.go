@@ -22,7 +22,7 @@ func fuzzConfig(rateN uint32, perSel uint8, burst uint16, mode uint8, delay uint
 	case 2:
 		c.Delay = int64(delay) % (c.Burst + 1)
 	}
-	return c, c.Validate() == nil
+	return c, validate(c) == nil
 }
 
 // Time moves by op: 0 same µs, 1 +1µs, 2 +999µs, 3 -1s, 4 -1h, 5 +10y,

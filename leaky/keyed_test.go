@@ -150,7 +150,7 @@ func TestValidate(t *testing.T) {
 		"slow drain":     {Rate: floodgate.Rate{N: 1, Per: 1000 * time.Second}, Burst: 2_000_000},
 	}
 	for name, c := range bad {
-		err := c.Validate()
+		err := validate(c)
 		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
 		_, err = leaky.NewKeyed(newMapStore(t0), c)
 		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
@@ -167,7 +167,7 @@ func TestValidate(t *testing.T) {
 		{Rate: floodgate.PerMinute(1), Burst: 5, Delay: 5},
 	}
 	for _, c := range good {
-		require.NoError(t, c.Validate(), "%+v", c)
+		require.NoError(t, validate(c), "%+v", c)
 	}
 }
 

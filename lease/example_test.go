@@ -78,10 +78,11 @@ func Example() {
 		admitted, s.Leased == 1, s.Grants+s.Direct < 100)
 
 	// Fleet-divided mode: 4 live nodes (from the heartbeats), so this
-	// node enforces 250/s with a burst of 250, in memory.
+	// node enforces 250 an hour with a burst of 250, in memory (an hourly
+	// rate: nothing refills while the example runs, however slowly).
 	global.nodes = 4
 	d, err := lease.New(global, lease.Config{
-		Bucket: bucket.Config{Name: "search", Rate: floodgate.PerSecond(1000), Burst: 1000},
+		Bucket: bucket.Config{Name: "search", Rate: floodgate.PerHour(1000), Burst: 1000},
 		Mode:   lease.Divided,
 	})
 	if err != nil {

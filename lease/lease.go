@@ -46,10 +46,10 @@ const (
 
 // Defaults of a [Config].
 const (
-	DefaultRefresh   = 100 * time.Millisecond
-	DefaultHotRate   = 20.0
-	DefaultMaxKeys   = 100_000
-	DefaultHeartbeat = time.Second
+	defaultRefresh   = 100 * time.Millisecond
+	defaultHotRate   = 20.0
+	defaultMaxKeys   = 100_000
+	defaultHeartbeat = time.Second
 )
 
 // Config configures a [Limiter]. Only Bucket is required; every other
@@ -107,7 +107,7 @@ type Config struct {
 	// transport's to report, and the store's failure policy reports its
 	// own (redisstore.WithObserver).
 	Observer floodgate.Observer
-	// Clock is for tests (default floodgate.SystemClock). The global store
+	// Clock is for tests (default the system clock). The global store
 	// keeps its own time (Redis: the server's).
 	Clock floodgate.Clock
 
@@ -260,38 +260,56 @@ func New(global Global, c Config) (*Limiter, error) {
 // withDefaults puts the documented default in every zero field of c (but
 // Bucket and Mode) and refuses the values outside their ranges.
 func (c *Config) withDefaults() error {
-	if c.Refresh == 0 {
-		c.Refresh = DefaultRefresh
+	c.fillDefaults()
+	if err := c.checkPeriods(); err != nil {
+		return err
 	}
-	if c.Refresh < time.Millisecond || c.Refresh > 10*time.Second {
-		return fmt.Errorf("%w: lease: refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, c.Refresh)
+	return c.checkRest()
+}
+
+// fillDefaults gives every zero field its documented default.
+func (c *Config) fillDefaults() {
+	if c.Refresh == 0 {
+		c.Refresh = defaultRefresh
 	}
 	if c.TTL == 0 {
 		c.TTL = 3 * c.Refresh
 	}
-	if c.TTL < c.Refresh || c.TTL > time.Hour {
-		return fmt.Errorf("%w: lease: TTL %v outside refresh (%v)..1h", floodgate.ErrInvalidConfig, c.TTL, c.Refresh)
-	}
 	if c.HotRate == 0 {
-		c.HotRate = DefaultHotRate
-	}
-	if !(c.HotRate > 0) || math.IsInf(c.HotRate, 0) {
-		return fmt.Errorf("%w: lease: hot rate %v, want a finite rate > 0", floodgate.ErrInvalidConfig, c.HotRate)
+		c.HotRate = defaultHotRate
 	}
 	if c.MaxKeys == 0 {
-		c.MaxKeys = DefaultMaxKeys
-	}
-	if c.MaxKeys < 0 {
-		return fmt.Errorf("%w: lease: max keys %d < 0", floodgate.ErrInvalidConfig, c.MaxKeys)
+		c.MaxKeys = defaultMaxKeys
 	}
 	if c.Heartbeat == 0 {
-		c.Heartbeat = DefaultHeartbeat
+		c.Heartbeat = defaultHeartbeat
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+}
+
+// checkPeriods checks the durations: refresh, TTL and heartbeat.
+func (c *Config) checkPeriods() error {
+	if c.Refresh < time.Millisecond || c.Refresh > 10*time.Second {
+		return fmt.Errorf("%w: lease: refresh %v outside 1ms..10s", floodgate.ErrInvalidConfig, c.Refresh)
+	}
+	if c.TTL < c.Refresh || c.TTL > time.Hour {
+		return fmt.Errorf("%w: lease: TTL %v outside refresh (%v)..1h", floodgate.ErrInvalidConfig, c.TTL, c.Refresh)
 	}
 	if c.Heartbeat < 10*time.Millisecond || c.Heartbeat > time.Minute {
 		return fmt.Errorf("%w: lease: heartbeat %v outside 10ms..1m", floodgate.ErrInvalidConfig, c.Heartbeat)
 	}
-	if c.Workers == 0 {
-		c.Workers = 4
+	return nil
+}
+
+// checkRest checks the other fields.
+func (c *Config) checkRest() error {
+	if !(c.HotRate > 0) || math.IsInf(c.HotRate, 0) {
+		return fmt.Errorf("%w: lease: hot rate %v, want a finite rate > 0", floodgate.ErrInvalidConfig, c.HotRate)
+	}
+	if c.MaxKeys < 0 {
+		return fmt.Errorf("%w: lease: max keys %d < 0", floodgate.ErrInvalidConfig, c.MaxKeys)
 	}
 	if c.Workers < 1 || c.Workers > 256 {
 		return fmt.Errorf("%w: lease: %d workers, want 1..256", floodgate.ErrInvalidConfig, c.Workers)
@@ -365,59 +383,59 @@ func (l *Limiter) Take(ctx context.Context, key string, n int) (floodgate.Decisi
 func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
 	dem := uint32((e.word.Add(uint64(n)<<32) >> 32))
 	if !e.leased.Load() {
-		if dem-e.window.Load() < l.hotN {
-			d, err := l.directTake(ctx, e, key, n)
-			if err == nil && !d.Fallback && (!d.Allowed || l.burst >= 10 && d.Remaining*10 < l.burst) && 4*(dem-e.window.Load()) >= l.hotN {
-				// Refused by the global bucket, or finding it under a
-				// tenth full, with a quarter of the hot demand: the key
-				// leases from now on, so that this node takes part in the
-				// division of a saturated bucket rather than taking the
-				// refill that drips in between the others' claims.
-				e.leased.Store(true)
-			}
-			if err != nil || d.Allowed || !e.leased.Load() {
-				return d, err
-			}
-			// Refused while the key turned leased (here or by another
-			// request): its bucket may be divided into this node's pool
-			// by now; the refusal took nothing, so the lease decides (and
-			// the decision is not a direct one).
-			l.st.direct.Add(-1)
+		if d, done, err := l.cold(ctx, e, key, n, dem); done {
+			return d, err
 		}
-		e.leased.Store(true) // hot: lease from this request on
 	}
+	return l.leasedTake(ctx, e, key, n)
+}
+
+// cold decides a request of a key that does not lease yet, on the global
+// bucket while its demand (dem, this window's count) is below the hot
+// rate. done is false when the key turned leased instead: the lease then
+// decides the request.
+func (l *Limiter) cold(ctx context.Context, e *entry, key string, n int64, dem uint32) (d floodgate.Decision, done bool, err error) {
+	if dem-e.window.Load() < l.hotN {
+		d, err := l.directTake(ctx, e, key, n)
+		if err == nil && !d.Fallback && (!d.Allowed || l.burst >= 10 && d.Remaining*10 < l.burst) && 4*(dem-e.window.Load()) >= l.hotN {
+			// Refused by the global bucket, or finding it under a
+			// tenth full, with a quarter of the hot demand: the key
+			// leases from now on, so that this node takes part in the
+			// division of a saturated bucket rather than taking the
+			// refill that drips in between the others' claims.
+			e.leased.Store(true)
+		}
+		if err != nil || d.Allowed || !e.leased.Load() {
+			return d, true, err
+		}
+		// Refused while the key turned leased (here or by another
+		// request): its bucket may be divided into this node's pool
+		// by now; the refusal took nothing, so the lease decides (and
+		// the decision is not a direct one).
+		l.st.direct.Add(-1)
+	}
+	e.leased.Store(true) // hot: lease from this request on
+	return floodgate.Decision{}, false, nil
+}
+
+// leasedTake decides a request of a leased key: from what the node holds,
+// renewing the lease (or waiting for the renewal in flight) when it holds
+// too little, within the refusal the last grant left.
+func (l *Limiter) leasedTake(ctx context.Context, e *entry, key string, n int64) (floodgate.Decision, error) {
 	now := l.now()
-	if until := e.deniedUntil.Load(); now < until && n > e.crumbs.Load() {
-		e.denied.Add(1)
-		return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
+	if d, ok := l.stillRefused(e, now, n); ok {
+		return d, nil
 	}
 	for attempt := 0; attempt < 2 || e.shared.Load() && attempt < maxShareAttempts; attempt++ {
 		if now < e.failedUntil.Load() {
 			return l.onFailure(ctx, e, key, n)
 		}
-		f, mine := e.startFlight()
-		if mine {
-			l.renew(ctx, e, f, n)
-			if err := ctx.Err(); err != nil {
-				if d, ok := l.takeHeld(e, n); ok {
-					return d, nil
-				}
-				return floodgate.Decision{}, fmt.Errorf("lease: %w", err)
-			}
-		} else {
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				return floodgate.Decision{}, fmt.Errorf("lease: %w", ctx.Err())
-			}
-		}
-		if d, ok := l.takeHeld(e, n); ok {
-			return d, nil
+		if d, ok, err := l.awaitGrant(ctx, e, n); ok || err != nil {
+			return d, err
 		}
 		now = l.now()
-		if until := e.deniedUntil.Load(); now < until && n > e.crumbs.Load() {
-			e.denied.Add(1)
-			return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, nil
+		if d, ok := l.stillRefused(e, now, n); ok {
+			return d, nil
 		}
 	}
 	if e.shared.Load() {
@@ -430,6 +448,41 @@ func (l *Limiter) slow(ctx context.Context, e *entry, key string, n int64) (floo
 	}
 	// Others took the grant meanwhile: the global bucket decides this one.
 	return l.directTake(ctx, e, key, n)
+}
+
+// stillRefused refuses a request of n units at now when the last grant's
+// refusal still covers it (and the crumbs held cannot pay for it).
+func (l *Limiter) stillRefused(e *entry, now, n int64) (floodgate.Decision, bool) {
+	until := e.deniedUntil.Load()
+	if now >= until || n <= e.crumbs.Load() {
+		return floodgate.Decision{}, false
+	}
+	e.denied.Add(1)
+	return floodgate.Decision{Limit: l.burst, RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(e.reset.Load())}, true
+}
+
+// awaitGrant renews the key's lease, or waits for the renewal another
+// request has in flight, then takes n units from what the node holds. ok
+// reports a decision taken; err is the context's end.
+func (l *Limiter) awaitGrant(ctx context.Context, e *entry, n int64) (d floodgate.Decision, ok bool, err error) {
+	f, mine := e.startFlight()
+	if mine {
+		l.renew(ctx, e, f, n)
+		if err := ctx.Err(); err != nil {
+			if d, ok := l.takeHeld(e, n); ok {
+				return d, true, nil
+			}
+			return floodgate.Decision{}, false, fmt.Errorf("lease: %w", err)
+		}
+	} else {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return floodgate.Decision{}, false, fmt.Errorf("lease: %w", ctx.Err())
+		}
+	}
+	d, ok = l.takeHeld(e, n)
+	return d, ok, nil
 }
 
 // maxShareAttempts bounds the claims one request of a divided key makes
@@ -629,8 +682,31 @@ func (l *Limiter) worker() {
 // request's cost, 0 for a background renewal) and ends the flight f.
 func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	defer e.endFlight(f)
+	size, demand := l.size(e, l.now())
+	c := l.claim(e, size, demand, need)
+	g, err := l.global.Grant(ctx, e.key, l.alg, c)
+	l.st.grants.Add(1)
+	if err == nil && !g.Shared && g.Granted == 0 && need > 0 && g.Remaining >= need {
+		// Fewer than a batch, but enough for the request that waits:
+		// take what is there (what a direct decision would have
+		// admitted), rather than deny it with tokens in the bucket.
+		// (c stays the batch asked: what the answer is judged against.)
+		retry := c
+		retry.Want, retry.Least = g.Remaining, need
+		g, err = l.global.Grant(ctx, e.key, l.alg, retry)
+		l.st.grants.Add(1)
+	}
 	now := l.now()
-	size, demand := l.size(e, now)
+	if err != nil {
+		l.renewFailed(ctx, e, err, now)
+		return
+	}
+	l.granted(ctx, e, g, c, size, now)
+}
+
+// claim is what e's renewal asks: a lease of size units (the share of a
+// divided bucket: up to two periods of demand), at least need.
+func (l *Limiter) claim(e *entry, size, demand, need int64) algo.Claim {
 	want := max(size, need)
 	if e.shared.Load() {
 		// The bucket is divided: take the share (what accrued for this
@@ -646,57 +722,39 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 		least = need
 	}
 	least = max(1, min(least, want))
-	c := algo.Claim{Want: want, Least: least, Member: l.member, Demand: demand, Period: time.Duration(2 * l.ttl)}
-	g, err := l.global.Grant(ctx, e.key, l.alg, c)
-	l.st.grants.Add(1)
-	if err == nil && !g.Shared && g.Granted == 0 && need > 0 && g.Remaining >= need {
-		// Fewer than a batch, but enough for the request that waits:
-		// take what is there (what a direct decision would have
-		// admitted), rather than deny it with tokens in the bucket.
-		c.Want, c.Least = g.Remaining, need
-		g, err = l.global.Grant(ctx, e.key, l.alg, c)
-		l.st.grants.Add(1)
+	return algo.Claim{Want: want, Least: least, Member: l.member, Demand: demand, Period: time.Duration(2 * l.ttl)}
+}
+
+// renewFailed records a renewal the store could not answer.
+func (l *Limiter) renewFailed(ctx context.Context, e *entry, err error, now int64) {
+	if ctx.Err() != nil {
+		return // the caller gave up: that says nothing about the store
 	}
-	now = l.now()
-	if err != nil {
-		if ctx.Err() != nil {
-			return // the caller gave up: that says nothing about the store
-		}
-		l.st.failures.Add(1)
-		if errors.Is(err, floodgate.ErrStoreUnavailable) {
-			// The store is away: the failure policy decides for a while.
-			// Any other error (a refused claim) leaves the key to the
-			// direct decision, which returns it.
-			l.lastErr.Store(&err)
-			e.failedUntil.Store(now + retryAfterFailure)
-		}
-		return
+	l.st.failures.Add(1)
+	if errors.Is(err, floodgate.ErrStoreUnavailable) {
+		// The store is away: the failure policy decides for a while.
+		// Any other error (a refused claim) leaves the key to the
+		// direct decision, which returns it.
+		l.lastErr.Store(&err)
+		e.failedUntil.Store(now + retryAfterFailure)
 	}
+}
+
+// granted records the answer g to the claim c of e's renewal, and hands
+// the node what it was granted.
+func (l *Limiter) granted(ctx context.Context, e *entry, g algo.Grant, c algo.Claim, size, now int64) {
 	e.failedUntil.Store(0)
 	e.falling.Store(false)
 	e.reset.Store(g.Reset * int64(time.Microsecond))
 	e.shared.Store(g.Shared)
-	if g.Shared {
-		e.claimed.Store(true)
-		l.st.shared.Add(1)
-		// One claim per period: the share grows with the refill until
-		// then. Sooner when the burst capped the claim, later when the
-		// share needs longer for a unit.
-		next := l.sharePeriod
-		if g.Granted == want {
-			next = 0
-		} else if g.Granted == 0 {
-			next = max(next, min(g.Wait*int64(time.Microsecond), l.ttl))
-		}
-		e.crumbs.Store(0)
-		e.deniedUntil.Store(now + next)
-		e.low.Store(-1)
-		e.size.Store(size)
+	switch {
+	case g.Shared:
+		l.shareGranted(e, g, c.Want, size, now)
 		if g.Granted == 0 {
 			return
 		}
-	} else if g.Granted == 0 {
-		l.starvedFor(e, g, least, now)
+	case g.Granted == 0:
+		l.starvedFor(e, g, c.Least, now)
 		return
 	}
 	l.st.granted.Add(g.Granted)
@@ -710,15 +768,34 @@ func (l *Limiter) renew(ctx context.Context, e *entry, f *flight, need int64) {
 	if !g.Shared {
 		e.deniedUntil.Store(0)
 		e.crumbs.Store(0)
-		e.starved.Store(g.Granted < least)
+		e.starved.Store(g.Granted < c.Least)
 		// Renew when what is left would last less than P/2 at the key's
 		// rate, and at the latest with half the lease left.
-		e.low.Store(min(int64(float64(demand)*float64(l.refresh)/2e9), size/2))
+		e.low.Store(min(int64(float64(c.Demand)*float64(l.refresh)/2e9), size/2))
 	}
 	if g.Granted > 0 {
 		e.expires.Store(now + l.ttl)
 		e.word.Add(uint64(g.Granted))
 	}
+	e.size.Store(size)
+}
+
+// shareGranted records a claim on a divided bucket: one claim per period,
+// the share growing with the refill until then; sooner when the burst
+// capped the claim (want granted), later when the share needs longer for
+// a unit.
+func (l *Limiter) shareGranted(e *entry, g algo.Grant, want, size, now int64) {
+	e.claimed.Store(true)
+	l.st.shared.Add(1)
+	next := l.sharePeriod
+	if g.Granted == want {
+		next = 0
+	} else if g.Granted == 0 {
+		next = max(next, min(g.Wait*int64(time.Microsecond), l.ttl))
+	}
+	e.crumbs.Store(0)
+	e.deniedUntil.Store(now + next)
+	e.low.Store(-1)
 	e.size.Store(size)
 }
 
@@ -837,17 +914,8 @@ func (l *Limiter) sweep(now int64) {
 	}
 	var back []expiredLease
 	l.tab.each(func(e *entry) bool {
-		if exp := e.expires.Load(); exp != 0 && now >= exp && !e.flight.Load() {
-			for {
-				w := e.word.Load()
-				if w&tokenMask == 0 || e.word.CompareAndSwap(w, w&^tokenMask) {
-					if w&tokenMask > 0 {
-						back = append(back, expiredLease{e.key, int64(w & tokenMask)})
-					}
-					break
-				}
-			}
-			e.expires.Store(0)
+		if n := l.expire(e, now); n > 0 {
+			back = append(back, expiredLease{e.key, n})
 		}
 		e.mu.Lock()
 		e.sample(now, l.refresh)
@@ -857,31 +925,60 @@ func (l *Limiter) sweep(now int64) {
 			e.window.Store(uint32(e.word.Load() >> 32))
 		}
 		held := e.word.Load() & tokenMask
-		if e.shared.Load() && e.leased.Load() && now-seen < l.refresh && now >= e.deniedUntil.Load() && !e.flight.Load() {
-			// A divided bucket: claim the share once a period while the
-			// key has demand, whatever the lease still holds, so that
-			// the share comes to this node as it accrues and the report
-			// of its demand stays current.
-			l.kick(e)
-		}
-		if e.leased.Load() && rate < l.hotRate/2 && held == 0 && !e.flight.Load() && !e.shared.Load() {
-			e.leased.Store(false)
-		}
-		// Forget a key with nothing held, no demand for a TTL (for a key
-		// with a share of a divided bucket, as long as its report lives
-		// on the board: 2 TTL; forgotten sooner, a light node would
-		// decide it directly again, outside the division).
-		idle := l.ttl
-		if e.claimed.Load() {
-			idle = 2 * l.ttl
-		}
-		forget := held == 0 && !e.flight.Load() && now-seen >= idle
-		if forget {
-			l.st.localDenied.Add(e.denied.Load()) // its count outlives it
-		}
-		return !forget
+		l.tend(e, now, rate, seen, held)
+		return !l.forget(e, now, seen, held)
 	})
 	l.giveBack(back)
+}
+
+// expire takes back the tokens of e's lease when its TTL has passed (and
+// no renewal is in flight): it returns how many it held.
+func (l *Limiter) expire(e *entry, now int64) int64 {
+	exp := e.expires.Load()
+	if exp == 0 || now < exp || e.flight.Load() {
+		return 0
+	}
+	var n int64
+	for {
+		w := e.word.Load()
+		if w&tokenMask == 0 || e.word.CompareAndSwap(w, w&^tokenMask) {
+			n = int64(w & tokenMask)
+			break
+		}
+	}
+	e.expires.Store(0)
+	return n
+}
+
+// tend claims the share of a divided key once a period while it has demand,
+// and demotes a leased key gone cold.
+func (l *Limiter) tend(e *entry, now int64, rate float64, seen int64, held uint64) {
+	if e.shared.Load() && e.leased.Load() && now-seen < l.refresh && now >= e.deniedUntil.Load() && !e.flight.Load() {
+		// A divided bucket: claim the share once a period while the
+		// key has demand, whatever the lease still holds, so that
+		// the share comes to this node as it accrues and the report
+		// of its demand stays current.
+		l.kick(e)
+	}
+	if e.leased.Load() && rate < l.hotRate/2 && held == 0 && !e.flight.Load() && !e.shared.Load() {
+		e.leased.Store(false)
+	}
+}
+
+// forget reports whether the sweep drops e: nothing held, no demand for a
+// TTL (for a key with a share of a divided bucket, as long as its report
+// lives on the board: 2 TTL; forgotten sooner, a light node would decide it
+// directly again, outside the division).
+func (l *Limiter) forget(e *entry, now, seen int64, held uint64) bool {
+	idle := l.ttl
+	if e.claimed.Load() {
+		idle = 2 * l.ttl
+	}
+	if held != 0 || e.flight.Load() || now-seen < idle {
+		return false
+	}
+	l.st.localDenied.Add(e.denied.Load()) // its count outlives it
+	return true
 }
 
 // expiredLease is what a lease held when its TTL passed.

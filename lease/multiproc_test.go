@@ -315,7 +315,7 @@ func TestMultiProcess(t *testing.T) {
 	}
 	// The pools of the divided bucket (at most a refresh period's refill)
 	// and what a shift of demand costs (rate x TTL) complete the bound.
-	kept += mpRate*int64(lease.DefaultRefresh)/int64(time.Second) + mpRate*3*int64(lease.DefaultRefresh)/int64(time.Second)
+	kept += mpRate*int64((100*time.Millisecond))/int64(time.Second) + mpRate*3*int64((100*time.Millisecond))/int64(time.Second)
 	if ideal-admitted > kept {
 		t.Errorf("shortfall %d > H + S + E + sum of lease sizes + rate x TTL = %d", ideal-admitted, kept)
 	}

@@ -143,7 +143,7 @@ func runShare(t *testing.T, sc shareScenario) shareResult {
 			l.Close(ctx)
 		}
 	}
-	res.calls += int64(float64(sc.nodes) * res.seconds / DefaultHeartbeat.Seconds())
+	res.calls += int64(float64(sc.nodes) * res.seconds / defaultHeartbeat.Seconds())
 	var offSum, admSum int64
 	for i := range lims {
 		offSum += res.steadyOff[i]

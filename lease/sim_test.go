@@ -249,7 +249,7 @@ func simulate50(t *testing.T) string {
 	}
 	summary := fmt.Sprintf("%d phases, offered %d, ideal admitted %d, fleet %d (%.2f%%), worst shortfall %d, worst beyond H+E %d, most ahead of the ideal %d, expired %d, grants %d (%.1f per node per refresh period)",
 		phases, offered, idealAdmitted, admitted, 100*float64(admitted)/float64(idealAdmitted), worstGap, worstSlack, aheadOfIdeal, expired, grants,
-		float64(grants)/nodes/(float64(total)/float64(DefaultRefresh)))
+		float64(grants)/nodes/(float64(total)/float64(defaultRefresh)))
 	if admitted < idealAdmitted*97/100 {
 		t.Fatalf("fleet admitted %d, under 97%% of the ideal %d", admitted, idealAdmitted)
 	}

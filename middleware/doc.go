@@ -1,5 +1,5 @@
 // Package middleware holds what floodgate's transports share: the
-// vocabulary of [httplimit] (net/http) and [grpclimit] (gRPC), declared
+// vocabulary of httplimit (net/http) and grpclimit (gRPC), declared
 // once so that one value serves both.
 //
 //   - [FailMode]: what happens to a request when its limits cannot decide.

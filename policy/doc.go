@@ -17,7 +17,7 @@
 //
 // # Descriptors and rules
 //
-// A request describes itself with [Descriptor]s, lists of (key, value)
+// A request describes itself with [middleware.Descriptor]s, lists of (key, value)
 // entries ("source_service: purge-orchestrator", then "route: /img"), the
 // model of envoyproxy/ratelimit, so that a config written for it means the
 // same here. [Rule]s map descriptors to policies: entries are matched in

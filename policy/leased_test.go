@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -92,7 +93,7 @@ func TestLeasedWithinGlobalBound(t *testing.T) {
 		live, err := policy.NewLive(cfg, redistest.Stores(t)(t))
 		require.NoError(t, err)
 		defer live.Close(ctx)
-		descs := []policy.Descriptor{{{Key: "route", Value: "/img"}}, {{Key: "client", Value: "c1"}}}
+		descs := []middleware.Descriptor{{{Key: "route", Value: "/img"}}, {{Key: "client", Value: "c1"}}}
 		admitted, elapsed := hammer(t, 8, 2*time.Second, func() (bool, error) {
 			var buf [2]floodgate.Check
 			checks, enforcing, err := live.Match(ctx, descs, 1, buf[:0])
@@ -133,7 +134,7 @@ func TestLeasedAllOrNothingAndDryRun(t *testing.T) {
 	set := live.Set()
 	big, _ := set.Lease("big")
 	watch, _ := set.Lease("watch")
-	descs := []policy.Descriptor{{{Key: "tenant", Value: "t"}}, {{Key: "route", Value: "/img"}}, {{Key: "client", Value: "c"}}}
+	descs := []middleware.Descriptor{{{Key: "tenant", Value: "t"}}, {{Key: "route", Value: "/img"}}, {{Key: "client", Value: "c"}}}
 	checks, enforcing, err := live.Match(ctx, descs, 1, nil)
 	require.NoError(t, err)
 	require.Len(t, checks, 3)

@@ -301,7 +301,7 @@ var takeHook func()
 // keyed [floodgate.Limiter] of a per-plan limit. A key without a plan (no
 // override, no resolver answer, no default plan) is admitted, with a zero
 // Decision. The key is both looked up and stored as it is: for keys that
-// are credentials, use descriptors with Entry.Credential (the store then
+// are credentials, use descriptors with middleware.Entry.Credential (the store then
 // sees a keyed hash), not Take.
 func (l *Live) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
 	set := l.cur.Load()
@@ -342,7 +342,7 @@ func (l *Live) Refund(ctx context.Context, key string, n int) error {
 }
 
 // Match is [Set.Match] on the running Set.
-func (l *Live) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) (checks []floodgate.Check, enforcing int, err error) {
+func (l *Live) Match(ctx context.Context, descriptors []middleware.Descriptor, n int, dst []floodgate.Check) (checks []floodgate.Check, enforcing int, err error) {
 	return l.cur.Load().Match(ctx, descriptors, n, dst)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/livetest"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
@@ -156,8 +157,8 @@ func TestSharedStoreNeedsTheSecret(t *testing.T) {
 	require.NoError(t, err)
 	s, _ := clocked(t)
 	ctx := context.Background()
-	cred := []policy.Descriptor{{{Key: "api_key", Value: "key_acme", Credential: true}}}
-	plain := []policy.Descriptor{{{Key: "api_key", Value: "key_acme"}}}
+	cred := []middleware.Descriptor{{{Key: "api_key", Value: "key_acme", Credential: true}}}
+	plain := []middleware.Descriptor{{{Key: "api_key", Value: "key_acme"}}}
 
 	live, err := policy.NewLive(cfg, sharedStore{s})
 	require.NoError(t, err, "no credential yet: nothing to refuse")

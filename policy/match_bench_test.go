@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -39,7 +40,7 @@ rules:
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	descs := []policy.Descriptor{{{Key: "api_key", Value: "key_pro_1"}}, {{Key: "remote_address", Value: "10.0.0.1"}}}
+	descs := []middleware.Descriptor{{{Key: "api_key", Value: "key_pro_1"}}, {{Key: "remote_address", Value: "10.0.0.1"}}}
 	var buf [2]floodgate.Check
 	b.ReportAllocs()
 	for b.Loop() {

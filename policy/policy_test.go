@@ -19,6 +19,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/livetest"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/observer/slogobserver"
 	"github.com/floodgate-go/floodgate/policy"
@@ -132,7 +133,7 @@ rules:
 	require.NoError(t, err)
 	set := live.Set()
 	ctx := context.Background()
-	checks, enforcing, err := set.Match(ctx, []policy.Descriptor{
+	checks, enforcing, err := set.Match(ctx, []middleware.Descriptor{
 		{{Key: "destination_cluster", Value: "image-origin.prod"}},
 		{{Key: "destination_cluster", Value: "image-origin.prod"}, {Key: "source_service", Value: "purge-orchestrator"}},
 		{{Key: "destination_cluster", Value: "image-origin.prod"}, {Key: "source_service", Value: "unknown-svc"}},

@@ -59,16 +59,6 @@ type Rule struct {
 	Rules []Rule
 }
 
-// Entry is one (key, value) of a request descriptor: the transports'
-// [middleware.Entry], one type for both.
-type Entry = middleware.Entry
-
-// Descriptor is what one request says about itself, in order
-// ("service token t, route /img"); a request may carry several. It is
-// [middleware.Descriptor]: [Live] implements [middleware.Matcher], the
-// interface the Policies wrappers of httplimit and grpclimit take.
-type Descriptor = middleware.Descriptor
-
 // ResolveFunc places a key (an API key, a token) on a plan: it returns the
 // name of a policy, or "" when it does not know the key. It is called only
 // for keys without an override, and its answers are cached.
@@ -367,7 +357,7 @@ func (s *Set) trimPlans(m map[string]planEntry) {
 // The checks of enforcing policies come first; the checks of dry-run
 // policies (Policy.DryRun) follow, from index enforcing on: decide them
 // apart, so that their refusals are only reported.
-func (s *Set) Match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) (checks []floodgate.Check, enforcing int, err error) {
+func (s *Set) Match(ctx context.Context, descriptors []middleware.Descriptor, n int, dst []floodgate.Check) (checks []floodgate.Check, enforcing int, err error) {
 	base := len(dst)
 	dst, err = s.match(ctx, descriptors, n, dst)
 	if err != nil {
@@ -385,7 +375,7 @@ func (s *Set) Match(ctx context.Context, descriptors []Descriptor, n int, dst []
 	return dst, base + k, nil
 }
 
-func (s *Set) match(ctx context.Context, descriptors []Descriptor, n int, dst []floodgate.Check) ([]floodgate.Check, error) {
+func (s *Set) match(ctx context.Context, descriptors []middleware.Descriptor, n int, dst []floodgate.Check) ([]floodgate.Check, error) {
 	for _, d := range descriptors {
 		if len(d) == 0 {
 			continue
@@ -429,7 +419,7 @@ func (s *Set) match(ctx context.Context, descriptors []Descriptor, n int, dst []
 
 // pick returns the rule of nodes matching e: the one with e's value, else
 // the wildcard of e's key.
-func pick(nodes []*node, e Entry) *node {
+func pick(nodes []*node, e middleware.Entry) *node {
 	var wild *node
 	for _, n := range nodes {
 		if n.key != e.Key {
@@ -447,7 +437,7 @@ func pick(nodes []*node, e Entry) *node {
 
 // descriptorKey joins a descriptor's entries into a store key. Keys and
 // values are length-prefixed so that no value can forge another entry.
-func descriptorKey(d Descriptor) string {
+func descriptorKey(d middleware.Descriptor) string {
 	var b strings.Builder
 	for i, e := range d {
 		if i > 0 {

@@ -58,7 +58,7 @@ type Policy struct {
 	// the leases hold (see lease's "Bounds").
 	Leased bool
 	// LeaseRefresh is a leased policy's refresh period (lease.Config.Refresh,
-	// 1ms..10s; default lease.DefaultRefresh).
+	// 1ms..10s; default 100ms).
 	LeaseRefresh time.Duration
 }
 
@@ -125,9 +125,9 @@ func (p Policy) validateAlgorithm() error {
 	var err error
 	switch p.algorithm() {
 	case TokenBucket:
-		err = p.bucket().Validate()
+		_, err = p.bucket().Algorithm()
 	case LeakyBucket:
-		err = p.leaky().Validate()
+		_, err = p.leaky().Algorithm()
 	case FixedWindow:
 		_, err = p.window().FixedAlgorithm()
 	case SlidingLog:

@@ -7,7 +7,7 @@
 // server's latency. Each class has a threshold, ShedAt, a fraction of the
 // capacity: a request of the class is admitted only while the requests in
 // flight (all classes together) are fewer than ShedAt x capacity. The
-// defaults ([DefaultClasses]) are critical at 100%, standard at 95% and
+// defaults are critical at 100%, standard at 95% and
 // best-effort at 85%: best-effort is shed first, standard next, and critical
 // only when the capacity is exhausted; the last 15% of the capacity is kept
 // for the more important classes. Class names and thresholds are

@@ -58,7 +58,8 @@ func ExampleNewShedder() {
 	}
 	c, _ := p.Class("analytics")
 	tok, err := p.Acquire(context.Background(), c)
-	fmt.Println(err, capacity.InFlight(), "of", capacity.Limit())
+	st := capacity.Stats()
+	fmt.Println(err, st.InFlight, "of", st.Limit)
 	tok.Success()
 	// Output:
 	// <nil> 1 of 20

@@ -17,7 +17,7 @@ import (
 // makes a request more important than it was meant to be.
 type Class int
 
-// The default classes (see [DefaultClasses]).
+// The default classes (see [NewShedder]).
 const (
 	// BestEffort is shed first, at 85% utilisation. It is the zero Class.
 	BestEffort Class = iota
@@ -38,10 +38,10 @@ type ClassConfig struct {
 	ShedAt float64
 }
 
-// DefaultClasses returns the three default classes, from the least
+// defaultClasses returns the three default classes, from the least
 // important up: best-effort (shed at 85%), standard (95%) and critical
 // (100%), matching [BestEffort], [Standard] and [Critical].
-func DefaultClasses() []ClassConfig {
+func defaultClasses() []ClassConfig {
 	return []ClassConfig{{"best-effort", 0.85}, {"standard", 0.95}, {"critical", 1}}
 }
 
@@ -69,7 +69,8 @@ type Shedder struct {
 // NewShedder returns a Shedder whose capacity is the current limit of capacity, an
 // adaptive (or fixed) gate that it then owns: requests should reach
 // capacity only through the returned Shedder, so that every admission is
-// subject to the class thresholds. With no classes, [DefaultClasses] are
+// subject to the class thresholds. With no classes, the three default classes
+// (best-effort shed at 85%, standard at 95%, critical at 100%) are
 // used. Classes are listed from the least important to the most (the first
 // one is Class 0, the class of unknown names); their ShedAt may not
 // decrease along the list.
@@ -83,7 +84,7 @@ func NewShedder(capacity *adaptive.Gate, classes ...ClassConfig) (*Shedder, erro
 		return nil, fmt.Errorf("%w: priority: nil capacity gate", floodgate.ErrInvalidConfig)
 	}
 	if len(classes) == 0 {
-		classes = DefaultClasses()
+		classes = defaultClasses()
 	}
 	seen := make(map[string]bool, len(classes))
 	for i, c := range classes {
@@ -160,13 +161,6 @@ func (p *Shedder) Class(name string) (Class, bool) {
 	}
 	return 0, false
 }
-
-// Classes returns a copy of the shedder's classes.
-func (p *Shedder) Classes() []ClassConfig { return append([]ClassConfig(nil), p.classes...) }
-
-// Capacity returns the underlying gate (for its Limit, InFlight and
-// Stats; acquire through p, not through it).
-func (p *Shedder) Capacity() *adaptive.Gate { return p.cap }
 
 // Stats returns each class's counters, in class order.
 func (p *Shedder) Stats() []ClassStats {

@@ -67,8 +67,8 @@ func TestThresholds(t *testing.T) {
 		st[2] != (priority.ClassStats{Name: "critical", Admitted: 1, Shed: 1}) {
 		t.Fatalf("stats = %+v", st)
 	}
-	if p.Capacity().InFlight() != 19 || p.Capacity().Limit() != 20 {
-		t.Fatalf("in flight %d, limit %d", p.Capacity().InFlight(), p.Capacity().Limit())
+	if st := p.Capacity().Stats(); st.InFlight != 19 || st.Limit != 20 {
+		t.Fatalf("in flight %d, limit %d", st.InFlight, st.Limit)
 	}
 }
 

@@ -49,8 +49,8 @@ func run(t *testing.T, p *priority.Shedder, clk *simulate.Sim, queued bool) []si
 	t.Helper()
 	tg := simulate.Target{
 		Acquire:  func(c int) (*adaptive.Token, error) { return p.Acquire(context.Background(), class(c)) },
-		Limit:    p.Capacity().Limit,
-		InFlight: p.Capacity().InFlight,
+		Limit:    func() int { return p.Capacity().Stats().Limit },
+		InFlight: func() int { return p.Capacity().Stats().InFlight },
 	}
 	if queued {
 		tg.AcquireFunc = func(c int, done func(*adaptive.Token, error)) func() bool {

@@ -8,16 +8,24 @@ import (
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/rls"
 )
 
 // BenchmarkShouldRateLimit: one call with the origin, purge-orchestrator
 // and tenant descriptors, on memstore, without gRPC.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	svc, reqs := benchSetup(b)
+	benchCalls(b, nil)
+}
+
+// benchCalls calls ShouldRateLimit in parallel on the service of
+// benchSetup, with opts.
+func benchCalls(b *testing.B, opts []rls.Option) {
+	svc, reqs := benchSetup(b, opts...)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -30,6 +38,17 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkShouldRateLimitObserved: BenchmarkShouldRateLimit with a
+// Prometheus observer (promobserver on a registry of its own), which
+// receives the call's events.
+func BenchmarkShouldRateLimitObserved(b *testing.B) {
+	obs, err := promobserver.New(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchCalls(b, []rls.Option{rls.WithObserver(obs)})
 }
 
 // nullRLS answers every call OK with one status per descriptor and decides
@@ -95,7 +114,7 @@ func BenchmarkShouldRateLimitGRPC(b *testing.B) {
 // benchSetup is the service and the requests of the ShouldRateLimit
 // benchmarks: the origin, purge-orchestrator and tenant descriptors, on
 // memstore, with limits high enough that every call is admitted.
-func benchSetup(b *testing.B) (*rls.Service, []*rlspb.RateLimitRequest) {
+func benchSetup(b *testing.B, opts ...rls.Option) (*rls.Service, []*rlspb.RateLimitRequest) {
 	b.Helper()
 	d, err := rls.ParseDomain("edge.yaml", []byte(`domain: edge
 descriptors:
@@ -112,7 +131,7 @@ descriptors:
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := rls.New(stores[0].make(b, nil), rls.Config{Domains: []rls.Domain{d}})
+	svc, err := rls.New(stores[0].make(b, nil), rls.Config{Domains: []rls.Domain{d}}, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

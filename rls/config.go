@@ -110,7 +110,7 @@ type RateLimit struct {
 	// (redisstore) only.
 	Leased bool
 	// LeaseRefresh is a leased limit's refresh period (1ms..10s; 0 means
-	// lease.DefaultRefresh, 100ms).
+	// 100ms).
 	LeaseRefresh time.Duration
 	// Line is the line of the rate limit in its file.
 	Line int

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -43,16 +44,19 @@ type call struct {
 	// admitted: the enforcing descriptors were charged (the request is
 	// admitted, shadow ones charged).
 	admitted bool
+	// v is the admission core's verdict of the request's enforcing group
+	// (judge).
+	v admit.Verdict
 }
 
-// decide runs the checks of ds and writes the response, in the order of
-// the reference's request path: the limits a request matches (resolve)
-// have been found; here the store decides them (looks and refunds, then
-// the counted descriptors together, else quota descriptors, the enforcing
-// group and shadow descriptors in turn), then the statuses are written.
-// lead is the check that decided, for the observer.
-func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []dstatus, sc *scratch) (*rlspb.RateLimitResponse, *floodgate.Check, error) {
-	c := call{s: s, ctx: ctx, req: req, ds: ds, sc: sc, admitted: true}
+// decide runs the checks of the call's descriptors and writes the
+// response, in the order of the reference's request path: the limits a
+// request matches (resolve) have been found; here the store decides them
+// (looks and refunds, then the counted descriptors together, else
+// quota descriptors, the enforcing group and shadow descriptors in turn),
+// the admission core judges the request (judge), then the statuses are
+// written. lead is the check that stands for the response.
+func (c *call) decide() (*rlspb.RateLimitResponse, *floodgate.Check, error) {
 	c.buildChecks()
 	err := c.looks()
 	done := false
@@ -71,6 +75,7 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest, ds []
 	if err != nil {
 		return nil, nil, err
 	}
+	c.judge()
 	resp, lead := c.respond()
 	return resp, lead, nil
 }
@@ -273,7 +278,6 @@ func (c *call) respond() (*rlspb.RateLimitResponse, *floodgate.Check) {
 	// The statuses and their durations, one allocation each for all the
 	// descriptors.
 	sts, durs := make([]rlspb.RateLimitResponse_DescriptorStatus, n), make([]durationpb.Duration, n)
-	overall := rlspb.RateLimitResponse_OK
 	var ld leader
 	now := c.s.opts.now()
 	for i := range c.ds {
@@ -290,16 +294,17 @@ func (c *call) respond() (*rlspb.RateLimitResponse, *floodgate.Check) {
 		j := pick(d.checks)
 		over := c.status(d, j, st, &durs[i], now)
 		c.count(d, j)
-		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
-			overall = rlspb.RateLimitResponse_OVER_LIMIT
-		}
 		if over && d.role == roleEnforce && !d.cached {
 			c.s.over.remember(d, now)
 		}
-		ld.consider(d, j, st, over)
+		ld.consider(d, j, st)
 	}
-	if overall == rlspb.RateLimitResponse_OVER_LIMIT && c.s.opts.shadow {
-		overall = rlspb.RateLimitResponse_OK
+	// The request's code is the core's verdict: OVER_LIMIT when an
+	// enforcing check refuses (its status says so), OK when they admit or
+	// in the global shadow mode (the core's dry run).
+	overall := rlspb.RateLimitResponse_OK
+	if c.v.Kind == admit.Deny || c.v.Kind == admit.Unavailable {
+		overall = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	resp.OverallCode = overall
 	resp.ResponseHeadersToAdd = c.s.headers(c.ds, resp, ld, overall == rlspb.RateLimitResponse_OVER_LIMIT, now)
@@ -356,30 +361,15 @@ type leader struct {
 	set   bool
 }
 
-func (ld *leader) consider(d *dstatus, j int, st *rlspb.RateLimitResponse_DescriptorStatus, over bool) {
+func (ld *leader) consider(d *dstatus, j int, st *rlspb.RateLimitResponse_DescriptorStatus) {
 	dec := d.checks[j].Decision
-	if ld.set && !ld.beats(dec, over) {
+	if ld.set && !leads(&dec, &ld.dec) {
 		return
 	}
 	ld.set, ld.st, ld.d, ld.dec, ld.check = true, st, d, dec, nil
 	if d.checks[j].Limiter != nil {
 		ld.check = &d.checks[j]
 	}
-}
-
-// beats reports whether a descriptor whose pick decided dec (over: one of
-// its limits refuses) takes the lead.
-func (ld *leader) beats(dec floodgate.Decision, over bool) bool {
-	lead := ld.dec
-	switch {
-	case over && lead.Allowed:
-		return true
-	case over:
-		return dec.RetryAfter > lead.RetryAfter
-	case lead.Allowed:
-		return dec.Remaining < lead.Remaining
-	}
-	return false
 }
 
 // take decides checks all or nothing: charged when commit, else only
@@ -485,17 +475,26 @@ func (s *Service) evaluate(ctx context.Context, checks []floodgate.Check) (bool,
 func pick(checks []floodgate.Check) int {
 	best := 0
 	for i := 1; i < len(checks); i++ {
-		a, b := checks[i].Decision, checks[best].Decision
-		switch {
-		case !a.Allowed && b.Allowed:
-			best = i
-		case !a.Allowed && !b.Allowed && a.RetryAfter > b.RetryAfter:
-			best = i
-		case a.Allowed && b.Allowed && a.Remaining < b.Remaining:
+		if leads(&checks[i].Decision, &checks[best].Decision) {
 			best = i
 		}
 	}
 	return best
+}
+
+// leads reports whether decision a stands for a group before b: a refusal
+// before an admission, the longer wait among refusals, the fewer units
+// left among admissions.
+func leads(a, b *floodgate.Decision) bool {
+	switch {
+	case !a.Allowed && b.Allowed:
+		return true
+	case !a.Allowed && !b.Allowed:
+		return a.RetryAfter > b.RetryAfter
+	case a.Allowed && b.Allowed:
+		return a.Remaining < b.Remaining
+	}
+	return false
 }
 
 // resetOf is a descriptor's duration_until_reset in whole seconds, rounded
@@ -528,10 +527,16 @@ type scratch struct {
 	ents      []entry
 	enforcing []floodgate.Check
 	backing   []floodgate.Check
+	// group and names: the checks of a group the core reports, and their
+	// names (report); grouped: they hold some.
+	group   []floodgate.Check
+	names   []string
+	grouped bool
 }
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{ents: make([]entry, 0, 8), enforcing: make([]floodgate.Check, 0, 8), backing: make([]floodgate.Check, 0, 8)}
+	return &scratch{ents: make([]entry, 0, 8), enforcing: make([]floodgate.Check, 0, 8), backing: make([]floodgate.Check, 0, 8),
+		group: make([]floodgate.Check, 0, 8), names: make([]string, 0, 8)}
 }}
 
 // path returns n cleared node slots for lookup.
@@ -567,8 +572,15 @@ func (sc *scratch) checks(n int) []floodgate.Check {
 }
 
 func (sc *scratch) release() {
-	if len(sc.ds) > 64 || cap(sc.backing) > 256 {
+	if len(sc.ds) > 64 || cap(sc.backing) > 256 || cap(sc.group) > 256 || cap(sc.names) > 256 {
 		return // an outsized call: let its buffers go
+	}
+	if sc.grouped {
+		clear(sc.group[:cap(sc.group)])
+		sc.group = sc.group[:0]
+		clear(sc.names[:cap(sc.names)])
+		sc.names = sc.names[:0]
+		sc.grouped = false
 	}
 	clear(sc.backing[:cap(sc.backing)])
 	sc.backing = sc.backing[:0]

@@ -64,7 +64,7 @@
 // A credential's value reaches neither the store nor the metrics in clear:
 // both see a keyed hash of it (HMAC-SHA256 under [WithKeySecret], which
 // every process sharing a Redis must be given alike), and observer events
-// name limits by their config path, never by a request's values.
+// name limits as RateLimit-Policy does, never by a request's values.
 //
 // A token bucket runs at requests_per_unit per unit with its burst; a leaky
 // bucket in nginx's nodelay mode (Envoy cannot delay a request). A limit's
@@ -267,6 +267,19 @@
 // whose request another descriptor refused: a nested descriptor's refusal
 // shows on its parent) or, for the share below the limit of a hits_addend
 // that crosses it, near_limit (see [Metrics]).
+//
+// # Events
+//
+// An observer ([WithObserver], e.g. floodgate's promobserver) gets one
+// event per (request, limit), reported by floodgate's admission core as
+// its HTTP and gRPC middleware report theirs: each limit the request's
+// descriptors decided, under the name RateLimit-Policy gives it, with its
+// own decision and outcome (denied only for a limit that refused;
+// would_deny for quota-mode limits over their quota, and, with Source
+// shadow, for shadow-mode limits of an admitted request; error_open,
+// error_closed or fallback when the store failed). The core also judges
+// the request: OVER_LIMIT when an enforcing limit refuses, OK in the
+// global shadow mode (its dry run).
 //
 // # Concurrency
 //

@@ -138,14 +138,39 @@ func WithLogger(l *slog.Logger) Option {
 	}}
 }
 
-// WithObserver reports one event per ShouldRateLimit call that a limit
-// decided to o: its Policy is the floodgate policy name of the limit that
-// decided (the one with the fewest units left, or the refusing one), its
-// Outcome allowed, denied, would_deny (a shadow limit over its limit),
-// fallback (the Redis store's failure policy decided), or, when the store
-// could not decide, error_open / error_closed (Policy "rls"; with
-// FailError, error_open: Envoy's failure_mode_deny decides, false by
-// default).
+// WithObserver reports to o the events of every ShouldRateLimit call, one
+// per (request, limit), through floodgate's admission core as its HTTP and
+// gRPC middleware report theirs. Each limit of a descriptor the call
+// decided (its rate_limit and each of its rate_limits) gets an event whose
+// Policy is the name RateLimit-Policy advertises the limit under (the
+// rate_limit's name, else "rl-" and a hash of its config path, whatever
+// [WithHeaderPolicyNames] says; never a request's values), whose Decision
+// is that limit's own, and whose Outcome is:
+//
+//   - for the enforcing descriptors (and those checking without counting,
+//     hits_addend 0, neither shadow nor quota mode): allowed, or denied for
+//     a limit that refused the request; a limit that would have admitted a
+//     request another refused reports allowed (all or nothing, it charged
+//     nothing). In the global shadow mode ([WithGlobalShadowMode]) a
+//     refusing limit reports would_deny.
+//   - for a quota-mode descriptor, on its own: allowed, or would_deny when
+//     over its limit (it never refuses the request).
+//   - for the shadow-mode descriptors, with Source floodgate.SourceShadow:
+//     allowed or would_deny, only when the request was admitted (the
+//     requests that charge them), as floodgate's dry-run policies.
+//   - fallback, in place of the above, when the Redis store's local
+//     fallback decided (floodgate.Decision.Fallback).
+//   - when the store could not decide, or its blanket FailOpen or
+//     FailClosed answered: error_closed for each limit of the enforcing
+//     and quota-mode descriptors under FailClosed (answered OVER_LIMIT),
+//     else error_open (FailOpen; FailError, where the call fails and
+//     Envoy's failure_mode_deny decides; the global shadow mode), with the
+//     store's error in Err; shadow-mode descriptors report none.
+//
+// Descriptors that give hits back (is_negative_hits), unlimited ones and
+// those without a limit report nothing; a call that reports no limit gets
+// one event under Policy "rls" (allowed, or its failure outcome). Latency
+// runs from the call's start to the event.
 func WithObserver(o floodgate.Observer) Option {
 	return Option{func(c *options) error {
 		if o == nil {
@@ -238,7 +263,7 @@ func WithKeySecret(secret []byte) Option {
 
 // WithClock sets the clock that duration_until_reset of a fixed window
 // counts from when the store did not say (a key at full capacity). The
-// default is floodgate.SystemClock. For tests.
+// default is the system clock. For tests.
 func WithClock(c floodgate.Clock) Option {
 	return Option{func(o *options) error {
 		if c == nil {

@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"math"
-	"time"
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -29,9 +28,10 @@ type dstatus struct {
 
 // ShouldRateLimit implements the Envoy rate limit service: the limits the
 // request matches (resolve), their decision (decide), then what the store's
-// failure policy or this service's failure mode makes of it.
+// failure policy or this service's failure mode makes of it; the events go
+// to the observer through the admission core (report).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	start := time.Now()
+	start := s.core.Start()
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
@@ -45,15 +45,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	marks := s.failMarks()
-	resp, lead, err := s.decide(ctx, req, ds, sc)
+	c := call{s: s, ctx: ctx, req: req, ds: ds, sc: sc, admitted: true}
+	resp, lead, err := c.decide()
 	if err != nil {
-		return s.answerError(ds, err, start)
+		return s.answerError(&c, err, start)
 	}
 	if mode, failed := s.storeFailure(lead, marks); failed {
 		// redisstore's FailOpen / FailClosed: a blanket answer with no
 		// quota behind it, answered as this service's own failure modes.
 		s.storeFailed(modeName(mode), nil)
-		s.observeFail(lead, outcomeOf(mode), start)
+		c.reportFailure(mode == admit.FailClosed, nil, start)
 		return s.failAnswer(ds, mode), nil
 	}
 	if lead != nil {
@@ -63,7 +64,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			s.storeDecided()
 		}
 	}
-	s.observe(resp, lead, start)
+	c.report(start)
 	return resp, nil
 }
 
@@ -189,26 +190,16 @@ func modeName(m admit.FailMode) string {
 	return FailOpen.String()
 }
 
-// outcomeOf is the observer's outcome of a call answered by fail mode m.
-func outcomeOf(m admit.FailMode) floodgate.Outcome {
-	if m == admit.FailClosed {
-		return floodgate.OutcomeErrorClosed
-	}
-	return floodgate.OutcomeErrorOpen
-}
-
 // answerError answers a call the store could not decide by the failure
 // mode: FailError fails the call with Unavailable (Envoy decides, by
 // default, failure_mode_deny false, letting the request through).
-func (s *Service) answerError(ds []dstatus, err error, start time.Time) (*rlspb.RateLimitResponse, error) {
-	outcome := floodgate.OutcomeErrorOpen
+func (s *Service) answerError(c *call, err error, start int64) (*rlspb.RateLimitResponse, error) {
 	var resp *rlspb.RateLimitResponse
-	if mode, ok := s.opts.failure.core(); ok {
-		outcome, resp = outcomeOf(mode), s.failAnswer(ds, mode)
+	mode, ok := s.opts.failure.core()
+	if ok {
+		resp = s.failAnswer(c.ds, mode)
 	}
-	if s.opts.observer != nil {
-		s.opts.observer.Observe(floodgate.Event{Policy: "rls", Outcome: outcome, Err: err, Latency: time.Since(start)})
-	}
+	c.reportFailure(ok && mode == admit.FailClosed, err, start)
 	if s.opts.metrics != nil {
 		s.opts.metrics.storeError()
 	}
@@ -217,40 +208,6 @@ func (s *Service) answerError(ds []dstatus, err error, start time.Time) (*rlspb.
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	return resp, nil
-}
-
-// observe reports a decided call to the observer: the lead limit's
-// policy and decision, denied when the response refuses, would_deny when a
-// shadow limit would have, fallback when the store's local fallback
-// decided.
-func (s *Service) observe(resp *rlspb.RateLimitResponse, lead *floodgate.Check, start time.Time) {
-	if s.opts.observer == nil || lead == nil {
-		return
-	}
-	ev := floodgate.Event{Policy: direct(lead.Limiter).Name(), Decision: lead.Decision, Latency: time.Since(start), Outcome: floodgate.OutcomeAllowed}
-	switch {
-	case lead.Decision.Fallback:
-		ev.Outcome = floodgate.OutcomeFallback // the store's failure policy decided
-	case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
-		ev.Outcome = floodgate.OutcomeDenied
-	case !lead.Decision.Allowed:
-		ev.Outcome = floodgate.OutcomeWouldDeny
-	}
-	s.opts.observer.Observe(ev)
-}
-
-// observeFail reports a call answered by the store's blanket FailOpen or
-// FailClosed as this service's own fail mode is reported (the cause goes
-// to the store's observer).
-func (s *Service) observeFail(lead *floodgate.Check, outcome floodgate.Outcome, start time.Time) {
-	if s.opts.observer == nil {
-		return
-	}
-	ev := floodgate.Event{Policy: "rls", Outcome: outcome, Latency: time.Since(start)}
-	if lead != nil {
-		ev.Policy, ev.Decision = direct(lead.Limiter).Name(), lead.Decision
-	}
-	s.opts.observer.Observe(ev)
 }
 
 // failAnswer is the answer of a call the store could not decide, by

@@ -404,6 +404,9 @@ func TestConcurrentCallsExact(t *testing.T) {
 	})
 }
 
+// TestObserver: one event per call and limit, named as RateLimit-Policy
+// names the limit (never by a request's values), with the limit's outcome;
+// a shadow-mode limit's with Source shadow.
 func TestObserver(t *testing.T) {
 	var mu sync.Mutex
 	var events []floodgate.Event
@@ -412,8 +415,8 @@ func TestObserver(t *testing.T) {
 		events = append(events, e)
 		mu.Unlock()
 	})
-	srv := serve(t, stores[0].make(t, nil), fixtures, rls.WithObserver(obs))
-	srv.call(t, "mongo_cps", 3, desc("database", "default"))
+	srv := serve(t, stores[0].make(t, nil), fixtures, rls.WithObserver(obs), rls.WithHeaders(rls.HeadersIETF))
+	first := srv.call(t, "mongo_cps", 3, desc("database", "default"))
 	srv.call(t, "mongo_cps", 1, desc("database", "default"))
 	srv.call(t, "edge_proxy_per_ip", 2, desc("client", "trial"))
 	mu.Lock()
@@ -426,7 +429,13 @@ func TestObserver(t *testing.T) {
 			t.Errorf("event %d: %v, want %v", i, events[i].Outcome, w)
 		}
 	}
-	if events[0].Policy != "mongo_cps.database_default" {
-		t.Errorf("policy %q, want the descriptor's path", events[0].Policy)
+	if pol := header(first, "RateLimit-Policy"); !strings.HasPrefix(pol, `"`+events[0].Policy+`";`) || events[0].Policy == "" {
+		t.Errorf("policy %q, want the name RateLimit-Policy gives the limit (%s)", events[0].Policy, pol)
+	}
+	if events[0].Source != floodgate.SourceRequest || events[2].Source != floodgate.SourceShadow {
+		t.Errorf("sources %v and %v, want request, then shadow for the shadow-mode limit", events[0].Source, events[2].Source)
+	}
+	if d := events[0].Decision; !d.Allowed || d.Remaining != 0 || d.Limit != 3 {
+		t.Errorf("first event's decision %+v, want the limit's (3 of 3 taken)", d)
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/credkey"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
@@ -51,6 +53,11 @@ type Service struct {
 
 	ovMu      sync.Mutex
 	overrides map[overrideKey]*lim
+
+	// core judges a request's enforcing descriptors (dry run in the global
+	// shadow mode) and reports its events; dry, a dry-run core, the
+	// quota-mode and shadow-mode descriptors'.
+	core, dry *admit.Core
 
 	// over is the over-limit cache (nil: WithOverLimitCache not set).
 	over *overCache
@@ -119,7 +126,7 @@ const maxOverrides = 1024
 // New returns a Service running cfg on s.
 func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 	svc := &Service{store: s, overrides: map[overrideKey]*lim{}}
-	svc.opts = options{nearRatio: 0.8, now: floodgate.SystemClock.Now}
+	svc.opts = options{nearRatio: 0.8, now: monotime.Clock{}.Now}
 	for i, o := range opts {
 		if o.apply == nil {
 			return nil, fmt.Errorf("%w: rls: option %d is the zero Option", floodgate.ErrInvalidConfig, i)
@@ -128,6 +135,7 @@ func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 			return nil, err
 		}
 	}
+	svc.core, svc.dry = svc.opts.cores()
 	svc.ownSecret = svc.opts.secret == nil
 	svc.hash = credkey.New(svc.opts.secret, "#") // nil: the process's random secret
 	if svc.opts.overCache > 0 {

@@ -640,9 +640,9 @@ func (d *Demand) flush(now int64) {
 	}
 }
 
-// Bytes returns the memory the policy's recording holds, by construction:
+// bytes returns the memory the policy's recording holds, by construction:
 // it is allocated when the Demand is made and never grows.
-func (d *Demand) Bytes() int {
+func (d *Demand) bytes() int {
 	return int(unsafe.Sizeof(*d)) +
 		len(d.table)*int(unsafe.Sizeof(tbucket{})) +
 		3*(int(unsafe.Sizeof(sketch{}))+sketchBins*8) +

@@ -90,7 +90,7 @@
 // of 28.5 bytes with their buckets' locks and counters: 114 KiB), three
 // sketches of 1,110 counters (26 KiB: offered demand, bursts, admitted
 // demand), the count-min rows (8 KiB), the HyperLogLog (1 KiB) and the
-// top-K (3 KiB): 153 KiB by construction ([Demand.Bytes]), 161 KiB as
+// top-K (3 KiB): 153 KiB by construction, 161 KiB as
 // allocated (the allocator rounds large blocks up to pages), under
 // 192 KiB, whatever the number of keys
 // (TestMemoryBounded measures it from 1,000 to 1,000,000 keys).

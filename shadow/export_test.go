@@ -21,3 +21,6 @@ func (d *Demand) Window() time.Duration { return time.Duration(d.window) }
 
 // Config is the Recorder's configuration, defaults filled in.
 func (r *Recorder) Config() Config { return r.cfg }
+
+// Bytes is the memory the recording holds, by construction.
+func (d *Demand) Bytes() int { return d.bytes() }

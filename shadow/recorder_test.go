@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/shadow"
 	"github.com/floodgate-go/floodgate/store"
@@ -164,7 +165,7 @@ func TestRecordingStorePaths(t *testing.T) {
 	}, s)
 	require.NoError(t, err)
 	for range 3 {
-		checks, enforcing, err := live.Match(ctx, []policy.Descriptor{
+		checks, enforcing, err := live.Match(ctx, []middleware.Descriptor{
 			{{Key: "token", Value: "secret-token-1", Credential: true}},
 			{{Key: "route", Value: "/img"}},
 		}, 1, nil)

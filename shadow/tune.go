@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/policy"
 )
@@ -42,7 +43,7 @@ type TuneConfig struct {
 	// OnEvent receives every event, synchronously, from the goroutine of
 	// the step.
 	OnEvent func(TuneEvent)
-	// Clock tells the time of steps; default floodgate.SystemClock.
+	// Clock tells the time of steps; default the system clock.
 	Clock floodgate.Clock
 }
 
@@ -167,7 +168,7 @@ func (cfg TuneConfig) filled() TuneConfig {
 		cfg.MaxStep = 0.3
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = floodgate.SystemClock
+		cfg.Clock = monotime.Clock{}
 	}
 	if cfg.CoolDown == 0 {
 		cfg.CoolDown = 10 * cfg.Interval

@@ -11,7 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-// Bounds checked by [Config.Validate]. They keep every intermediate value of
+// Bounds checked by the algorithm constructors. They keep every intermediate value of
 // the steps an integer below 2^53, so that the Lua twins (Lua numbers are
 // doubles) compute exactly what the Go steps compute, even with a clock
 // jumped decades ahead.
@@ -63,11 +63,11 @@ type Config struct {
 	Window time.Duration
 }
 
-// Validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
+// validate reports an error wrapping [floodgate.ErrInvalidConfig] when the
 // configuration cannot work for any of the three algorithms. The algorithm
 // constructors check the algorithm-specific bounds (the sliding log's
 // limit, the sliding-window counter's Limit x Window) as well.
-func (c Config) Validate() error {
+func (c Config) validate() error {
 	if c.Limit < 1 {
 		return fmt.Errorf("%w: window limit must be >= 1, got %d", floodgate.ErrInvalidConfig, c.Limit)
 	}
@@ -87,7 +87,7 @@ func (c Config) Validate() error {
 }
 
 func (c Config) validateLog() error {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return err
 	}
 	if c.Limit > maxLogLimit {
@@ -97,7 +97,7 @@ func (c Config) validateLog() error {
 }
 
 func (c Config) validateCounter() error {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return err
 	}
 	if w := c.micros(); c.Limit > maxCounterProduct/w {
@@ -115,7 +115,7 @@ func (c Config) micros() int64 { return int64(c.Window / time.Microsecond) }
 // FixedAlgorithm returns the fixed window as a [algo.Algorithm], for stores
 // and for composition. It returns an error when the configuration is invalid.
 func (c Config) FixedAlgorithm() (algo.Algorithm, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	return &fixed{c.params("fixed-window", 2, 0, fixedLua)}, nil

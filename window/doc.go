@@ -69,7 +69,7 @@
 //
 // # Units and bounds
 //
-// Time is in Unix microseconds inside the steps ([store.Micros]); Window must
+// Time is in Unix microseconds inside the steps; Window must
 // be a whole number of microseconds, at most 2^50 µs (about 35 years). Limit is at
 // least 1 and at most 2^50; the sliding log also caps it at 10,000 (the log
 // keeps one timestamp, 8 bytes, per unit: 80 KB per key at most), the sliding

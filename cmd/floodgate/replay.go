@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/shadow"
 	"github.com/floodgate-go/floodgate/store"
@@ -174,8 +175,8 @@ type replayer struct {
 	// reused buffers
 	keyBuf []byte
 	dbuf   []byte
-	ds     []policy.Descriptor // per -descriptor, reused
-	dsOut  []policy.Descriptor // the line's descriptors
+	ds     []middleware.Descriptor // per -descriptor, reused
+	dsOut  []middleware.Descriptor // the line's descriptors
 	checks []floodgate.Check
 	core   *admit.Core
 	// backwards counts the lines earlier than a line before them in

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
@@ -261,7 +262,7 @@ func TestReplayEnvoyJSONDescriptorsEqualsLibrary(t *testing.T) {
 		clk.ns.Store(tm.UnixNano())
 		// As the middleware decides: the enforcing checks all or nothing,
 		// then, when admitted, the dry-run ones.
-		checks, enf, err := set.Match(context.Background(), []policy.Descriptor{
+		checks, enf, err := set.Match(context.Background(), []middleware.Descriptor{
 			{{Key: "remote_address", Value: host}}, {{Key: "client", Value: host}}}, 1, nil)
 		if err != nil || len(checks) != 2 || enf != 1 {
 			t.Fatalf("match: %d checks, %d enforcing, %v", len(checks), enf, err)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/floodgate-go/floodgate/policy"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // tmpl is a value built from a log line: literal text and $fields
@@ -115,7 +115,7 @@ func compileDescriptor(s string, fs *fields) (descTmpl, error) {
 
 // render builds the descriptor into dst (its entries reused); ok is false
 // when a field it reads is absent.
-func (d descTmpl) render(dst policy.Descriptor, buf []byte, r *record) (policy.Descriptor, []byte, bool) {
+func (d descTmpl) render(dst middleware.Descriptor, buf []byte, r *record) (middleware.Descriptor, []byte, bool) {
 	dst = dst[:0]
 	for i, k := range d.keys {
 		start := len(buf)
@@ -124,7 +124,7 @@ func (d descTmpl) render(dst policy.Descriptor, buf []byte, r *record) (policy.D
 		if !ok {
 			return dst, buf, false
 		}
-		dst = append(dst, policy.Entry{Key: k, Value: string(buf[start:])})
+		dst = append(dst, middleware.Entry{Key: k, Value: string(buf[start:])})
 	}
 	return dst, buf, true
 }

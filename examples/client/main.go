@@ -66,7 +66,7 @@ func run(ctx context.Context, w io.Writer, rate float64, requests int) error {
 	if err != nil {
 		return err
 	}
-	mw, err := httplimit.Middleware(perIP, httplimit.WithPolicy(httplimit.Policy{Name: "per-ip", Window: time.Second}))
+	mw, err := httplimit.Middleware(perIP, httplimit.WithPolicy(floodgate.Description{Name: "per-ip", Window: time.Second}))
 	if err != nil {
 		return err
 	}

@@ -274,8 +274,8 @@ func describe(err error, trailer metadata.MD) string {
 	if d, ok := grpclimit.RetryDelay(err); ok {
 		s += fmt.Sprintf(" | RetryInfo: %v", (d + time.Second - 1).Truncate(time.Second))
 	}
-	if v := trailer.Get(grpclimit.PushbackTrailer); len(v) == 1 {
-		s += " | " + grpclimit.PushbackTrailer + " set"
+	if v := trailer.Get("grpc-retry-pushback-ms"); len(v) == 1 {
+		s += " | grpc-retry-pushback-ms set"
 	}
 	return s
 }

@@ -93,9 +93,12 @@ func run(args []string, stdout io.Writer) error {
 	}
 	// The simulation, the chart and the summary list the classes from the
 	// most important down; priority counts them from the least important.
-	classes := p.Classes()
+	classes := p.Stats() // the class names, in class order
 	class := func(c int) priority.Class { return priority.Class(len(classes) - 1 - c) }
-	tg := simulate.Target{Limit: capacity.Limit, InFlight: capacity.InFlight}
+	tg := simulate.Target{
+		Limit:    func() int { return capacity.Stats().Limit },
+		InFlight: func() int { return capacity.Stats().InFlight },
+	}
 	if *queue {
 		tg.AcquireFunc = func(c int, done func(*adaptive.Token, error)) func() bool {
 			return p.AcquireFunc(class(c), done)

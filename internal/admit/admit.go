@@ -5,8 +5,10 @@
 // (request, limit).
 // httplimit and grpclimit call it and only translate the verdict into their
 // own status codes and headers. The Envoy rate limit service (module rls)
-// does not: it decides a request's descriptors in its own code
-// (Service.decide).
+// decides a request's descriptors in store calls of its own (per-descriptor
+// statuses, hits_addend, quota and shadow modes, its over-limit cache),
+// then has the core judge the request ([Core.Judge]: deny, dry run,
+// fallback) and report its events ([Core.Report]).
 package admit
 
 import (
@@ -446,6 +448,12 @@ func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floo
 // it) gets one event, under the core's Name. On a core of one limit the
 // event carries the verdict's decision (DelayRefuse's undelayed one).
 func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
+	c.reportNamed(src, ev, start, v, checks, nil)
+}
+
+// reportNamed is report with the checks' names given (names[i] names
+// check i; nil: each check's policy name).
+func (c *Core) reportNamed(src floodgate.Source, ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check, names []string) {
 	o := c.cfg.Observer
 	if o == nil {
 		return
@@ -463,7 +471,11 @@ func (c *Core) report(src floodgate.Source, ev floodgate.Event, start int64, v V
 	}
 	for i := range checks {
 		e := ev
-		e.Policy = c.name(checks, i)
+		if names != nil {
+			e.Policy = names[i]
+		} else {
+			e.Policy = c.name(checks, i)
+		}
 		e.Outcome = checkOutcome(v, &checks[i].Decision, len(checks))
 		e.Decision = checks[i].Decision
 		if len(checks) == 1 && v.Decision != (floodgate.Decision{}) {
@@ -502,24 +514,37 @@ func (c *Core) name(checks []floodgate.Check, i int) string {
 	return c.policy(checks, i).Name
 }
 
-// Deciding names the limit that decided a request, for the transports'
-// diagnostic headers: the refusing one with the longest RetryAfter, else
-// the one with the fewest units remaining; the core's Name when set (on a
-// fixed core, for its first limit).
-func (c *Core) Deciding(checks []floodgate.Check) string {
+// Deciding names the limit that decided a request whose verdict is v, for
+// the transports' diagnostic headers and details: the refusing one with the
+// longest retry (under a delay refusal, a limit that would have delayed
+// the request refused it, its delay its retry, as [checkOutcome] counts
+// it), else the one with the fewest units remaining; the core's Name when
+// set (on a fixed core, for its first limit).
+func (c *Core) Deciding(checks []floodgate.Check, v Verdict) string {
 	if len(checks) == 0 {
 		if len(c.limits) == 0 {
 			return ""
 		}
-		return c.limits[0].Policy.Name
+		return c.name(nil, 0)
+	}
+	refusal := func(d *floodgate.Decision) (retry time.Duration, refused bool) {
+		switch {
+		case !d.Allowed:
+			return d.RetryAfter, true
+		case v.Reason == ReasonDelay && d.Delay > 0:
+			return d.Delay, true
+		}
+		return 0, false
 	}
 	best := 0
 	for i := 1; i < len(checks); i++ {
-		a, b := checks[best].Decision, checks[i].Decision
+		a, b := &checks[best].Decision, &checks[i].Decision
+		ra, aRefused := refusal(a)
+		rb, bRefused := refusal(b)
 		switch {
-		case !b.Allowed && (a.Allowed || b.RetryAfter > a.RetryAfter):
+		case bRefused && (!aRefused || rb > ra):
 			best = i
-		case a.Allowed && b.Allowed && b.Remaining < a.Remaining:
+		case !aRefused && !bRefused && b.Remaining < a.Remaining:
 			best = i
 		}
 	}

@@ -255,7 +255,7 @@ func TestAllOrNothing(t *testing.T) {
 		"per-token": "request denied",
 		"per-day":   "request denied",
 	}, rec.outcomes(t))
-	assert.Equal(t, "per-day", c.Deciding(checks))
+	assert.Equal(t, "per-day", c.Deciding(checks, v))
 
 	// All admit: one allowed event per limit; Config.Name renames the
 	// first limit only.
@@ -365,6 +365,44 @@ func TestDelayRefuse(t *testing.T) {
 	v = c.DecideOne(context.Background(), "k", 1, floodgate.Event{}, 0)
 	assert.Equal(t, int64(5), v.Decision.Remaining)
 	assert.Equal(t, int64(10), v.Decision.Limit)
+}
+
+// TestDecidingDelayRefusal: a request refused for a delay is decided by the
+// limit that would have delayed it (the longest delay), not by one that
+// admits it at once with fewer units left; an honoured delay leaves the
+// one with the fewest units left.
+func TestDecidingDelayRefusal(t *testing.T) {
+	shapeShort := &fake{policy: floodgate.Description{Name: "shape-short", Capacity: 10, Undelayed: 4},
+		decide: returns(floodgate.Decision{Allowed: true, Limit: 10, Remaining: 5, Delay: time.Second}, nil)}
+	tight := named("tight", floodgate.Decision{Allowed: true, Limit: 10, Remaining: 1}, nil)
+	shapeLong := &fake{policy: floodgate.Description{Name: "shape-long", Capacity: 10, Undelayed: 4},
+		decide: returns(floodgate.Decision{Allowed: true, Limit: 10, Remaining: 6, Delay: 2 * time.Second}, nil)}
+	checks := func() []floodgate.Check {
+		return []floodgate.Check{{Key: "a", N: 1}, {Key: "b", N: 1}, {Key: "c", N: 1}}
+	}
+
+	c := mustCore(t, Config{DelayMode: DelayRefuse}, shapeShort, tight, shapeLong)
+	ch := checks()
+	v := c.Decide(context.Background(), ch, floodgate.Event{}, 0)
+	require.Equal(t, Deny, v.Kind)
+	require.Equal(t, ReasonDelay, v.Reason)
+	assert.Equal(t, "shape-long", c.Deciding(ch, v), "the longest delay refused")
+
+	c = mustCore(t, Config{DelayMode: DelayRefuse}, tight, shapeShort)
+	ch = checks()[:2]
+	v = c.Decide(context.Background(), ch, floodgate.Event{}, 0)
+	require.Equal(t, ReasonDelay, v.Reason)
+	assert.Equal(t, "shape-short", c.Deciding(ch, v), "the delaying limit, second")
+
+	// Honoured: nothing refused, the fewest units left decide.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	shapeShort.decide = returns(floodgate.Decision{Allowed: true, Limit: 10, Remaining: 5, Delay: time.Millisecond}, nil)
+	c = mustCore(t, Config{}, shapeShort, tight)
+	ch = checks()[:2]
+	v = c.Decide(ctx, ch, floodgate.Event{}, 0)
+	require.Equal(t, Admit, v.Kind)
+	assert.Equal(t, "tight", c.Deciding(ch, v))
 }
 
 // TestRefundPanicIsContained: a limiter whose Refund panics leaves the key

@@ -70,3 +70,24 @@ func (c *Core) Fail(ctx context.Context, err error, ev floodgate.Event, start in
 	c.observe(ev, start, v, checks)
 	return v
 }
+
+// Judge is the verdict of a request whose checks the transport decided
+// itself (the Envoy rate limit service, which decides a request's
+// descriptors in store calls of its own): d is their combined decision
+// ([floodgate.Combine]), err what kept them from deciding. Dry run, the
+// fail mode and a store's fallback apply as in [Core.Decide]; nothing is
+// charged, refunded or waited: a delay in d is ignored.
+func (c *Core) Judge(checks []floodgate.Check, d floodgate.Decision, err error) Verdict {
+	d.Delay = 0
+	return c.judge(context.Background(), checks, d, err, false)
+}
+
+// Report reports the events of a request judged by [Core.Judge]: one
+// event of source src per check, as Decide reports them (each with its
+// check's own decision; a check that would have admitted a request another
+// refused reports allowed), named names[i] (nil: by each check's policy).
+// A request without checks gets one event, under the core's Name. ev and
+// start are as in Decide.
+func (c *Core) Report(src floodgate.Source, ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check, names []string) {
+	c.reportNamed(src, ev, start, v, checks, names)
+}

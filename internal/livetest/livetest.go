@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -496,7 +497,7 @@ func RaiseInGroup(t *testing.T, env Env) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	descs := []policy.Descriptor{{{Key: "api_key", Value: "k"}}, {{Key: "destination", Value: "image-origin"}}}
+	descs := []middleware.Descriptor{{{Key: "api_key", Value: "k"}}, {{Key: "destination", Value: "image-origin"}}}
 	take := func() floodgate.Decision {
 		t.Helper()
 		checks, _, err := live.Match(ctx, descs, 1, nil)

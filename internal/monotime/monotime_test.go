@@ -21,3 +21,19 @@ func TestNanotime(t *testing.T) {
 		t.Fatalf("Nanotime is %v away from the wall clock", d)
 	}
 }
+
+// Clock reads Nanotime: never backwards, within a second of the wall clock.
+func TestClock(t *testing.T) {
+	var c monotime.Clock
+	prev := c.Now()
+	for range 10000 {
+		now := c.Now()
+		if now.Before(prev) {
+			t.Fatalf("Clock went backwards: %v after %v", now, prev)
+		}
+		prev = now
+	}
+	if d := time.Since(c.Now()); d > time.Second || d < -time.Second {
+		t.Fatalf("Clock is %v away from the wall clock", d)
+	}
+}

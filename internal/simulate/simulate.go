@@ -66,8 +66,8 @@ type Target struct {
 func ForGate(l *adaptive.Gate) Target {
 	return Target{
 		Acquire:  func(int) (*adaptive.Token, error) { return l.Acquire(bg) },
-		Limit:    l.Limit,
-		InFlight: l.InFlight,
+		Limit:    func() int { return l.Stats().Limit },
+		InFlight: func() int { return l.Stats().InFlight },
 	}
 }
 

@@ -213,11 +213,11 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 	return &Client{cfg: cc, base: time.Now()}, nil
 }
 
-// PushbackUntil returns the time until which the server asked this client
+// methodPushback returns the time until which the server asked this client
 // to hold its calls to method (to any method when pushback is not per
 // method) that carry no class (see [Client.PushbackFor]); the zero Time
 // when no pushback is in force.
-func (c *Client) PushbackUntil(method string) time.Time {
+func (c *Client) methodPushback(method string) time.Time {
 	return c.pushbackUntil(c.scopeOf(method, ""))
 }
 
@@ -448,7 +448,7 @@ func (c *Client) record(scope string, err error, trailer metadata.MD) time.Durat
 	if never(trailer) {
 		return -1
 	}
-	if v := trailer.Get(PushbackTrailer); len(v) == 1 {
+	if v := trailer.Get(pushbackTrailer); len(v) == 1 {
 		if ms, perr := strconv.ParseInt(v[0], 10, 64); perr == nil && ms >= 0 {
 			ok = true
 			if ms > int64(c.cfg.maxPushback/time.Millisecond) {
@@ -523,7 +523,7 @@ func localError(err error, what string) error {
 // never reports whether trailer holds a negative pushback: the server says
 // that no retry of the call can succeed.
 func never(trailer metadata.MD) bool {
-	v := trailer.Get(PushbackTrailer)
+	v := trailer.Get(pushbackTrailer)
 	if len(v) != 1 {
 		return false
 	}

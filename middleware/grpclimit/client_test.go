@@ -64,7 +64,7 @@ func ok(opts []grpc.CallOption) error { return nil }
 func refused(code codes.Code, retry time.Duration, trailerMs string) func([]grpc.CallOption) error {
 	return func(opts []grpc.CallOption) error {
 		if trailerMs != "" {
-			setTrailer(opts, metadata.Pairs(PushbackTrailer, trailerMs))
+			setTrailer(opts, metadata.Pairs(pushbackTrailer, trailerMs))
 		}
 		return refusal(code, retry)
 	}
@@ -101,9 +101,9 @@ func TestClientPushbackHoldsLaterCalls(t *testing.T) {
 				err := u(context.Background(), checkMethod, nil, nil, nil, s.invoke)
 				require.Error(t, err)
 				if tc.hold > 0 {
-					assert.WithinDuration(t, time.Now().Add(tc.hold), c.PushbackUntil(checkMethod), 0)
+					assert.WithinDuration(t, time.Now().Add(tc.hold), c.methodPushback(checkMethod), 0)
 				} else {
-					assert.True(t, c.PushbackUntil(checkMethod).IsZero())
+					assert.True(t, c.methodPushback(checkMethod).IsZero())
 				}
 				require.NoError(t, u(context.Background(), checkMethod, nil, nil, nil, s.invoke))
 				require.Len(t, s.at, 2)
@@ -132,8 +132,8 @@ func TestClientPushbackPerMethod(t *testing.T) {
 				s := &script{results: []func([]grpc.CallOption) error{refused(codes.ResourceExhausted, time.Second, ""), ok}}
 				u := c.Unary()
 				require.Error(t, u(context.Background(), "/x.Y/Expensive", nil, nil, nil, s.invoke))
-				assert.WithinDuration(t, time.Now().Add(time.Second), c.PushbackUntil("/x.Y/Expensive"), 0)
-				assert.Equal(t, tc.other == 0, c.PushbackUntil("/x.Y/Cheap").IsZero())
+				assert.WithinDuration(t, time.Now().Add(time.Second), c.methodPushback("/x.Y/Expensive"), 0)
+				assert.Equal(t, tc.other == 0, c.methodPushback("/x.Y/Cheap").IsZero())
 				require.NoError(t, u(context.Background(), "/x.Y/Cheap", nil, nil, nil, s.invoke))
 				require.NoError(t, u(context.Background(), "/x.Y/Expensive", nil, nil, nil, s.invoke))
 				require.Len(t, s.at, 3)
@@ -163,7 +163,7 @@ func TestClientPushbackPerClass(t *testing.T) {
 		assert.WithinDuration(t, time.Now().Add(time.Second), c.PushbackFor(be, checkMethod), 0)
 		assert.True(t, c.PushbackFor(crit, checkMethod).IsZero())
 		assert.True(t, c.PushbackFor(bg, checkMethod).IsZero())
-		assert.True(t, c.PushbackUntil(checkMethod).IsZero(), "PushbackUntil is the scope of calls without a class")
+		assert.True(t, c.methodPushback(checkMethod).IsZero(), "pushbackUntil is the scope of calls without a class")
 		assert.True(t, c.PushbackFor(be, "/x.Y/Other").IsZero())
 
 		for range 24 {
@@ -365,7 +365,7 @@ func TestClientStreamPushback(t *testing.T) {
 		var opened []time.Time
 		streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
 			opened = append(opened, time.Now())
-			return &fakeStream{err: refusal(codes.ResourceExhausted, 0), trailer: metadata.Pairs(PushbackTrailer, "400")}, nil
+			return &fakeStream{err: refusal(codes.ResourceExhausted, 0), trailer: metadata.Pairs(pushbackTrailer, "400")}, nil
 		}
 		s := c.Stream()
 		cs, err := s(context.Background(), &grpc.StreamDesc{}, nil, "/x.Y/Watch", streamer)
@@ -384,7 +384,7 @@ func TestClientStreamPushback(t *testing.T) {
 		cs, err = c2.Stream()(context.Background(), &grpc.StreamDesc{}, nil, "/x.Y/Watch", eof)
 		require.NoError(t, err)
 		assert.Equal(t, io.EOF, cs.RecvMsg(nil))
-		assert.True(t, c2.PushbackUntil("/x.Y/Watch").IsZero())
+		assert.True(t, c2.methodPushback("/x.Y/Watch").IsZero())
 	})
 }
 
@@ -512,7 +512,7 @@ func TestClientStreamAgainstRealServer(t *testing.T) {
 	require.NoError(t, err)
 	_, err = w2.Recv()
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
-	until := cl.PushbackUntil("/grpc.health.v1.Health/Watch")
+	until := cl.methodPushback("/grpc.health.v1.Health/Watch")
 	require.False(t, until.IsZero(), "the refusal's pushback was recorded")
 	assert.InDelta(t, float64(time.Minute), float64(time.Until(until)), float64(5*time.Second))
 
@@ -535,5 +535,5 @@ func TestClientNeverRetriesNeverFits(t *testing.T) {
 	_, err = healthpb.NewHealthClient(conn).Check(testCtx(t), &healthpb.HealthCheckRequest{})
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Len(t, rec.all(), 1, "sent once: the server said no retry can succeed")
-	assert.True(t, cl.PushbackUntil(checkMethod).IsZero(), "and no pushback is held")
+	assert.True(t, cl.methodPushback(checkMethod).IsZero(), "and no pushback is held")
 }

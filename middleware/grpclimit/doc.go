@@ -52,25 +52,33 @@
 //
 //   - Admitted: the handler runs (after the decision's shaping delay, if
 //     any: see [middleware.DelayMode]).
-//   - Rate limited: codes.ResourceExhausted, message [MsgRateLimited], a
+//   - Rate limited: codes.ResourceExhausted, message "rate limit exceeded", a
 //     google.rpc.RetryInfo status detail holding the delay after which a
 //     retry can succeed (read it with [RetryDelay]), and the
-//     grpc-retry-pushback-ms trailer ([PushbackTrailer]) holding the same
+//     grpc-retry-pushback-ms trailer (gRFC A6) holding the same
 //     delay in whole milliseconds, rounded up, so that a client that honours
-//     it is never early. A delay that cannot be honoured (it would pass the
-//     deadline, or [middleware.DelayRefuse]) is refused this way, its units given back.
+//     it is never early; and a google.rpc.QuotaFailure detail with one
+//     violation naming the limit that refused: subject "policy:" and its
+//     name, description "rate limit exceeded". Of several limits ([WithLimit],
+//     [Policies]) it is the refusing one with the longest retry, a limit that
+//     would have delayed the call counting as refusing it; New's main limit
+//     is named by [WithName], else by the limiter itself (its Config's
+//     Name), an added limit by its limiter. There is no QuotaFailure when
+//     that limit has no name, and none in a dry run, which refuses nothing.
+//     A delay that cannot be honoured (it would pass the deadline, or
+//     [middleware.DelayRefuse]) is refused this way, its units given back.
 //   - Never admissible: a cost above the limit's capacity (or below 1), or
 //     a key the store refuses: codes.ResourceExhausted, message
-//     [MsgCostExceedsCapacity] (or [MsgInvalidKey]), no RetryInfo, and the
-//     pushback trailer "-1" ([NoRetryPushback]), which tells gRPC clients
-//     not to retry (gRFC A6). This is whatever the fail mode: failing open
-//     would exempt exactly the most expensive calls.
+//     "request cost exceeds the rate limit's capacity" (or "rate limit key
+//     refused"), no RetryInfo, and the pushback trailer "-1", which tells
+//     gRPC clients not to retry (gRFC A6). This is whatever the fail mode:
+//     failing open would exempt exactly the most expensive calls.
 //   - Limiter failed (error or panic, of the limiter or of a key or cost
 //     function) and [middleware.FailClosed]: codes.Unavailable, message
-//     [MsgLimiterUnavailable], RetryInfo and pushback of one second. With
+//     "rate limiter unavailable", RetryInfo and pushback of one second. With
 //     [middleware.FailOpen] (the default) the call goes through.
 //   - Shed for overload ([Shed]): codes.Unavailable, message
-//     [MsgOverloaded], RetryInfo and pushback ([WithShedRetryAfter], one
+//     "server overloaded", RetryInfo and pushback ([WithShedRetryAfter], one
 //     second by default).
 //
 // gRPC's own retry policy (retryPolicy in the service config, with

@@ -61,7 +61,7 @@ func Example() {
 		fmt.Printf("call %d: %v", i, st.Code())
 		if d, ok := grpclimit.RetryDelay(err); ok {
 			fmt.Printf(" %q, retry in %v, pushback trailer set: %v",
-				st.Message(), d.Round(time.Minute), len(trailer.Get(grpclimit.PushbackTrailer)) == 1)
+				st.Message(), d.Round(time.Minute), len(trailer.Get("grpc-retry-pushback-ms")) == 1)
 		}
 		fmt.Println()
 	}
@@ -121,7 +121,7 @@ func ExampleNewClient() {
 		panic(err)
 	}
 	defer conn.Close()
-	fmt.Println("pushback in force:", !client.PushbackUntil("/grpc.health.v1.Health/Check").IsZero())
+	fmt.Println("pushback in force:", !client.PushbackFor(context.Background(), "/grpc.health.v1.Health/Check").IsZero())
 	// Output:
 	// pushback in force: false
 }

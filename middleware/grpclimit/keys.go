@@ -13,15 +13,15 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// UnknownPeer is the key of calls whose peer address is not an IP address
+// unknownPeer is the key of calls whose peer address is not an IP address
 // (a Unix socket, an in-process transport, a context without peer): they
 // share one budget rather than escape limiting.
-const UnknownPeer = "unknown-peer"
+const unknownPeer = "unknown-peer"
 
-// PeerAddr returns the IP address of the call's peer, without port or zone,
+// peerAddr returns the IP address of the call's peer, without port or zone,
 // IPv4-mapped IPv6 addresses unmapped. ok is false when ctx carries no peer
 // or the peer is not on an IP network.
-func PeerAddr(ctx context.Context) (addr netip.Addr, ok bool) {
+func peerAddr(ctx context.Context) (addr netip.Addr, ok bool) {
 	p, found := peer.FromContext(ctx)
 	if !found || p.Addr == nil {
 		return netip.Addr{}, false
@@ -54,9 +54,9 @@ func PeerAddr(ctx context.Context) (addr netip.Addr, ok bool) {
 // peerKey returns the key of the call's peer: its address, or the prefix
 // the address is aggregated to.
 func (c *config) peerKey(ctx context.Context) string {
-	a, ok := PeerAddr(ctx)
+	a, ok := peerAddr(ctx)
 	if !ok {
-		return UnknownPeer
+		return unknownPeer
 	}
 	bits := c.v6Bits
 	if a.Is4() {
@@ -133,7 +133,7 @@ func (c *config) finish(ctx context.Context, key string) string {
 
 // PeerKey is a [KeyFunc] that keys a call by its peer, the way the
 // interceptors do by default: the IP address for IPv4, its /64 for IPv6,
-// [UnknownPeer] when the peer is not on an IP network. Give it to
+// "unknown-peer" when the peer is not on an IP network. Give it to
 // [WithLimit] for a per-peer limit next to a main key from a header.
 func PeerKey(ctx context.Context, _ string) string {
 	return defaultPeers.peerKey(ctx)

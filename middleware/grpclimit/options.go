@@ -13,8 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/middleware"
 )
 
-// Option configures [New] (and its shorthands [UnaryServerInterceptor] and
-// [StreamServerInterceptor]). Each constructor takes its own option type,
+// Option configures [New]. Each constructor takes its own option type,
 // so that the compiler refuses an option given to a constructor it does
 // not apply to: New takes Option, [Policies] PoliciesOption, [Shed]
 // ShedOption, [NewClient] ClientOption. A [CommonOption] (names, observer,
@@ -325,11 +324,11 @@ func WithHeaderKey(name string) Option {
 	})
 }
 
-// MinKeySecret is the shortest secret [WithKeySecret] accepts, in bytes.
-const MinKeySecret = 16
+// minKeySecret is the shortest secret [WithKeySecret] accepts, in bytes.
+const minKeySecret = 16
 
 // WithKeySecret sets the secret of the keyed hash that turns [WithHeaderKey]
-// values into keys (at least [MinKeySecret] bytes; 32 random bytes is
+// values into keys (at least 16 bytes; 32 random bytes is
 // right). Give the same secret to every node that shares a store, so that a
 // token has one budget across the fleet; keep it secret (whoever holds it
 // can test guessed tokens against the store's keys), and expect every
@@ -337,8 +336,8 @@ const MinKeySecret = 16
 // secret per process. secret is copied. It applies to New.
 func WithKeySecret(secret []byte) Option {
 	return newOpt(func(c *config) error {
-		if len(secret) < MinKeySecret {
-			return invalid("key secret of %d bytes, want at least %d", len(secret), MinKeySecret)
+		if len(secret) < minKeySecret {
+			return invalid("key secret of %d bytes, want at least %d", len(secret), minKeySecret)
 		}
 		c.hasher = newKeyHasher(secret)
 		return nil
@@ -409,8 +408,10 @@ func WithCost(f CostFunc) CostOption {
 // [PeerKey] keys l by peer next to a main key from a header. The limits are
 // decided by [floodgate.TakeAll]: atomically when every limiter is a keyed
 // store limiter on one store. A refusal carries the longest retry time of
-// the refusing limits; the observer's event names the limit that decided
-// (unless [WithName] is given). It may be given several times; it applies
+// the refusing limits, and its QuotaFailure detail names the limit that
+// gave it (by l's own name, see the package documentation); the observer
+// gets one event per limit, each under its limit's name ([WithName]
+// renames the main limit only). It may be given several times; it applies
 // to New.
 func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
 	return newOpt(func(c *config) error {

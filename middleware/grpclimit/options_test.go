@@ -29,8 +29,6 @@ func TestNilAndTypedNilRefused(t *testing.T) {
 		"nil limiter":         func() error { _, err := New(nil); return err },
 		"typed-nil limiter":   func() error { _, err := New((*store.Limiter)(nil)); return err },
 		"nil limiter func":    func() error { _, err := New(floodgate.LimiterFunc(nil)); return err },
-		"typed-nil unary":     func() error { _, err := UnaryServerInterceptor((*store.Limiter)(nil)); return err },
-		"typed-nil stream":    func() error { _, err := StreamServerInterceptor((*store.Limiter)(nil)); return err },
 		"nil acquirer":        func() error { _, err := Shed(nil); return err },
 		"nil acquirer func":   func() error { _, err := Shed(middleware.AcquirerFunc(nil)); return err },
 		"typed-nil acquirer":  func() error { _, err := Shed((*ptrAcquirer)(nil)); return err },
@@ -184,7 +182,7 @@ func FuzzOptions(f *testing.F) {
 		_, err = Shed(nopAcquirer, WithShedRetryAfter(d))
 		require.Equal(t, d > 0 && d <= 24*time.Hour, err == nil, "retry %v: %v", d, err)
 		_, err = New(l, WithKeySecret(secret))
-		require.Equal(t, len(secret) >= MinKeySecret, err == nil)
+		require.Equal(t, len(secret) >= minKeySecret, err == nil)
 		_, err = New(l, WithIPPrefix(v4, v6))
 		require.Equal(t, v4 >= 1 && v4 <= 32 && v6 >= 1 && v6 <= 128, err == nil)
 	})

@@ -69,7 +69,7 @@ func TestGroupOutageAnswersLikeSingle(t *testing.T) {
 				var trailer metadata.MD
 				_, err = healthpb.NewHealthClient(conn).Check(testCtx(t), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
 				retry, _ := RetryDelay(err)
-				got := fmt.Sprintf("%v retry=%ds pushback=%t", status.Code(err), (retry+time.Second-1)/time.Second, len(trailer.Get(PushbackTrailer)) == 1)
+				got := fmt.Sprintf("%v retry=%ds pushback=%t", status.Code(err), (retry+time.Second-1)/time.Second, len(trailer.Get(pushbackTrailer)) == 1)
 				// One event per (call, limit), each with the call's
 				// outcome: the limits failed together.
 				evs := obs.all()

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/floodgate-go/floodgate"
@@ -119,8 +120,12 @@ func Policies(live middleware.Matcher, opts ...PoliciesOption) (*Interceptors, e
 }
 
 // admitPolicies decides one call of a Policies interceptor.
-func (i *Interceptors) admitPolicies(ctx context.Context, method string, ev floodgate.Event, start int64) admit.Verdict {
+func (i *Interceptors) admitPolicies(ctx context.Context, ss grpc.ServerStream, method string, ev floodgate.Event, start int64) error {
 	v, m := i.set.Decide(ctx, i.core, call{&i.cfg, ctx, method}, ev, start)
+	var policy string
+	if v.Kind == admit.Deny {
+		policy = i.core.Deciding(m.Checks, v)
+	}
 	m.Release()
-	return v
+	return answer(ctx, ss, v, policy)
 }

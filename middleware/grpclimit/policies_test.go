@@ -66,21 +66,27 @@ func TestPoliciesInterceptors(t *testing.T) {
 		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
 	}
+	var refusedBy []string // the QuotaFailure subjects of the last refusal
 	admitted := func(key string, n int) int {
 		ok := 0
+		refusedBy = nil
 		for range n {
 			if err := call(key); err == nil {
 				ok++
 			} else {
 				require.Equal(t, codes.ResourceExhausted, status.Code(err))
+				refusedBy = quotaSubjects(err)
 			}
 		}
 		return ok
 	}
 	assert.Equal(t, 2, admitted("tok-free", 3), "the free plan")
+	assert.Equal(t, []string{"policy:free"}, refusedBy, "the refusal names the plan that refused")
 	assert.Equal(t, 4, admitted("tok-pro", 5), "the pro override")
+	assert.Equal(t, []string{"policy:pro"}, refusedBy)
 	// The peer has spent 6 of its 10 (refusals charged nothing): 4 more.
 	assert.Equal(t, 4, admitted("", 6), "per-peer, with nothing charged by the refusals above")
+	assert.Equal(t, []string{"policy:per-peer"}, refusedBy, "the per-peer limit refused, not the dry-run policy")
 	assert.NotZero(t, obs.count(floodgate.OutcomeWouldDeny), "the dry-run policy reports")
 
 	_, err = Policies(live)

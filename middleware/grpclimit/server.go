@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
@@ -23,35 +24,35 @@ import (
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 )
 
-// PushbackTrailer is the trailer gRPC clients read to delay their next retry
+// pushbackTrailer is the trailer gRPC clients read to delay their next retry
 // (gRFC A6): a whole number of milliseconds to wait, or a negative one
-// ([NoRetryPushback]) meaning "do not retry".
-const PushbackTrailer = "grpc-retry-pushback-ms"
+// ([noRetryPushback]) meaning "do not retry".
+const pushbackTrailer = "grpc-retry-pushback-ms"
 
-// NoRetryPushback is the [PushbackTrailer] value of a call that can never
+// noRetryPushback is the pushback trailer value of a call that can never
 // be admitted: gRPC clients do not retry it.
-const NoRetryPushback = "-1"
+const noRetryPushback = "-1"
 
 // The status messages of refused calls. They are fixed: they never carry the
 // key, the peer, or the limiter's own error text. The retry delay travels in
 // the RetryInfo detail and the pushback trailer.
 const (
-	// MsgRateLimited is the message of codes.ResourceExhausted refusals by
+	// msgRateLimited is the message of codes.ResourceExhausted refusals by
 	// a rate limit: retry after the RetryInfo delay.
-	MsgRateLimited = "rate limit exceeded"
-	// MsgCostExceedsCapacity is the message of codes.ResourceExhausted
+	msgRateLimited = "rate limit exceeded"
+	// msgCostExceedsCapacity is the message of codes.ResourceExhausted
 	// refusals of a call whose cost no limit could ever admit (above the
 	// limit's capacity, or below 1): retrying is useless.
-	MsgCostExceedsCapacity = "request cost exceeds the rate limit's capacity"
-	// MsgInvalidKey is the message of codes.ResourceExhausted refusals of a
+	msgCostExceedsCapacity = "request cost exceeds the rate limit's capacity"
+	// msgInvalidKey is the message of codes.ResourceExhausted refusals of a
 	// call whose key the store refuses: retrying is useless.
-	MsgInvalidKey = "rate limit key refused"
-	// MsgOverloaded is the message of codes.Unavailable refusals by a
+	msgInvalidKey = "rate limit key refused"
+	// msgOverloaded is the message of codes.Unavailable refusals by a
 	// shedder.
-	MsgOverloaded = "server overloaded"
-	// MsgLimiterUnavailable is the message of codes.Unavailable refusals
+	msgOverloaded = "server overloaded"
+	// msgLimiterUnavailable is the message of codes.Unavailable refusals
 	// under [middleware.FailClosed].
-	MsgLimiterUnavailable = "rate limiter unavailable"
+	msgLimiterUnavailable = "rate limiter unavailable"
 )
 
 // Interceptors holds one limiting policy and hands out the unary and stream
@@ -111,7 +112,7 @@ func New(l floodgate.Limiter, opts ...Option) (*Interceptors, error) {
 
 // Shed returns the server interceptors that shed load with a concurrency
 // limiter. A call a refuses is answered with codes.Unavailable, the message
-// [MsgOverloaded], a RetryInfo detail and the pushback trailer (one second
+// "server overloaded", a RetryInfo detail and the pushback trailer (one second
 // by default, see [WithShedRetryAfter]); it is reported as
 // floodgate.OutcomeShed. An admitted call's slot is released when its
 // handler returns, with success false when the handler panicked or returned
@@ -136,26 +137,6 @@ func Shed(a middleware.Acquirer, opts ...ShedOption) (*Interceptors, error) {
 		return nil, err
 	}
 	return &Interceptors{cfg: cfg, acq: a}, nil
-}
-
-// UnaryServerInterceptor is shorthand for New(l, opts...) followed by
-// Unary.
-func UnaryServerInterceptor(l floodgate.Limiter, opts ...Option) (grpc.UnaryServerInterceptor, error) {
-	i, err := New(l, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return i.Unary(), nil
-}
-
-// StreamServerInterceptor is shorthand for New(l, opts...) followed by
-// Stream.
-func StreamServerInterceptor(l floodgate.Limiter, opts ...Option) (grpc.StreamServerInterceptor, error) {
-	i, err := New(l, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return i.Stream(), nil
 }
 
 // Unary returns the unary server interceptor.
@@ -232,7 +213,7 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 		ev.Route = i.route(method)
 	}
 	if i.set != nil {
-		return nil, answer(ctx, ss, i.admitPolicies(ctx, method, ev, start))
+		return nil, i.admitPolicies(ctx, ss, method, ev, start)
 	}
 	var v admit.Verdict
 	key, n, checks, err := i.request(ctx, method)
@@ -244,7 +225,10 @@ func (i *Interceptors) admit(ctx context.Context, method string, ss grpc.ServerS
 	default:
 		v = i.core.Decide(ctx, checks, ev, start)
 	}
-	return nil, answer(ctx, ss, v)
+	if v.Kind == admit.Deny {
+		return nil, answer(ctx, ss, v, i.core.Deciding(checks, v))
+	}
+	return nil, answer(ctx, ss, v, "")
 }
 
 // request computes the call's key and cost and, with extra limits, its
@@ -281,7 +265,9 @@ func (i *Interceptors) request(ctx context.Context, method string) (key string, 
 
 // answer translates the core's verdict into the call's fate: nil to run
 // the handler, or the status refusing the call (with its trailer set).
-func answer(ctx context.Context, ss grpc.ServerStream, v admit.Verdict) error {
+// policy names the limit that refused a rate-limited call (a QuotaFailure
+// detail), "" for none.
+func answer(ctx context.Context, ss grpc.ServerStream, v admit.Verdict, policy string) error {
 	switch v.Kind {
 	case admit.Admit:
 		return nil
@@ -290,13 +276,13 @@ func answer(ctx context.Context, ss grpc.ServerStream, v admit.Verdict) error {
 			// The call ended while it was held for its delay.
 			return status.FromContextError(cerr).Err()
 		}
-		return refuse(ctx, ss, codes.ResourceExhausted, MsgRateLimited, v.RetryAfter)
+		return refuse(ctx, ss, codes.ResourceExhausted, msgRateLimited, v.RetryAfter, quotaFailure(policy))
 	case admit.NeverFits:
-		msg := MsgCostExceedsCapacity
+		msg := msgCostExceedsCapacity
 		if v.Reason == admit.ReasonKey {
-			msg = MsgInvalidKey
+			msg = msgInvalidKey
 		}
-		setPushback(ctx, ss, NoRetryPushback)
+		setPushback(ctx, ss, noRetryPushback)
 		return status.Error(codes.ResourceExhausted, msg)
 	}
 	// Unavailable. A call whose own context has ended gets the context's
@@ -304,7 +290,7 @@ func answer(ctx context.Context, ss grpc.ServerStream, v admit.Verdict) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return status.FromContextError(cerr).Err()
 	}
-	return refuse(ctx, ss, codes.Unavailable, MsgLimiterUnavailable, admit.UnavailableRetry)
+	return refuse(ctx, ss, codes.Unavailable, msgLimiterUnavailable, admit.UnavailableRetry)
 }
 
 // route maps a method to its route class. A route function that panics
@@ -386,13 +372,13 @@ func (i *Interceptors) admitShed(ctx context.Context, method string, ss grpc.Ser
 		if cerr := ctx.Err(); cerr != nil {
 			refusal = status.FromContextError(cerr).Err()
 		} else {
-			refusal = refuse(ctx, ss, codes.Unavailable, MsgLimiterUnavailable, admit.UnavailableRetry)
+			refusal = refuse(ctx, ss, codes.Unavailable, msgLimiterUnavailable, admit.UnavailableRetry)
 		}
 	case !ok && i.cfg.dryRun:
 		ev.Outcome = floodgate.OutcomeWouldDeny
 	case !ok:
 		ev.Outcome = floodgate.OutcomeShed
-		refusal = refuse(ctx, ss, codes.Unavailable, MsgOverloaded, i.cfg.shedRetry)
+		refusal = refuse(ctx, ss, codes.Unavailable, msgOverloaded, i.cfg.shedRetry)
 	default:
 		ev.Outcome = floodgate.OutcomeAllowed
 	}
@@ -421,23 +407,38 @@ func (i *Interceptors) acquire(ctx context.Context) (release func(bool), ok bool
 	return release, ok, err
 }
 
-// refuse builds the status of a refused call, with a RetryInfo detail, and
-// sets the pushback trailer.
-func refuse(ctx context.Context, ss grpc.ServerStream, code codes.Code, msg string, retry time.Duration) error {
+// refuse builds the status of a refused call, with a RetryInfo detail (and
+// quota, when not nil), and sets the pushback trailer.
+func refuse(ctx context.Context, ss grpc.ServerStream, code codes.Code, msg string, retry time.Duration, quota ...*errdetails.QuotaFailure) error {
 	st := status.New(code, msg)
 	if retry <= 0 {
 		return st.Err()
 	}
-	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
+	details := []protoadapt.MessageV1{&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}}
+	if len(quota) == 1 && quota[0] != nil {
+		details = append(details, quota[0])
+	}
+	if withInfo, err := st.WithDetails(details...); err == nil {
 		st = withInfo
 	}
 	setPushback(ctx, ss, strconv.FormatInt(pushbackMillis(retry), 10))
 	return st.Err()
 }
 
+// quotaFailure is the google.rpc.QuotaFailure detail naming the policy
+// that refused a call ("policy:" and its name), nil when it has no name.
+func quotaFailure(policy string) *errdetails.QuotaFailure {
+	if policy == "" {
+		return nil
+	}
+	return &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+		Subject: "policy:" + policy, Description: msgRateLimited,
+	}}}
+}
+
 // setPushback sets the pushback trailer of a refused call.
 func setPushback(ctx context.Context, ss grpc.ServerStream, pushback string) {
-	md := metadata.MD{PushbackTrailer: []string{pushback}}
+	md := metadata.MD{pushbackTrailer: []string{pushback}}
 	if ss != nil {
 		ss.SetTrailer(md)
 		return

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -33,12 +34,26 @@ const checkMethod = "/grpc.health.v1.Health/Check"
 
 func pushbackOf(t *testing.T, md metadata.MD) time.Duration {
 	t.Helper()
-	v := md.Get(PushbackTrailer)
-	require.Len(t, v, 1, "exactly one %s trailer", PushbackTrailer)
+	v := md.Get(pushbackTrailer)
+	require.Len(t, v, 1, "exactly one %s trailer", pushbackTrailer)
 	ms, err := strconv.ParseInt(v[0], 10, 64)
 	require.NoError(t, err)
 	require.Positive(t, ms)
 	return time.Duration(ms) * time.Millisecond
+}
+
+// quotaSubjects returns the subjects of err's google.rpc.QuotaFailure
+// details.
+func quotaSubjects(err error) []string {
+	var subjects []string
+	for _, det := range status.Convert(err).Details() {
+		if qf, ok := det.(*errdetails.QuotaFailure); ok {
+			for _, v := range qf.GetViolations() {
+				subjects = append(subjects, v.GetSubject())
+			}
+		}
+	}
+	return subjects
 }
 
 func TestUnaryResourceExhaustedAfterBurst(t *testing.T) {
@@ -60,11 +75,12 @@ func TestUnaryResourceExhaustedAfterBurst(t *testing.T) {
 	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
 	st := status.Convert(err)
 	require.Equal(t, codes.ResourceExhausted, st.Code())
-	assert.Equal(t, MsgRateLimited, st.Message(), "fixed message, no key or internal text")
+	assert.Equal(t, msgRateLimited, st.Message(), "fixed message, no key or internal text")
 	assert.NotContains(t, st.Message(), "127.0.0.1")
 
 	ra, ok := RetryDelay(err)
 	require.True(t, ok, "RetryInfo detail present")
+	assert.Equal(t, []string{"policy:per-peer"}, quotaSubjects(err), "the QuotaFailure detail names the refusing policy")
 	takes := rec.all()
 	require.Len(t, takes, 6)
 	denied := takes[5].decision
@@ -142,7 +158,7 @@ func TestStreamResourceExhausted(t *testing.T) {
 	_, err = w2.Recv()
 	st := status.Convert(err)
 	require.Equal(t, codes.ResourceExhausted, st.Code())
-	assert.Equal(t, MsgRateLimited, st.Message())
+	assert.Equal(t, msgRateLimited, st.Message())
 	ra, ok := RetryDelay(err)
 	require.True(t, ok)
 	pb := pushbackOf(t, w2.Trailer())
@@ -180,7 +196,7 @@ func TestFailModes(t *testing.T) {
 					}
 					st := status.Convert(err)
 					require.Equal(t, codes.Unavailable, st.Code())
-					assert.Equal(t, MsgLimiterUnavailable, st.Message())
+					assert.Equal(t, msgLimiterUnavailable, st.Message())
 					assert.NotContains(t, st.Message(), "hunter2")
 					for _, d := range st.Details() {
 						assert.NotContains(t, strings.ToLower(fmtAny(d)), "hunter2")
@@ -279,7 +295,7 @@ func TestKeysHostileAndIPv6(t *testing.T) {
 	assert.Equal(t, "2001:db8:1:2::/64", c.key(v6, checkMethod))
 	mapped := peerCtx(t, "[::ffff:192.0.2.7]:1")
 	assert.Equal(t, "192.0.2.7", c.key(mapped, checkMethod), "IPv4-mapped addresses are unmapped")
-	assert.Equal(t, UnknownPeer, c.key(context.Background(), checkMethod))
+	assert.Equal(t, unknownPeer, c.key(context.Background(), checkMethod))
 
 	c2, err := buildConfig(true, []Option{WithIPPrefix(24, 48)}, Option.applyNew)
 	require.NoError(t, err)
@@ -312,10 +328,6 @@ func TestOptionsValidation(t *testing.T) {
 	}
 	for name, opts := range bad {
 		_, err := New(l, opts...)
-		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
-		_, err = UnaryServerInterceptor(l, opts...)
-		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
-		_, err = StreamServerInterceptor(l, opts...)
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
 	}
 	_, err := Shed(nopAcquirer, WithShedRetryAfter(0))
@@ -379,7 +391,7 @@ func TestShedder(t *testing.T) {
 	_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
 	st := status.Convert(err)
 	require.Equal(t, codes.Unavailable, st.Code())
-	assert.Equal(t, MsgOverloaded, st.Message())
+	assert.Equal(t, msgOverloaded, st.Message())
 	ra, ok := RetryDelay(err)
 	require.True(t, ok)
 	assert.Equal(t, 1500*time.Millisecond, ra)
@@ -447,7 +459,7 @@ func TestShedderReleaseOnOverloadAndPanic(t *testing.T) {
 			assert.NoError(t, err)
 		} else {
 			assert.Equal(t, codes.Unavailable, status.Code(err))
-			assert.Equal(t, MsgLimiterUnavailable, status.Convert(err).Message())
+			assert.Equal(t, msgLimiterUnavailable, status.Convert(err).Message())
 		}
 	}
 }
@@ -690,17 +702,17 @@ func TestCostAboveCapacityNeverFits(t *testing.T) {
 			}
 			st := status.Convert(err)
 			require.Equal(t, codes.ResourceExhausted, st.Code())
-			assert.Equal(t, MsgCostExceedsCapacity, st.Message())
+			assert.Equal(t, msgCostExceedsCapacity, st.Message())
 			_, hasRetry := RetryDelay(err)
 			assert.False(t, hasRetry, "no RetryInfo: retrying is useless")
-			assert.Equal(t, []string{NoRetryPushback}, trailer.Get(PushbackTrailer))
+			assert.Equal(t, []string{noRetryPushback}, trailer.Get(pushbackTrailer))
 		}
 		assert.Zero(t, admitted, "fail mode %d", mode)
 		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
 		require.NoError(t, err)
 		_, err = w.Recv()
 		require.Equal(t, codes.ResourceExhausted, status.Code(err))
-		assert.Equal(t, []string{NoRetryPushback}, w.Trailer().Get(PushbackTrailer))
+		assert.Equal(t, []string{noRetryPushback}, w.Trailer().Get(pushbackTrailer))
 
 		assert.Equal(t, 9, obs.count(floodgate.OutcomeDenied))
 		for _, ev := range obs.all() {
@@ -742,9 +754,9 @@ func TestInvalidKeyNeverFits(t *testing.T) {
 	_, err = healthpb.NewHealthClient(conn).Check(testCtx(t), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
 	st := status.Convert(err)
 	require.Equal(t, codes.ResourceExhausted, st.Code())
-	assert.Equal(t, MsgInvalidKey, st.Message())
+	assert.Equal(t, msgInvalidKey, st.Message())
 	assert.Empty(t, st.Details())
-	assert.Equal(t, []string{NoRetryPushback}, trailer.Get(PushbackTrailer))
+	assert.Equal(t, []string{noRetryPushback}, trailer.Get(pushbackTrailer))
 }
 
 // TestEventPolicyTierRouteClass: one event per call, from the request

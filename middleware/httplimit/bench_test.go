@@ -141,7 +141,7 @@ func BenchmarkOverhead(b *testing.B) {
 	})
 	b.Run("ipv4/1024keys/policy", func(b *testing.B) {
 		l := benchLimiter(b, lots, 1<<30)
-		runBench(b, mw(l, WithPolicy(Policy{Name: "api"})), benchRequests(1024, v4, nil))
+		runBench(b, mw(l, WithPolicy(floodgate.Description{Name: "api"})), benchRequests(1024, v4, nil))
 	})
 	b.Run("ipv4/1024keys/noheaders", func(b *testing.B) {
 		runBench(b, mw(benchLimiter(b, lots, 1<<30), WithHeaders(HeadersNone)), benchRequests(1024, v4, nil))

@@ -85,10 +85,10 @@
 // waits t seconds may send the whole capacity again (X-RateLimit-Limit).
 //
 // On refusals, RateLimit has a member only for the limits that refused the
-// request (those whose shaping delay was refused, under [DelayRefuse]),
-// t being the number of seconds until that limit would admit it
-// (Decision.RetryAfter, rounded up): so Retry-After >= every t, and,
-// without jitter, Retry-After is the largest t. The limits that would have
+// request (those whose shaping delay was refused, under
+// [middleware.DelayRefuse]), t being the number of seconds until that limit
+// would admit it (Decision.RetryAfter, rounded up): so Retry-After >= every
+// t, and, without jitter, Retry-After is the largest t. The limits that would have
 // admitted keep their RateLimit-Policy member. A refusal by an inner
 // stacked middleware replaces the RateLimit members an outer one wrote.
 //
@@ -106,8 +106,9 @@
 // the client address. With diagnostics on (HeadersDiagnostic), responses also
 // carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope ("ip", "header",
 // "key", prefixed by "route+" with [WithKeyPrefix]; with [Policies], the
-// name of the policy that decided: the one that refused, else the one with
-// the fewest units left, or "descriptor" when the policy set could not
+// name of the policy that decided: the one that refused (the longest
+// retry; for "delay_refused", the one that would have delayed), else the
+// one with the fewest units left, or "descriptor" when the policy set could not
 // match; "concurrency" for [Shed]) and, on
 // refusals, X-RateLimit-Reason ("rate_limited", "delay_refused",
 // "overloaded", "limiter_unavailable", "cost_exceeds_limit", "invalid_key").
@@ -145,12 +146,12 @@
 // (fallback).
 //
 // A shaping limiter may admit a request with a Decision.Delay: by default
-// ([DelayHonour]) the request waits that long, with its context, before the
-// handler runs; a delay that would end past the context's deadline, or a
-// context that ends while waiting, turns into a 429 and the units are
-// refunded when the limiter implements [floodgate.Refunder].
-// [DelayRefuse] answers 429 at once, and its headers count only what passes
-// without a delay: a leaky bucket that would delay the next request says
+// ([middleware.DelayHonour]) the request waits that long, with its context,
+// before the handler runs; a delay that would end past the context's
+// deadline, or a context that ends while waiting, turns into a 429 and the
+// units are refunded when the limiter implements [floodgate.Refunder].
+// [middleware.DelayRefuse] answers 429 at once, and its headers count only
+// what passes without a delay: a leaky bucket that would delay the next request says
 // Remaining 0, and the next request is indeed refused.
 //
 // [WithDryRun] (shadow mode) decides and charges every request exactly as

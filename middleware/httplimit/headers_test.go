@@ -39,7 +39,7 @@ func TestOneLimitHeadersMatchGeneral(t *testing.T) {
 		for gname, g := range groups {
 			opts := []Option{WithHeaders(g)}
 			if lname == "described" && rng.IntN(2) == 0 {
-				opts = append(opts, WithPolicy(Policy{Name: `api "v2"`}))
+				opts = append(opts, WithPolicy(floodgate.Description{Name: `api "v2"`}))
 			}
 			m := mustMW(t, l, opts...)(http.NotFoundHandler()).(*limitHandler).m
 			for range 2000 {

@@ -79,7 +79,7 @@ type limiterMW struct {
 //
 // It returns an error wrapping [floodgate.ErrInvalidConfig] when l is nil
 // (or a typed nil), an option is nil or invalid,
-// or a restated [Policy] contradicts what the limiter describes. The
+// or a restated policy ([WithPolicy]) contradicts what the limiter describes. The
 // wrapper and the handlers it returns are safe for concurrent use. A nil
 // handler given to the wrapper means [http.DefaultServeMux].
 func Middleware(l floodgate.Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
@@ -185,7 +185,7 @@ func (m *limiterMW) buildHeaders() error {
 // restated is the main limiter's policy p as WithPolicy restates it (rs):
 // rs's name, when set; rs's quota and window where p has none; an error
 // when they contradict p's.
-func restated(p floodgate.Description, rs Policy) (floodgate.Description, error) {
+func restated(p floodgate.Description, rs floodgate.Description) (floodgate.Description, error) {
 	if rs.Name != "" {
 		p.Name = rs.Name
 	}

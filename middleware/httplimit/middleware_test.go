@@ -26,7 +26,7 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 	l := newMemBucket(t, frozen(), floodgate.PerMinute(10), 5) // one token per 6 s
 	obs := &counter{}
 	h := &okHandler{}
-	mw := mustMW(t, l, WithPolicy(Policy{Name: "per-ip", Window: time.Minute}), WithObserver(obs),
+	mw := mustMW(t, l, WithPolicy(floodgate.Description{Name: "per-ip", Window: time.Minute}), WithObserver(obs),
 		WithName("api"), WithTier("edge"), WithRoute("/x"))
 	srv := serve(t, mw(h))
 	c := clientFrom(t, "127.0.0.1")
@@ -363,23 +363,24 @@ func TestBadOptions(t *testing.T) {
 		return floodgate.Decision{Allowed: true}, nil
 	})
 	bad := map[string]Option{
-		"nil option":   nil,
-		"nil observer": WithObserver(nil),
-		"header name":  WithHeaderKey("X Bad"),
-		"empty header": WithHeaderKey(""),
-		"nil key func": WithKeyFunc(nil),
-		"empty route":  WithKeyPrefix(""),
-		"nil cost":     WithCost(nil),
-		"bad prefix":   WithTrustedProxies(netip.Prefix{}),
-		"v4 bits":      WithIPPrefix(33, 64),
-		"v6 bits":      WithIPPrefix(32, 0),
-		"header set":   WithHeaders(HeaderSet(0x80)),
-		"policy name":  WithPolicy(Policy{Name: "a\nb"}),
-		"policy quota": WithPolicy(Policy{Quota: -1}),
-		"jitter":       WithRetryJitter(-time.Second),
-		"fail mode":    WithFailMode(middleware.FailMode(9)),
-		"delay mode":   WithDelayMode(middleware.DelayMode(9)),
-		"tier":         WithTier("é"),
+		"nil option":      nil,
+		"nil observer":    WithObserver(nil),
+		"header name":     WithHeaderKey("X Bad"),
+		"empty header":    WithHeaderKey(""),
+		"nil key func":    WithKeyFunc(nil),
+		"empty route":     WithKeyPrefix(""),
+		"nil cost":        WithCost(nil),
+		"bad prefix":      WithTrustedProxies(netip.Prefix{}),
+		"v4 bits":         WithIPPrefix(33, 64),
+		"v6 bits":         WithIPPrefix(32, 0),
+		"header set":      WithHeaders(HeaderSet(0x80)),
+		"policy name":     WithPolicy(floodgate.Description{Name: "a\nb"}),
+		"policy quota":    WithPolicy(floodgate.Description{Quota: -1}),
+		"policy capacity": WithPolicy(floodgate.Description{Capacity: 5}),
+		"jitter":          WithRetryJitter(-time.Second),
+		"fail mode":       WithFailMode(middleware.FailMode(9)),
+		"delay mode":      WithDelayMode(middleware.DelayMode(9)),
+		"tier":            WithTier("é"),
 	}
 	for name, o := range bad {
 		if _, err := Middleware(l, o); !errors.Is(err, floodgate.ErrInvalidConfig) {
@@ -424,7 +425,7 @@ func TestPolicyStaticQuotaAndEscaping(t *testing.T) {
 	l := floodgate.LimiterFunc(func(context.Context, string, int) (floodgate.Decision, error) {
 		return floodgate.Decision{Allowed: true, Limit: 100, Remaining: 120, ResetAfter: time.Millisecond}, nil
 	})
-	mw := mustMW(t, l, WithPolicy(Policy{Name: `a"b\c`, Quota: 100, Window: 90 * time.Second}))
+	mw := mustMW(t, l, WithPolicy(floodgate.Description{Name: `a"b\c`, Quota: 100, Window: 90 * time.Second}))
 	w := httptest.NewRecorder()
 	mw(&okHandler{}).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	pol := parseRL(t, w.Header(), "RateLimit-Policy")
@@ -438,8 +439,8 @@ func TestPolicyStaticQuotaAndEscaping(t *testing.T) {
 // RateLimit lists both policies, or on a refusal only the refusing inner
 // one's; the legacy fields describe the tighter.
 func TestStackedMiddlewares(t *testing.T) {
-	outer := mustMW(t, newMemBucket(t, frozen(), floodgate.PerSecond(10), 20), WithPolicy(Policy{Name: "per-ip"}))
-	inner := mustMW(t, newMemBucket(t, frozen(), floodgate.PerMinute(1), 2), WithPolicy(Policy{Name: "search"}), WithKeyPrefix("/search"))
+	outer := mustMW(t, newMemBucket(t, frozen(), floodgate.PerSecond(10), 20), WithPolicy(floodgate.Description{Name: "per-ip"}))
+	inner := mustMW(t, newMemBucket(t, frozen(), floodgate.PerMinute(1), 2), WithPolicy(floodgate.Description{Name: "search"}), WithKeyPrefix("/search"))
 	srv := serve(t, outer(inner(&okHandler{})))
 	c := clientFrom(t, "127.0.0.1")
 	for i, want := range []int{200, 200, 429} {
@@ -491,7 +492,7 @@ func FuzzHeaders(f *testing.F) {
 				d.RetryAfter = time.Duration(retry)
 			}
 			return d, nil
-		}), WithPolicy(Policy{Name: name, Window: time.Duration(max(window, 0))}), WithRetryJitter(time.Duration(max(window, 0))))
+		}), WithPolicy(floodgate.Description{Name: name, Window: time.Duration(max(window, 0))}), WithRetryJitter(time.Duration(max(window, 0))))
 		if err != nil {
 			if !printable(name) {
 				return

@@ -76,23 +76,6 @@ func (f policiesOpt) applyPolicies(c *config) error   { return f(c) }
 func (f shedOpt) applyShed(c *config) error           { return f(c) }
 func (f transportOpt) applyTransport(c *config) error { return f(c) }
 
-// Policy describes the quota policy a limiter enforces, for the
-// RateLimit-Policy field: "name";q=...;w=..., where q per w seconds is
-// Quota per Window, scaled by the smallest whole factor that makes q at
-// least the limiter's capacity and w whole seconds (see the package
-// documentation).
-type Policy struct {
-	// Name is the policy identifier, sent as a structured-field String. It must
-	// be printable ASCII. Empty means "default".
-	Name string
-	// Quota is the number of quota units (cost units) the policy grants per
-	// Window. Zero means: use the limiter's Decision.Limit.
-	Quota int64
-	// Window is the policy's time window, the period of Quota. Zero omits
-	// the w parameter.
-	Window time.Duration
-}
-
 // HeaderSet selects groups of response header fields.
 type HeaderSet uint8
 
@@ -159,7 +142,7 @@ type config struct {
 	v4Bits      int
 	v6Bits      int
 	headers     HeaderSet
-	policy      Policy
+	policy      floodgate.Description
 	problem     bool
 	jitter      time.Duration
 	failMode    middleware.FailMode
@@ -397,20 +380,27 @@ func WithHeaders(h HeaderSet) CommonOption {
 }
 
 // WithPolicy restates the policy advertised in RateLimit-Policy and
-// RateLimit. It is optional: by default the name, quota (q) and window (w)
-// come from the limiter itself (its Name, rate or window; see
+// RateLimit: its Name (a structured-field String, printable ASCII), Quota
+// and Window (q per w seconds, scaled by the smallest whole factor that
+// makes q at least the limiter's capacity and w whole seconds; see the
+// package documentation). It is optional, and so is each field (a zero
+// one is not restated): by default they come from the limiter itself (see
 // [floodgate.Describer]), and the name is "default" when the limiter has
-// none. A restated Quota or Window must match what the limiter describes,
-// or Middleware returns an error; a limiter that cannot describe itself
-// advertises Decision.Limit as q and no w unless restated. It applies to
-// Middleware.
-func WithPolicy(p Policy) Option {
+// none. A restated Quota or Window must match what the
+// limiter describes, or Middleware returns an error; a limiter that cannot
+// describe itself advertises Decision.Limit as q and no w unless restated.
+// Capacity and Undelayed are the limiter's own and must be zero. It applies
+// to Middleware.
+func WithPolicy(p floodgate.Description) Option {
 	return mwOpt(func(c *config) error {
 		if !printable(p.Name) {
 			return invalid("policy name %q is not printable ASCII", p.Name)
 		}
 		if p.Quota < 0 || p.Window < 0 {
 			return invalid("negative policy quota or window")
+		}
+		if p.Capacity != 0 || p.Undelayed != 0 {
+			return invalid("WithPolicy restates Name, Quota and Window only: Capacity and Undelayed come from the limiter")
 		}
 		c.policy = p
 		return nil

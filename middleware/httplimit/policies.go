@@ -163,7 +163,7 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.headers&HeadersDiagnostic != 0 && len(match.Checks) > 0 {
 		// The policy that decided: the refusing one, else the one with
 		// the fewest units left.
-		scope = m.core.Deciding(match.Checks)
+		scope = m.core.Deciding(match.Checks, v)
 	}
 	admitted := c.answer(w, v, scope, func() {
 		if len(match.Checks) > 0 {

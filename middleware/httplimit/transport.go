@@ -225,7 +225,7 @@ func (t *Transport) throttle(ctx context.Context, req *http.Request) error {
 // retryWait is the wait before the next attempt, and false when the server
 // asks for longer than the transport accepts.
 func (t *Transport) retryWait(resp *http.Response, attempt int) (time.Duration, bool) {
-	hint := max(RetryAfter(resp.Header, time.Now()), resetHint(resp.Header))
+	hint := max(retryAfter(resp.Header, time.Now()), resetHint(resp.Header))
 	if hint > t.maxWait {
 		return 0, false
 	}
@@ -237,10 +237,10 @@ func (t *Transport) retryWait(resp *http.Response, attempt int) (time.Duration, 
 	return max(hint, backoff), true
 }
 
-// RetryAfter parses the Retry-After field of h as delta-seconds or an
+// retryAfter parses the Retry-After field of h as delta-seconds or an
 // HTTP-date relative to now. It returns 0 when the field is absent,
 // malformed, or in the past.
-func RetryAfter(h http.Header, now time.Time) time.Duration {
+func retryAfter(h http.Header, now time.Time) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0

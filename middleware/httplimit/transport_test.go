@@ -328,7 +328,7 @@ func TestRetryAfterParse(t *testing.T) {
 		"Fri, 02 Jan 2026 03:00:00 GMT": 0,
 		"tomorrow":                      0,
 	} {
-		if got := RetryAfter(http.Header{"Retry-After": {v}}, now); got != want {
+		if got := retryAfter(http.Header{"Retry-After": {v}}, now); got != want {
 			t.Errorf("Retry-After %q: %v, want %v", v, got, want)
 		}
 	}

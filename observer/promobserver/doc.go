@@ -26,9 +26,9 @@
 //
 // # Units, zero values, concurrency
 //
-// Latency is recorded in seconds (the Prometheus base unit) with the buckets
-// of [DefaultBuckets] unless [WithBuckets] says otherwise. New needs a
-// non-nil prometheus.Registerer; options have documented defaults. An
+// Latency is recorded in seconds (the Prometheus base unit) in 10
+// exponential buckets from 1µs to about 0.26 s unless [WithBuckets] says
+// otherwise. New needs a non-nil prometheus.Registerer; options have documented defaults. An
 // [Observer] is safe for concurrent use and never blocks.
 //
 // It and shadow/shadowprom are the only packages of the floodgate module

@@ -10,14 +10,14 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Labels are the label names of both metrics, in this order.
-var Labels = []string{"policy", "tier", "route", "class", "outcome", "source"}
+// labels are the label names of both metrics, in this order.
+var labels = []string{"policy", "tier", "route", "class", "outcome", "source"}
 
-// DefaultBuckets are the latency histogram's default upper bounds, in
+// defaultBuckets are the latency histogram's default upper bounds, in
 // seconds: 1µs to about 0.26s by factors of 4, which covers an in-memory
 // decision (a microsecond or less) and a Redis round trip (a millisecond or
 // more) alike.
-var DefaultBuckets = prometheus.ExponentialBuckets(1e-6, 4, 10)
+var defaultBuckets = prometheus.ExponentialBuckets(1e-6, 4, 10)
 
 // Option configures [New]. An option given a value it cannot use makes New
 // return an error wrapping [floodgate.ErrInvalidConfig].
@@ -43,7 +43,8 @@ func WithSubsystem(s string) Option {
 }
 
 // WithBuckets sets the latency histogram's upper bounds in seconds; they
-// must be strictly increasing. The default is [DefaultBuckets].
+// must be strictly increasing. The default is 10 exponential buckets from
+// 1µs, each 4 times the last (up to about 0.26 s).
 func WithBuckets(b []float64) Option {
 	return Option{func(c *config) error {
 		if len(b) == 0 {
@@ -78,8 +79,8 @@ func WithConstLabels(l prometheus.Labels) Option {
 //   - floodgate_decision_duration_seconds (histogram): how long the limiter
 //     took to decide.
 //
-// Both carry the labels policy, tier, route, class, outcome and source ([Labels]). Keep
-// the limiter, tier and route values to a small fixed set (route classes,
+// Both carry the labels policy, tier, route, class, outcome and source, in
+// this order. Keep the limiter, tier and route values to a small fixed set (route classes,
 // not raw URLs): every combination is a time series.
 //
 // Config changes ([floodgate.SourceConfig] events, from a policy set's
@@ -125,7 +126,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: promobserver: nil registerer", floodgate.ErrInvalidConfig)
 	}
-	c := config{namespace: "floodgate", buckets: DefaultBuckets}
+	c := config{namespace: "floodgate", buckets: defaultBuckets}
 	for _, o := range opts {
 		if o.apply == nil {
 			return nil, fmt.Errorf("%w: promobserver: zero Option", floodgate.ErrInvalidConfig)
@@ -140,7 +141,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		Name:        "decisions_total",
 		Help:        "Rate-limiting decisions, by policy, tier, route class, priority class, outcome and source.",
 		ConstLabels: c.constLabels,
-	}, Labels)
+	}, labels)
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace:   c.namespace,
 		Subsystem:   c.subsystem,
@@ -148,7 +149,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		Help:        "Time the limiter took to decide, by policy, tier, route class, priority class, outcome and source.",
 		Buckets:     c.buckets,
 		ConstLabels: c.constLabels,
-	}, Labels)
+	}, labels)
 
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace:   c.namespace,

@@ -7,7 +7,7 @@
 //	ic, err := grpclimit.New(lim, grpclimit.WithObserver(obs))
 //
 // By default allowed calls log at Debug, denials at Info, shedding and
-// fail-open errors at Warn and fail-closed errors at Error ([DefaultLevel]);
+// fail-open errors at Warn and fail-closed errors at Error;
 // [WithLevel] changes any of them. Records whose level the logger does not
 // enable cost one Enabled call and nothing else.
 //
@@ -16,13 +16,13 @@
 // Failing decisions (error_open, error_closed, fallback) are folded per
 // (policy, outcome, source), so that a store outage does not write one
 // record per request: a key's first failure is written at once, then at
-// most one record per interval ([DefaultFoldInterval], 10 s;
+// most one record per interval (10 s by default;
 // [WithFoldInterval]) carrying folded=N, the failures counted since the
 // key's last record. A count left when the failures stop is written with
-// [FoldedMessage] by the policy's first decision that does not fail once
+// "floodgate failures folded" by the policy's first decision that does not fail once
 // the interval has passed, or at once by [Observer.Flush]. A 2 s outage at
 // 2,000 decisions/s, each reported by the store and by the transport, writes
-// 4 records instead of 8,000. Fold state is bounded ([MaxFoldedPolicies]),
+// 4 records instead of 8,000. Fold state is bounded (1,024 policies),
 // and folding does not allocate. Allowed, denied, shed and the other
 // outcomes are not folded; promobserver's counters count every decision
 // whatever this package logs.

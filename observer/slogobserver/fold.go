@@ -8,23 +8,23 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// DefaultFoldInterval is how often an Observer writes a record for one
+// defaultFoldInterval is how often an Observer writes a record for one
 // failing key (policy, outcome, source) unless [WithFoldInterval] says
 // otherwise.
-const DefaultFoldInterval = 10 * time.Second
+const defaultFoldInterval = 10 * time.Second
 
-// MaxFoldedPolicies bounds the policies an Observer keeps fold state for.
+// maxFoldedPolicies bounds the policies an Observer keeps fold state for.
 // When that many are held, policies whose state is idle (nothing pending, the
 // interval since their last record passed) are dropped to make room; a
 // failing policy that still finds no room shares one overflow state per
 // (outcome, source) with the others in its case, and its records carry
 // overflow=true.
-const MaxFoldedPolicies = 1024
+const maxFoldedPolicies = 1024
 
-// FoldedMessage is the message of a record that writes a folded count that
+// foldedMessage is the message of a record that writes a folded count that
 // no failing decision came to carry: on recovery, or from
 // [Observer.Flush].
-const FoldedMessage = "floodgate failures folded"
+const foldedMessage = "floodgate failures folded"
 
 // failureOutcomes are the outcomes that are folded, in slot order.
 var failureOutcomes = [...]floodgate.Outcome{
@@ -120,7 +120,7 @@ func (f *folds) lookup(policy string, now int64) (p *policyFolds, write, over bo
 	if p = f.byPolicy[policy]; p != nil {
 		return p, false, false
 	}
-	if len(f.byPolicy) >= MaxFoldedPolicies && now < f.nextSweep {
+	if len(f.byPolicy) >= maxFoldedPolicies && now < f.nextSweep {
 		return &f.overflow, false, true
 	}
 	f.mu.RUnlock()
@@ -128,7 +128,7 @@ func (f *folds) lookup(policy string, now int64) (p *policyFolds, write, over bo
 	if p = f.byPolicy[policy]; p != nil {
 		return p, true, false
 	}
-	if len(f.byPolicy) >= MaxFoldedPolicies && now >= f.nextSweep {
+	if len(f.byPolicy) >= maxFoldedPolicies && now >= f.nextSweep {
 		// At most one sweep per interval: a full map costs the policies
 		// beyond it a read lock, not a scan each.
 		f.nextSweep = now + f.interval
@@ -138,7 +138,7 @@ func (f *folds) lookup(policy string, now int64) (p *policyFolds, write, over bo
 			}
 		}
 	}
-	if len(f.byPolicy) >= MaxFoldedPolicies {
+	if len(f.byPolicy) >= maxFoldedPolicies {
 		return &f.overflow, true, true
 	}
 	p = new(policyFolds)

@@ -48,7 +48,7 @@ func TestFoldFirstAtOnceThenOncePerInterval(t *testing.T) {
 		o.Observe(e)
 		rs := h.take()
 		require.Len(t, rs, 1, "the first failure is written at once")
-		assert.Equal(t, DefaultMessage, rs[0].Message)
+		assert.Equal(t, defaultMessage, rs[0].Message)
 		assert.Equal(t, slog.LevelWarn, rs[0].Level)
 		assert.NotContains(t, attrs(rs[0]), "folded", "nothing folded yet")
 		assert.Equal(t, errDown.Error(), attrs(rs[0])["error"].String())
@@ -73,7 +73,7 @@ func TestFoldFirstAtOnceThenOncePerInterval(t *testing.T) {
 		rs = h.take()
 		require.Len(t, rs, 1)
 		assert.Equal(t, int64(99), folded(rs[0]))
-		assert.Equal(t, DefaultMessage, rs[0].Message)
+		assert.Equal(t, defaultMessage, rs[0].Message)
 
 		// The next interval starts at that record.
 		time.Sleep(999 * time.Millisecond)
@@ -121,7 +121,7 @@ func TestFoldRecoveryAndFlush(t *testing.T) {
 		require.Len(t, rs, 2, "one recovery record per pending key")
 		got := map[string]int64{}
 		for _, r := range rs {
-			assert.Equal(t, FoldedMessage, r.Message)
+			assert.Equal(t, foldedMessage, r.Message)
 			assert.Equal(t, slog.LevelWarn, r.Level)
 			a := attrs(r)
 			assert.Equal(t, "shared", a["policy"].String())
@@ -144,7 +144,7 @@ func TestFoldRecoveryAndFlush(t *testing.T) {
 		o.Flush()
 		rs = h.take()
 		require.Len(t, rs, 1)
-		assert.Equal(t, FoldedMessage, rs[0].Message)
+		assert.Equal(t, foldedMessage, rs[0].Message)
 		assert.Equal(t, int64(1), folded(rs[0]))
 		o.Flush()
 		assert.Empty(t, h.take(), "nothing left to flush")
@@ -170,7 +170,7 @@ func TestFoldIntervalOption(t *testing.T) {
 
 	d, err := New(slog.Default())
 	require.NoError(t, err)
-	assert.Equal(t, int64(DefaultFoldInterval), d.folds.interval)
+	assert.Equal(t, int64(defaultFoldInterval), d.folds.interval)
 }
 
 func TestFoldDisabledLevelFoldsNothing(t *testing.T) {
@@ -190,10 +190,10 @@ func TestFoldCapAndOverflow(t *testing.T) {
 		h := &capture{min: slog.LevelDebug}
 		o, err := New(slog.New(h), WithFoldInterval(time.Second))
 		require.NoError(t, err)
-		for i := range MaxFoldedPolicies {
+		for i := range maxFoldedPolicies {
 			o.Observe(failing(fmt.Sprint("p", i), floodgate.OutcomeErrorOpen, 0))
 		}
-		require.Len(t, h.take(), MaxFoldedPolicies)
+		require.Len(t, h.take(), maxFoldedPolicies)
 
 		// Full, every interval running: the next policies share the overflow.
 		o.Observe(failing("late-1", floodgate.OutcomeErrorOpen, 0))
@@ -203,7 +203,7 @@ func TestFoldCapAndOverflow(t *testing.T) {
 		require.Len(t, rs, 1)
 		assert.Equal(t, "late-1", attrs(rs[0])["policy"].String())
 		assert.True(t, attrs(rs[0])["overflow"].Bool())
-		assert.Len(t, o.folds.byPolicy, MaxFoldedPolicies)
+		assert.Len(t, o.folds.byPolicy, maxFoldedPolicies)
 
 		// Intervals over and nothing pending: idle policies make room.
 		time.Sleep(time.Second)
@@ -245,7 +245,7 @@ func TestFoldOutageLines(t *testing.T) {
 			lines = len(rs)
 			for _, r := range rs {
 				counted += 1 + folded(r)
-				if r.Message == FoldedMessage {
+				if r.Message == foldedMessage {
 					counted-- // a count only
 				}
 			}
@@ -291,7 +291,7 @@ func TestFoldConcurrentCountsEveryFailure(t *testing.T) {
 	assert.Less(t, len(rs), workers*per, "some failures were folded")
 	for _, r := range rs {
 		n := folded(r)
-		if r.Message == DefaultMessage {
+		if r.Message == defaultMessage {
 			n++
 		}
 		total[attrs(r)["policy"].String()] += n

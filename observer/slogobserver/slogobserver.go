@@ -9,30 +9,21 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// DefaultMessage is the message of every decision's record unless
+// defaultMessage is the message of every decision's record unless
 // [WithMessage] sets another.
-const DefaultMessage = "floodgate decision"
+const defaultMessage = "floodgate decision"
 
-// ConfigMessage is the message of the record of a config change (an event
+// configMessage is the message of the record of a config change (an event
 // of [floodgate.SourceConfig]: applied, or refused with its error).
-const ConfigMessage = "floodgate config change"
+const configMessage = "floodgate config change"
 
 // maxOutcome bounds the outcomes an Observer has a level for; larger values
 // (outcomes added to floodgate later) log at Info.
 const maxOutcome = 16
 
-// DefaultLevel returns the level an outcome is logged at unless [WithLevel]
-// says otherwise:
-//
-//   - allowed, delayed: Debug (the normal path, one record per request
-//     and limit);
-//   - denied, would_deny: Info (the limiter doing its job);
-//   - shed, error_open, fallback: Warn (overload, or a limiter that could
-//     not decide and let traffic through);
-//   - error_closed, config_refused: Error (a limiter failure that refused
-//     traffic; a config change that was refused, the running one staying);
-//   - config_applied: Info (a config change, for the audit trail).
-func DefaultLevel(o floodgate.Outcome) slog.Level {
+// defaultLevel returns the level an outcome is logged at unless [WithLevel]
+// says otherwise (the table is in WithLevel's documentation).
+func defaultLevel(o floodgate.Outcome) slog.Level {
 	switch o {
 	case floodgate.OutcomeAllowed, floodgate.OutcomeDelayed:
 		return slog.LevelDebug
@@ -48,7 +39,16 @@ func DefaultLevel(o floodgate.Outcome) slog.Level {
 // return an error wrapping [floodgate.ErrInvalidConfig].
 type Option func(*Observer) error
 
-// WithLevel logs outcome o at level l.
+// WithLevel logs outcome o at level l. The defaults are:
+//
+//   - allowed, delayed: Debug (the normal path, one record per request
+//     and limit);
+//   - denied, would_deny: Info (the limiter doing its job);
+//   - shed, error_open, fallback: Warn (overload, or a limiter that could
+//     not decide and let traffic through);
+//   - error_closed, config_refused: Error (a limiter failure that refused
+//     traffic; a config change that was refused, the running one staying);
+//   - config_applied: Info (a config change, for the audit trail).
 func WithLevel(o floodgate.Outcome, l slog.Level) Option {
 	return func(ob *Observer) error {
 		if o == 0 || int(o) >= maxOutcome {
@@ -60,8 +60,8 @@ func WithLevel(o floodgate.Outcome, l slog.Level) Option {
 }
 
 // WithMessage sets the message of every decision's record; the default is
-// [DefaultMessage]. Config changes keep [ConfigMessage], folded counts
-// written on their own keep [FoldedMessage].
+// "floodgate decision". Config changes keep "floodgate config change",
+// folded counts written on their own keep "floodgate failures folded".
 func WithMessage(msg string) Option {
 	return func(ob *Observer) error {
 		if msg == "" {
@@ -73,7 +73,7 @@ func WithMessage(msg string) Option {
 }
 
 // WithFoldInterval sets how often at most a failing key writes a record
-// (see [Observer]); the default is [DefaultFoldInterval]. Zero turns
+// (see [Observer]); the default is 10 s. Zero turns
 // folding off: one record per failing decision, as before folding existed.
 // A negative interval is invalid.
 func WithFoldInterval(d time.Duration) Option {
@@ -99,8 +99,13 @@ func WithFoldInterval(d time.Duration) Option {
 //   - error: the error's text, for the error and fallback outcomes;
 //   - folded: on a failing decision's record, the failing decisions of its
 //     key folded since the key's last record, when there were any;
-//   - overflow: true on the records of the shared fold state (see
-//     [MaxFoldedPolicies]), whose folded counts any policy in that case.
+//   - overflow: true on the records of a shared fold state, whose folded
+//     counts any policy in that case: fold state is kept for at most 1,024
+//     policies; when that many are held, policies whose state is idle
+//     (nothing pending, the interval since their last record passed) are
+//     dropped to make room, and a failing policy that still finds no room
+//     shares one fold state per (outcome, source) with the others in its
+//     case.
 //
 // # Folding failures
 //
@@ -108,7 +113,7 @@ func WithFoldInterval(d time.Duration) Option {
 // flood the log. The failing outcomes (error_open, error_closed, fallback)
 // are therefore folded per key (policy, outcome, source): the first failure
 // of a key is written at once; the key then writes at most one record per
-// interval ([WithFoldInterval], default [DefaultFoldInterval]). A failure
+// interval ([WithFoldInterval], default 10 s). A failure
 // within the interval is counted, not written, and the next failure after
 // it is written with folded=N. So in a steady outage each key writes one
 // record per interval, and every failing decision whose level the logger
@@ -116,7 +121,7 @@ func WithFoldInterval(d time.Duration) Option {
 // not enable is neither, as before).
 //
 // A count that no failure comes to carry (the outage ended) is written with
-// [FoldedMessage] and the key's policy, outcome, source and folded: by the
+// "floodgate failures folded" and the key's policy, outcome, source and folded: by the
 // first decision of that policy that does not fail once the key's interval
 // has passed (a recovery record, which starts a new interval), or at once by
 // [Observer.Flush] (call it before the process exits). While no count is
@@ -124,9 +129,9 @@ func WithFoldInterval(d time.Duration) Option {
 // without folding; while one is, a decision of any policy also looks its
 // policy up (a read lock and a map access). Folding does not allocate but
 // for a policy's first failure (its state, 240 bytes, and its map entry;
-// at most [MaxFoldedPolicies] policies).
+// at most 1,024 policies).
 //
-// A config change is logged with [ConfigMessage] and only its outcome,
+// A config change is logged with "floodgate config change" and only its outcome,
 // source ("config") and error (the file:line of a refused file).
 //
 // The key of the request is never logged (it may be a credential). When the
@@ -149,12 +154,12 @@ func New(logger *slog.Logger, opts ...Option) (*Observer, error) {
 	if logger == nil {
 		return nil, fmt.Errorf("%w: slogobserver: nil logger", floodgate.ErrInvalidConfig)
 	}
-	o := &Observer{logger: logger, msg: DefaultMessage}
-	o.folds.interval = int64(DefaultFoldInterval)
+	o := &Observer{logger: logger, msg: defaultMessage}
+	o.folds.interval = int64(defaultFoldInterval)
 	o.folds.epoch = time.Now()
 	o.folds.byPolicy = make(map[string]*policyFolds)
 	for i := range o.levels {
-		o.levels[i] = DefaultLevel(floodgate.Outcome(i))
+		o.levels[i] = defaultLevel(floodgate.Outcome(i))
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -167,8 +172,8 @@ func New(logger *slog.Logger, opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// Level returns the level outcome o is logged at.
-func (o *Observer) Level(oc floodgate.Outcome) slog.Level {
+// level returns the level outcome o is logged at.
+func (o *Observer) level(oc floodgate.Outcome) slog.Level {
 	if int(oc) < len(o.levels) {
 		return o.levels[oc]
 	}
@@ -186,7 +191,7 @@ func (o *Observer) Observe(e floodgate.Event) {
 		}
 	}
 	ctx := context.Background()
-	level := o.Level(e.Outcome)
+	level := o.level(e.Outcome)
 	if !o.logger.Enabled(ctx, level) {
 		return
 	}
@@ -196,7 +201,7 @@ func (o *Observer) Observe(e floodgate.Event) {
 		if e.Err != nil {
 			attrs = append(attrs, slog.String("error", e.Err.Error()))
 		}
-		o.logger.LogAttrs(ctx, level, ConfigMessage, attrs...)
+		o.logger.LogAttrs(ctx, level, configMessage, attrs...)
 		return
 	}
 	var folded int64
@@ -207,7 +212,21 @@ func (o *Observer) Observe(e floodgate.Event) {
 			return
 		}
 	}
-	attrs := append(buf[:0],
+	attrs := eventAttrs(buf[:0], e)
+	if folded > 0 {
+		attrs = append(attrs, slog.Int64("folded", folded))
+	}
+	if over {
+		attrs = append(attrs, slog.Bool("overflow", true))
+	}
+	o.logger.LogAttrs(ctx, level, o.msg, attrs...)
+}
+
+// eventAttrs appends the attributes of a decision event to attrs: the
+// policy, outcome, source, class, tier, route, latency, the decision's
+// figures and the error's text.
+func eventAttrs(attrs []slog.Attr, e floodgate.Event) []slog.Attr {
+	attrs = append(attrs,
 		slog.String("policy", e.Policy),
 		slog.String("outcome", e.Outcome.String()))
 	if e.Source != 0 && e.Source != floodgate.SourceRequest {
@@ -237,17 +256,11 @@ func (o *Observer) Observe(e floodgate.Event) {
 		// call, an Observer must not keep the error.
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
-	if folded > 0 {
-		attrs = append(attrs, slog.Int64("folded", folded))
-	}
-	if over {
-		attrs = append(attrs, slog.Bool("overflow", true))
-	}
-	o.logger.LogAttrs(ctx, level, o.msg, attrs...)
+	return attrs
 }
 
-// Flush writes, with [FoldedMessage], every folded count not yet written,
-// whatever the interval; a key's next failure is still written or folded by
+// Flush writes, with "floodgate failures folded", every folded count not
+// yet written, whatever the interval; a key's next failure is still written or folded by
 // the interval that was running. Call it before the process exits, or
 // where an outage is known to be over. It is safe to call at any time,
 // concurrently with Observe.
@@ -261,7 +274,7 @@ func (o *Observer) Flush() {
 func (o *Observer) write(counts []foldedCount) {
 	ctx := context.Background()
 	for _, c := range counts {
-		level := o.Level(c.outcome)
+		level := o.level(c.outcome)
 		if !o.logger.Enabled(ctx, level) {
 			continue
 		}
@@ -282,6 +295,6 @@ func (o *Observer) write(counts []foldedCount) {
 		if c.over {
 			attrs = append(attrs, slog.Bool("overflow", true))
 		}
-		o.logger.LogAttrs(ctx, level, FoldedMessage, attrs...)
+		o.logger.LogAttrs(ctx, level, foldedMessage, attrs...)
 	}
 }

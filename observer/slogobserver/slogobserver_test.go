@@ -61,7 +61,7 @@ func TestDefaultLevelsAndAttributes(t *testing.T) {
 	levels := []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelError, slog.LevelWarn}
 	for i, r := range h.records {
 		assert.Equal(t, levels[i], r.Level, "record %d", i)
-		assert.Equal(t, DefaultMessage, r.Message)
+		assert.Equal(t, defaultMessage, r.Message)
 	}
 
 	allowed := attrs(h.records[0])
@@ -109,8 +109,8 @@ func TestOptions(t *testing.T) {
 	require.Len(t, h.records, 1)
 	assert.Equal(t, slog.LevelWarn, h.records[0].Level)
 	assert.Equal(t, "rate limit", h.records[0].Message)
-	assert.Equal(t, slog.LevelWarn, o.Level(floodgate.OutcomeDenied))
-	assert.Equal(t, slog.LevelInfo, o.Level(floodgate.Outcome(200)), "unknown outcomes log at Info")
+	assert.Equal(t, slog.LevelWarn, o.level(floodgate.OutcomeDenied))
+	assert.Equal(t, slog.LevelInfo, o.level(floodgate.Outcome(200)), "unknown outcomes log at Info")
 
 	for _, bad := range []Option{WithLevel(0, slog.LevelInfo), WithLevel(99, slog.LevelInfo), WithMessage(""), nil} {
 		_, err := New(slog.Default(), bad)

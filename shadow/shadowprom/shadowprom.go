@@ -10,23 +10,23 @@ import (
 	"github.com/floodgate-go/floodgate/shadow"
 )
 
-// Collector is a prometheus.Collector of a Recorder's reports.
-type Collector struct {
+// collector is a prometheus.Collector of a Recorder's reports.
+type collector struct {
 	rec                                          *shadow.Recorder
 	demand, burst, limit, recLimit, recBurst     *prometheus.Desc
 	keys, observed, window, above, refused, decs *prometheus.Desc
 	keyRefused                                   *prometheus.Desc
 }
 
-// NewCollector returns the Collector of rec's reports.
-func NewCollector(rec *shadow.Recorder) (*Collector, error) {
+// newCollector returns the collector of rec's reports.
+func newCollector(rec *shadow.Recorder) (*collector, error) {
 	if rec == nil {
 		return nil, fmt.Errorf("%w: shadowprom: nil Recorder", floodgate.ErrInvalidConfig)
 	}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("floodgate_shadow_"+name, help, append([]string{"policy"}, labels...), nil)
 	}
-	return &Collector{
+	return &collector{
 		rec:      rec,
 		demand:   d("demand", "Units a key asks for in one window of the policy, by quantile over key-windows (1 = maximum).", "quantile"),
 		burst:    d("burst", "Most units a key asks for within an eighth of a window, by quantile over key-windows.", "quantile"),
@@ -44,12 +44,14 @@ func NewCollector(rec *shadow.Recorder) (*Collector, error) {
 	}, nil
 }
 
-// Register registers the Collector of rec's reports with reg.
+// Register registers the collector of rec's reports with reg: one
+// prometheus.Collector (wrap reg with prometheus.WrapRegistererWith to add
+// constant labels or a prefix).
 func Register(reg prometheus.Registerer, rec *shadow.Recorder) error {
 	if reg == nil {
 		return fmt.Errorf("%w: shadowprom: nil registerer", floodgate.ErrInvalidConfig)
 	}
-	c, err := NewCollector(rec)
+	c, err := newCollector(rec)
 	if err != nil {
 		return err
 	}
@@ -57,14 +59,14 @@ func Register(reg prometheus.Registerer, rec *shadow.Recorder) error {
 }
 
 // Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.demand, c.burst, c.limit, c.recLimit, c.recBurst, c.keys, c.observed, c.window, c.above, c.refused, c.decs, c.keyRefused} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}

@@ -240,7 +240,7 @@ func TestApplyAllRacingClose(t *testing.T) {
 // Stats.MaxKeys is the bound the shards share: WithMaxKeys' value, however
 // it divides among the shards.
 func TestStatsMaxKeys(t *testing.T) {
-	for _, c := range []struct{ shards, max int }{{1, 3}, {4, 10}, {16, 1000}, {256, memstore.DefaultMaxKeys}} {
+	for _, c := range []struct{ shards, max int }{{1, 3}, {4, 10}, {16, 1000}, {256, 1 << 22}} {
 		s, err := memstore.New(memstore.WithShards(c.shards), memstore.WithMaxKeys(c.max))
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,7 @@
 //
 // The store owns time: each Apply reads the clock once, under the key's
 // lock, and hands the algorithm Unix microseconds. The default clock is
-// the monotonic system clock ([floodgate.SystemClock]'s readings, never
+// the monotonic system clock (offset to wall time once at start, never
 // backwards); [WithClock] injects
 // another one for tests. [WithCoarseClock] opts in to a cached time,
 // refreshed every resolution (say 1ms) by one goroutine shared by the

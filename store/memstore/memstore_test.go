@@ -54,7 +54,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 
 func TestNewDefaults(t *testing.T) {
 	s := newStore(t)
-	if st := s.Stats(); st.Shards != memstore.DefaultShards || st.Keys != 0 || st.Slots != 0 {
+	if st := s.Stats(); st.Shards != 256 || st.Keys != 0 || st.Slots != 0 {
 		t.Fatalf("fresh default store: %+v", st)
 	}
 	// Fewer keys than the default shards: the shards shrink to fit.

@@ -9,14 +9,14 @@ import (
 
 // Defaults used by [New] when no option overrides them.
 const (
-	// DefaultMaxKeys is the default bound on the number of keys kept
+	// defaultMaxKeys is the default bound on the number of keys kept
 	// (about 150 MB of token buckets at the measured 34 bytes per key).
-	DefaultMaxKeys = 1 << 22
-	// DefaultShards is the default number of shards (each with its own lock).
-	DefaultShards = 256
-	// DefaultSweepInterval is how often, by default, the background sweeper
+	defaultMaxKeys = 1 << 22
+	// defaultShards is the default number of shards (each with its own lock).
+	defaultShards = 256
+	// defaultSweepInterval is how often, by default, the background sweeper
 	// drops the keys whose state is back to full.
-	DefaultSweepInterval = time.Minute
+	defaultSweepInterval = time.Minute
 	// maxShards bounds WithShards.
 	maxShards = 1 << 16
 )
@@ -38,11 +38,11 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{shards: DefaultShards, maxKeys: DefaultMaxKeys, sweep: DefaultSweepInterval}
+	return config{shards: defaultShards, maxKeys: defaultMaxKeys, sweep: defaultSweepInterval}
 }
 
 // WithShards sets the number of shards, a power of two between 1 and 65536.
-// More shards mean less lock contention; [DefaultShards] suits most uses.
+// More shards mean less lock contention; the default, 256, suits most uses.
 func WithShards(n int) Option {
 	return Option{func(c *config) error {
 		if n < 1 || n > maxShards || n&(n-1) != 0 {
@@ -53,10 +53,11 @@ func WithShards(n int) Option {
 	}}
 }
 
-// WithMaxKeys bounds the number of keys the store keeps (n >= 1). The bound
-// is split evenly between the shards, so the total never exceeds n but one
-// shard may evict while another still has room. See [Store] for what is
-// evicted.
+// WithMaxKeys bounds the number of keys the store keeps (n >= 1; default
+// 4,194,304 = 1<<22, about 150 MB of token buckets at the measured 34 bytes
+// per key). The bound is split evenly between the shards, so the total
+// never exceeds n but one shard may evict while another still has room.
+// See [Store] for what is evicted.
 func WithMaxKeys(n int) Option {
 	return Option{func(c *config) error {
 		if n < 1 {
@@ -68,7 +69,8 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithSweepInterval sets how often a background goroutine drops the keys
-// whose state is back to full. d == 0 disables the background sweeper (call
+// whose state is back to full (default one minute). d == 0 disables the
+// background sweeper (call
 // [Store.Sweep] yourself, or rely on the MaxKeys eviction); d < 0 is an error.
 func WithSweepInterval(d time.Duration) Option {
 	return Option{func(c *config) error {

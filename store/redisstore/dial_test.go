@@ -35,7 +35,7 @@ func TestDialWhileRedisDown(t *testing.T) {
 	s, err := Dial(opt, WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailClosed(time.Second)))
 	require.NoError(t, err)
 	took := time.Since(begin)
-	assert.Less(t, took, s.Timeout()+100*time.Millisecond, "Dial waited")
+	assert.Less(t, took, s.timeout+100*time.Millisecond, "Dial waited")
 	plain, err := Dial(opt, WithPrefix(uniquePrefix(t)))
 	require.NoError(t, err)
 	alg, err := bucket.Config{Rate: floodgate.PerSecond(1_000_000), Burst: 1_000_000}.Algorithm()

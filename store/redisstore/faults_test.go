@@ -181,7 +181,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 
 	lag.stop()
 	for _, f := range all {
-		lag.check(t, f.name, time.Duration(f.maxLatency.Load()), f.store.Timeout()+10*time.Millisecond)
+		lag.check(t, f.name, time.Duration(f.maxLatency.Load()), f.store.timeout+10*time.Millisecond)
 		assert.Zero(t, f.badSource.Load(), "%s: events without Source SourceStore", f.name)
 		rec := f.recovered()
 		if assert.NotZero(t, rec, "%s: never went back to Redis", f.name) {

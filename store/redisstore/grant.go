@@ -279,9 +279,9 @@ var (
 	leaveScript     = newScript("-- floodgate redisstore leave\n", `redis.call('ZREM', KEYS[1], ARGV[1]) return redis.call('ZCARD', KEYS[1])`)
 )
 
-// HeartbeatKey is the Redis key of group's heartbeats: the prefix, a hash
+// heartbeatKey is the Redis key of group's heartbeats: the prefix, a hash
 // tag of group, "hb:" and group.
-func (s *Store) HeartbeatKey(group string) string {
+func (s *Store) heartbeatKey(group string) string {
 	var tag [16]byte
 	putHex16(tag[:], fnv64a(group))
 	return s.prefix + "{" + string(tag[:]) + "}hb:" + group
@@ -313,7 +313,7 @@ func (s *Store) members(ctx context.Context, script *script, group string, args 
 		return 0, err
 	}
 	cctx, cancel := s.callContext(ctx)
-	n, err := s.call(cctx, script, []string{s.HeartbeatKey(group)}, args).AsInt64()
+	n, err := s.call(cctx, script, []string{s.heartbeatKey(group)}, args).AsInt64()
 	if cancel != nil {
 		cancel()
 	}

@@ -19,12 +19,12 @@ import (
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
-// DefaultPrefix is the key prefix of a [Store] built without [WithPrefix].
-const DefaultPrefix = "floodgate:"
+// defaultPrefix is the key prefix of a [Store] built without [WithPrefix].
+const defaultPrefix = "floodgate:"
 
-// DefaultTimeout is the per-decision timeout of a [Store] built without
+// defaultTimeout is the per-decision timeout of a [Store] built without
 // [WithTimeout].
-const DefaultTimeout = 50 * time.Millisecond
+const defaultTimeout = 50 * time.Millisecond
 
 // Store is a [store.Store] on Redis, Redis Cluster or Sentinel, through a
 // rueidis client. Every decision is one round trip (three for the first
@@ -76,7 +76,7 @@ type config struct {
 type Option struct{ apply func(*config) }
 
 // WithPrefix sets the prefix of every key the store writes (default
-// [DefaultPrefix], "floodgate:"). It must not contain '{' or '}': the store
+// "floodgate:"). It must not contain '{' or '}': the store
 // puts its own hash tag right after it.
 func WithPrefix(prefix string) Option {
 	return Option{func(c *config) {
@@ -87,7 +87,7 @@ func WithPrefix(prefix string) Option {
 	}}
 }
 
-// WithTimeout sets the per-decision timeout (default [DefaultTimeout], 50ms):
+// WithTimeout sets the per-decision timeout (default 50ms):
 // a decision that Redis has not answered by then is a failure, handled by the
 // [FailurePolicy]. A caller context with an earlier deadline wins. The timeout
 // must be positive.
@@ -119,13 +119,13 @@ func WithObserver(o floodgate.Observer) Option {
 	return Option{func(c *config) { c.observer = o }}
 }
 
-// DefaultCoalescing is the coalescing threshold of a [Store] built without
+// defaultCoalescing is the coalescing threshold of a [Store] built without
 // [WithCoalescing].
-const DefaultCoalescing = 2
+const defaultCoalescing = 2
 
 // WithCoalescing sets how many script calls of one algorithm may be in flight
 // before further calls are coalesced into one script call (default
-// [DefaultCoalescing]; 0 or less turns coalescing off). A coalesced call waits
+// 2; 0 or less turns coalescing off). A coalesced call waits
 // for an in-flight call to finish, then runs with the other waiting calls in
 // one script call (one TIME, then each decision in turn, atomically): under
 // concurrency this cuts the server's work per decision by about half. It
@@ -189,7 +189,7 @@ const (
 
 // configure applies opts to the defaults.
 func configure(opts []Option) (config, error) {
-	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, name: "redis", coalesce: DefaultCoalescing}
+	c := config{prefix: defaultPrefix, timeout: defaultTimeout, name: "redis", coalesce: defaultCoalescing}
 	for _, o := range opts {
 		if o.apply == nil {
 			return c, fmt.Errorf("%w: redisstore: zero Option", floodgate.ErrInvalidConfig)
@@ -258,9 +258,6 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
-
-// Timeout returns the per-decision timeout.
-func (s *Store) Timeout() time.Duration { return s.timeout }
 
 // Key returns the Redis key that holds key's state for alg: the prefix, a
 // hash tag made of the 64-bit FNV-1a hash of key in hex (so that braces in

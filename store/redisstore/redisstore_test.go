@@ -59,7 +59,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	s, err := New(c)
 	require.NoError(t, err)
-	assert.Equal(t, DefaultTimeout, s.Timeout())
+	assert.Equal(t, defaultTimeout, s.timeout)
 
 	// An algorithm without a Lua twin cannot run on Redis.
 	ctx := context.Background()
@@ -139,14 +139,14 @@ func TestKeyLayout(t *testing.T) {
 	alg := tokenBucket(t, floodgate.PerSecond(1), 1)
 	for _, k := range []string{"", "{", "}", "a}b{", "{x}", "a{x}", "b{x}"} {
 		rk := s.Key(k, alg)
-		require.True(t, strings.HasPrefix(rk, DefaultPrefix+"{"), rk)
-		tag := rk[len(DefaultPrefix)+1:]
+		require.True(t, strings.HasPrefix(rk, defaultPrefix+"{"), rk)
+		tag := rk[len(defaultPrefix)+1:]
 		end := strings.IndexByte(tag, '}')
 		require.Equal(t, 16, end, "the hash tag is 16 hex digits: %q", rk)
 		assert.Equal(t, hex16(fnv64a(k)), tag[:end])
 		assert.True(t, strings.HasSuffix(rk, ":"+k))
 	}
-	assert.NotEqual(t, s.Key("a{x}", alg)[:len(DefaultPrefix)+18], s.Key("b{x}", alg)[:len(DefaultPrefix)+18],
+	assert.NotEqual(t, s.Key("a{x}", alg)[:len(defaultPrefix)+18], s.Key("b{x}", alg)[:len(defaultPrefix)+18],
 		"braces in the user key do not choose the slot")
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/storetest"
@@ -110,7 +111,7 @@ func TestRunOnReferenceStore(t *testing.T) {
 
 func TestRunOnReferenceStoreRealTime(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		return &refStore{clock: floodgate.SystemClock, m: map[refKey]algo.State{}}
+		return &refStore{clock: monotime.Clock{}, m: map[refKey]algo.State{}}
 	})
 }
 
