@@ -2,8 +2,8 @@ package rls
 
 import (
 	"math"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -54,89 +54,150 @@ const (
 
 // headers writes the header groups of a response; ld is the descriptor
 // closest to (or over) its limit, refused whether the response is
-// OVER_LIMIT.
+// OVER_LIMIT. Every value is appended into one buffer, copied once into
+// one string the values share; the HeaderValues live in one array: three
+// allocations, whatever the number of fields.
 func (s *Service) headers(ds []dstatus, resp *rlspb.RateLimitResponse, ld leader, refused bool, now time.Time) []*corepb.HeaderValue {
 	if s.opts.headers == 0 || !ld.set {
 		return nil
 	}
-	var out []*corepb.HeaderValue
+	var arr [512]byte
+	buf := arr[:0]
+	var fs ratehdr.Fields
 	if s.opts.headers&HeadersIETF != 0 {
-		out = s.ietf(out, ds, ld.st.GetDurationUntilReset().AsDuration(), refused, now)
+		buf = s.ietf(buf, &fs, ds, ld.st.GetDurationUntilReset().AsDuration(), refused, now)
 	}
 	if s.opts.headers&HeadersLegacy != 0 && ld.st.CurrentLimit != nil {
 		var capacity int64
 		if ld.check != nil {
 			capacity = direct(ld.check.Limiter).Capacity()
 		}
-		out = append(out,
-			&corepb.HeaderValue{Key: "X-RateLimit-Limit", Value: strconv.FormatInt(limitHeader(ld.st, capacity), 10)},
-			&corepb.HeaderValue{Key: "X-RateLimit-Remaining", Value: strconv.FormatUint(uint64(ld.st.LimitRemaining), 10)},
-			&corepb.HeaderValue{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(ld.st.GetDurationUntilReset().GetSeconds(), 10)})
+		a := len(buf)
+		buf = strconv.AppendInt(buf, limitHeader(ld.st, capacity), 10)
+		fs.Add("X-RateLimit-Limit", a, len(buf))
+		a = len(buf)
+		buf = strconv.AppendUint(buf, uint64(ld.st.LimitRemaining), 10)
+		fs.Add("X-RateLimit-Remaining", a, len(buf))
+		a = len(buf)
+		buf = strconv.AppendInt(buf, ld.st.GetDurationUntilReset().GetSeconds(), 10)
+		fs.Add("X-RateLimit-Reset", a, len(buf))
 	}
 	if s.opts.headers&HeadersReference != 0 {
-		out = referenceHeaders(out, resp.Statuses, now)
+		buf = referenceHeaders(buf, &fs, resp.Statuses, now)
+	}
+	return values(&fs, buf)
+}
+
+// values returns the fields fs recorded in buf as HeaderValues, their
+// values substrings of one copy of buf.
+func values(fs *ratehdr.Fields, buf []byte) []*corepb.HeaderValue {
+	if fs.N == 0 {
+		return nil
+	}
+	all := string(buf)
+	hv := make([]corepb.HeaderValue, fs.N)
+	out := make([]*corepb.HeaderValue, fs.N)
+	for k := range out {
+		hv[k].Key, hv[k].Value = fs.Key[k], all[fs.From[k]:fs.To[k]]
+		out[k] = &hv[k]
 	}
 	return out
 }
 
-// ietf appends RateLimit-Policy and RateLimit: a member per limit of
-// every limited descriptor (a descriptor with a token bucket and a window
-// advertises both, each under its own name), the first descriptor naming
-// a limit advertising it. leadReset is the lead's duration_until_reset.
-func (s *Service) ietf(out []*corepb.HeaderValue, ds []dstatus, leadReset time.Duration, refused bool, now time.Time) []*corepb.HeaderValue {
-	var pol, rl strings.Builder
-	seen := map[string]bool{}
+// member is one limit a RateLimit-Policy member advertises: limit j of
+// descriptor d, the n-th member.
+type member struct {
+	d    *dstatus
+	j, n int
+}
+
+// header is the member's limit's header name.
+func (m member) header() string { return m.d.lm.lims[m.j].header }
+
+// ietf appends RateLimit-Policy and RateLimit to buf and fs: a member per
+// limit of every limited descriptor (a descriptor with a token bucket and
+// a window advertises both, each under its own name), the first
+// descriptor naming a limit advertising it. leadReset is the lead's
+// duration_until_reset.
+func (s *Service) ietf(buf []byte, fs *ratehdr.Fields, ds []dstatus, leadReset time.Duration, refused bool, now time.Time) []byte {
+	var arr [16]member
+	ms := members(arr[:0], ds)
+	if len(ms) == 0 {
+		return buf
+	}
+	a := len(buf)
+	for k, m := range ms {
+		l := &m.d.lm.lims[m.j]
+		buf = s.appendMember(buf, k > 0, m, ";q=", l.q, ";w=", l.w)
+	}
+	fs.Add("RateLimit-Policy", a, len(buf))
+	a = len(buf)
+	for _, m := range ms {
+		if r, t, send := s.member(m.d, m.j, leadReset, refused, now); send {
+			buf = s.appendMember(buf, len(buf) > a, m, ";r=", r, ";t=", t)
+		}
+	}
+	if len(buf) > a {
+		fs.Add("RateLimit", a, len(buf))
+	}
+	return buf
+}
+
+// members appends to ms the limits the IETF fields advertise, in order,
+// each header name once (a linear search over the few members of a
+// request; a set once they are many).
+func members(ms []member, ds []dstatus) []member {
+	var seen map[string]bool
 	for i := range ds {
 		d := &ds[i]
 		if d.checks == nil {
 			continue
 		}
 		for j := range d.lm.lims {
-			l := &d.lm.lims[j]
-			if seen[l.header] {
+			h := d.lm.lims[j].header
+			switch {
+			case seen != nil:
+				if seen[h] {
+					continue
+				}
+				seen[h] = true
+			case slices.ContainsFunc(ms, func(m member) bool { return m.header() == h }):
 				continue
+			case len(ms) == 32:
+				seen = make(map[string]bool, 64)
+				for _, m := range ms {
+					seen[m.header()] = true
+				}
+				seen[h] = true
 			}
-			seen[l.header] = true
-			name := l.header
-			if s.opts.noHeaderNames {
-				name = positional(len(seen))
-			}
-			appendMember(&pol, name, ";q=", l.q, ";w=", l.w)
-			if r, t, send := s.member(d, j, leadReset, refused, now); send {
-				appendMember(&rl, name, ";r=", r, ";t=", t)
-			}
+			ms = append(ms, member{d: d, j: j, n: len(ms) + 1})
 		}
 	}
-	if pol.Len() > 0 {
-		out = append(out, &corepb.HeaderValue{Key: "RateLimit-Policy", Value: pol.String()})
-	}
-	if rl.Len() > 0 {
-		out = append(out, &corepb.HeaderValue{Key: "RateLimit", Value: rl.String()})
-	}
-	return out
+	return ms
 }
 
-// positional is the name of the n-th member when members are named by
-// position: "default", then "limit-2", "limit-3".
-func positional(n int) string {
-	if n == 1 {
-		return "default"
+// appendMember appends `"name";k1=v1;k2=v2`, after a separator when sep:
+// the name is m's limit's header name or, when members are named by
+// position, "default" for the first, then "limit-2", "limit-3".
+func (s *Service) appendMember(buf []byte, sep bool, m member, k1 string, v1 int64, k2 string, v2 int64) []byte {
+	if sep {
+		buf = append(buf, ", "...)
 	}
-	return "limit-" + strconv.Itoa(n)
-}
-
-// appendMember appends `"name";k1=v1;k2=v2` to a list of members.
-func appendMember(b *strings.Builder, name, k1 string, v1 int64, k2 string, v2 int64) {
-	if b.Len() > 0 {
-		b.WriteString(", ")
+	buf = append(buf, '"')
+	switch {
+	case !s.opts.noHeaderNames:
+		buf = append(buf, m.header()...)
+	case m.n == 1:
+		buf = append(buf, "default"...)
+	default:
+		buf = append(buf, "limit-"...)
+		buf = strconv.AppendInt(buf, int64(m.n), 10)
 	}
-	b.WriteByte('"')
-	b.WriteString(name)
-	b.WriteByte('"')
-	b.WriteString(k1)
-	b.WriteString(strconv.FormatInt(v1, 10))
-	b.WriteString(k2)
-	b.WriteString(strconv.FormatInt(v2, 10))
+	buf = append(buf, '"')
+	buf = append(buf, k1...)
+	buf = strconv.AppendInt(buf, v1, 10)
+	buf = append(buf, k2...)
+	return strconv.AppendInt(buf, v2, 10)
 }
 
 // limitHeader is X-RateLimit-Limit: the capacity of the lead limit (a
@@ -181,8 +242,8 @@ func (s *Service) member(d *dstatus, j int, leadReset time.Duration, refused boo
 
 // referenceHeaders appends the reference's RateLimit-Limit,
 // RateLimit-Remaining and RateLimit-Reset (see HeadersReference), chosen
-// among the statuses as the reference chooses.
-func referenceHeaders(out []*corepb.HeaderValue, sts []*rlspb.RateLimitResponse_DescriptorStatus, now time.Time) []*corepb.HeaderValue {
+// among the statuses as the reference chooses, to buf and fs.
+func referenceHeaders(buf []byte, fs *ratehdr.Fields, sts []*rlspb.RateLimitResponse_DescriptorStatus, now time.Time) []byte {
 	var lead *rlspb.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
 	for _, st := range sts {
@@ -194,17 +255,23 @@ func referenceHeaders(out []*corepb.HeaderValue, sts []*rlspb.RateLimitResponse_
 		}
 	}
 	if lead == nil {
-		return out
+		return buf
 	}
 	reset := lead.GetDurationUntilReset().GetSeconds()
 	if lead.DurationUntilReset == nil {
 		unit := unitSeconds(lead.CurrentLimit.Unit)
 		reset = unit - now.Unix()%unit
 	}
-	return append(out,
-		&corepb.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(lead.CurrentLimit.RequestsPerUnit), 10)},
-		&corepb.HeaderValue{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(lead.LimitRemaining), 10)},
-		&corepb.HeaderValue{Key: "RateLimit-Reset", Value: strconv.FormatInt(reset, 10)})
+	a := len(buf)
+	buf = strconv.AppendUint(buf, uint64(lead.CurrentLimit.RequestsPerUnit), 10)
+	fs.Add("RateLimit-Limit", a, len(buf))
+	a = len(buf)
+	buf = strconv.AppendUint(buf, uint64(lead.LimitRemaining), 10)
+	fs.Add("RateLimit-Remaining", a, len(buf))
+	a = len(buf)
+	buf = strconv.AppendInt(buf, reset, 10)
+	fs.Add("RateLimit-Reset", a, len(buf))
+	return buf
 }
 
 // unitSeconds is the length of a unit in seconds (the reference's

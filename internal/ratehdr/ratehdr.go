@@ -113,3 +113,17 @@ func Member(d floodgate.Decision, q int64, retry time.Duration, delayRefused boo
 	}
 	return r, min(Seconds(wait), Seconds(retry)), true
 }
+
+// Fields records header fields formatted into one buffer, in order: field
+// k is Key[k] = buf[From[k]:To[k]]. A response has eight at most.
+type Fields struct {
+	Key      [8]string
+	From, To [8]int
+	N        int
+}
+
+// Add records field key = buf[from:to].
+func (f *Fields) Add(key string, from, to int) {
+	f.Key[f.N], f.From[f.N], f.To[f.N] = key, from, to
+	f.N++
+}

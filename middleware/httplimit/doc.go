@@ -189,6 +189,8 @@
 //
 // Every function, handler and Transport of this package is safe for
 // concurrent use. On the admitted path with IPv4 client keys the middleware
-// allocates once per request (the block holding every header value); IPv6
-// and header keys add one allocation for the key.
+// allocates once per request: the block holding every header value (128
+// bytes for one limit without diagnostic fields), besides the first group
+// of an empty header map, which writing any header costs. IPv6 and header
+// keys add one allocation for the key.
 package httplimit

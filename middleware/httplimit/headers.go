@@ -39,20 +39,6 @@ type headerBlock struct {
 	buf  [128]byte
 }
 
-// spans records the fields formatted into a headerBlock's buffer: field
-// k is names[k] = buf[from[k]:to[k]] (an empty span: the static
-// RateLimit-Policy value).
-type spans struct {
-	names    [5]string
-	from, to [5]int
-	n        int
-}
-
-func (s *spans) add(name string, from, to int) {
-	s.names[s.n], s.from[s.n], s.to[s.n] = name, from, to
-	s.n++
-}
-
 // writeHeaders writes the informational header groups of verdict v, whose
 // checks hold each limit's own decision, with f's members; the field names
 // are the canonical constants, written straight into the map.
@@ -66,7 +52,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 
 	blk := new(headerBlock)
 	buf := blk.buf[:0]
-	var sp spans
+	var sp ratehdr.Fields // an empty span: the static RateLimit-Policy value
 	if c.headers&HeadersIETF != 0 {
 		a := len(buf)
 		if f.policyField() == "" {
@@ -77,11 +63,11 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 				buf = f.appendPolicy(buf, i, checks[i].Limiter, checks[i].Decision.Limit)
 			}
 		}
-		sp.add(hRateLimitPolicy, a, len(buf))
+		sp.Add(hRateLimitPolicy, a, len(buf))
 		a = len(buf)
 		buf = appendCurrent(buf, f, checks, v)
 		if len(buf) > a {
-			sp.add(hRateLimit, a, len(buf))
+			sp.Add(hRateLimit, a, len(buf))
 		}
 	}
 	if c.headers&HeadersLegacy != 0 {
@@ -91,7 +77,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 		}{{hLimit, limit}, {hRemaining, remaining}, {hReset, min(ceilSeconds(d.ResetAfter), maxSF)}} {
 			a := len(buf)
 			buf = strconv.AppendInt(buf, x.v, 10)
-			sp.add(x.name, a, len(buf))
+			sp.Add(x.name, a, len(buf))
 		}
 	}
 	// buf is never written again: strings may point into it. (When many
@@ -99,7 +85,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 	// equally immutable from here on.)
 	putFields(h, blk, buf, &sp, f.policyField(), v.Kind == admit.Deny, remaining)
 	if c.headers&HeadersDiagnostic != 0 {
-		n := sp.n
+		n := sp.N
 		if c.tier != "" {
 			blk.vals[n] = c.tier
 			h[hTier] = blk.vals[n : n+1 : n+1]
@@ -109,12 +95,138 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 	}
 }
 
-// putFields puts the fields of sp into h. Stacked middlewares: an outer one
+// oneBlock holds the informational header values of a one-limit
+// Middleware response without diagnostic fields: the one-element []string
+// values the header map points to and the bytes of the formatted numbers,
+// in one allocation of 128 bytes.
+type oneBlock struct {
+	vals [5]string // indexed by fPolicy...fReset
+	buf  [48]byte
+}
+
+// The fields of a oneBlock.
+const (
+	fPolicy = iota
+	fRateLimit
+	fLimit
+	fRemaining
+	fReset
+)
+
+// writeHeaders writes the informational headers of verdict v. A single
+// limit's fields, in a header map no other rate-limit middleware wrote
+// to, take writeOne's shorter path; everything else (several limits,
+// diagnostic fields, stacked middlewares) the general one.
+func (m *limiterMW) writeHeaders(h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
+	c := &m.cfg
+	if len(checks) == 1 && c.headers&HeadersDiagnostic == 0 && c.headers&(HeadersIETF|HeadersLegacy) != 0 {
+		_, stackedIETF := h[hRateLimit]
+		_, stackedLegacy := h[hRemaining]
+		if !stackedIETF && !stackedLegacy {
+			m.writeOne(h, v)
+			return
+		}
+	}
+	c.writeHeaders(m, h, checks, v, scope)
+}
+
+// writeOne writes the IETF and legacy fields of a one-limit verdict v into
+// h, which holds none of them: the same bytes as the general path, with
+// the constant parts precomputed (the RateLimit-Policy value, the
+// RateLimit member's name, X-RateLimit-Limit when the decision's limit is
+// the capacity) and X-RateLimit-Remaining and -Reset pointing into the
+// RateLimit member's digits when they are the same numbers.
+func (m *limiterMW) writeOne(h http.Header, v admit.Verdict) {
+	hd := &m.hdrs[0]
+	ietf, legacy := m.cfg.headers&HeadersIETF != 0, m.cfg.headers&HeadersLegacy != 0
+	d := v.Decision
+	blk := new(oneBlock)
+	buf := blk.buf[:0]
+	// Field k of the block is blk.vals[k], or the bytes buf[from[k]:to[k]]
+	// when it is formatted (from[k] < to[k]).
+	var from, to [5]int
+	span := func(k, a int) { from[k], to[k] = a, len(buf) }
+	var r, t int64
+	sent := false
+	if ietf {
+		blk.vals[fPolicy] = m.static
+		if m.static == "" {
+			a := len(buf)
+			buf = m.appendPolicy(buf, 0, nil, d.Limit)
+			span(fPolicy, a)
+		}
+		retry := time.Duration(0)
+		if v.Kind == admit.Deny {
+			retry = v.RetryAfter
+		}
+		r, t, sent = ratehdr.Member(d, hd.q, retry, v.Reason == admit.ReasonDelay)
+		if sent {
+			a := len(buf)
+			buf = append(buf, hd.rl...)
+			from[fRemaining] = len(buf)
+			buf = strconv.AppendInt(buf, r, 10)
+			to[fRemaining] = len(buf)
+			buf = append(buf, ";t="...)
+			from[fReset] = len(buf)
+			buf = strconv.AppendInt(buf, t, 10)
+			to[fReset] = len(buf)
+			span(fRateLimit, a)
+		}
+	}
+	if legacy {
+		limit := clampSF(d.Limit)
+		remaining := min(clampSF(d.Remaining), limit)
+		reset := min(ceilSeconds(d.ResetAfter), maxSF)
+		if limit == hd.capacity && hd.capacityField != "" {
+			blk.vals[fLimit] = hd.capacityField
+		} else {
+			a := len(buf)
+			buf = strconv.AppendInt(buf, limit, 10)
+			span(fLimit, a)
+		}
+		if !sent || r != remaining {
+			a := len(buf)
+			buf = strconv.AppendInt(buf, remaining, 10)
+			span(fRemaining, a)
+		}
+		if !sent || t != reset {
+			a := len(buf)
+			buf = strconv.AppendInt(buf, reset, 10)
+			span(fReset, a)
+		}
+	}
+	// buf is never written again: the strings may point into it (or into
+	// the heap array append moved it to, equally immutable from here on).
+	for k := range blk.vals {
+		if from[k] < to[k] {
+			blk.vals[k] = unsafe.String(&buf[from[k]], to[k]-from[k])
+		}
+	}
+	blk.put(h, ietf, sent, legacy)
+}
+
+// put sets the fields of b in h, under their canonical names: the IETF
+// ones (RateLimit only when sent), the legacy ones.
+func (b *oneBlock) put(h http.Header, ietf, sent, legacy bool) {
+	if ietf {
+		h[hRateLimitPolicy] = b.vals[fPolicy : fPolicy+1 : fPolicy+1]
+		if sent {
+			h[hRateLimit] = b.vals[fRateLimit : fRateLimit+1 : fRateLimit+1]
+		}
+	}
+	if legacy {
+		h[hLimit] = b.vals[fLimit : fLimit+1 : fLimit+1]
+		h[hRemaining] = b.vals[fRemaining : fRemaining+1 : fRemaining+1]
+		h[hReset] = b.vals[fReset : fReset+1 : fReset+1]
+	}
+}
+
+// putFields puts the fields of sp (spans of buf) into h. Stacked middlewares: an outer one
 // may already have written its fields. The IETF fields are lists and get
 // this middleware's members too (on a refusal, RateLimit holds only the
 // refusing limits' members); the legacy fields hold one policy and keep
 // the one with the fewest units remaining.
-func putFields(h http.Header, blk *headerBlock, buf []byte, sp *spans, policyField string, refused bool, remaining int64) {
+func putFields(h http.Header, blk *headerBlock, buf []byte, sp *ratehdr.Fields, policyField string, refused bool, remaining int64) {
 	oldRem, stackedLegacy := h[hRemaining]
 	_, stackedIETF := h[hRateLimit]
 	if refused {
@@ -126,14 +238,14 @@ func putFields(h http.Header, blk *headerBlock, buf []byte, sp *spans, policyFie
 			keepLegacy = true
 		}
 	}
-	for i := 0; i < sp.n; i++ {
-		if sp.from[i] == sp.to[i] {
+	for i := 0; i < sp.N; i++ {
+		if sp.From[i] == sp.To[i] {
 			blk.vals[i] = policyField // the one field that can be empty
 		} else {
-			blk.vals[i] = unsafe.String(&buf[sp.from[i]], sp.to[i]-sp.from[i])
+			blk.vals[i] = unsafe.String(&buf[sp.From[i]], sp.To[i]-sp.From[i])
 		}
 		val := blk.vals[i : i+1 : i+1]
-		switch name := sp.names[i]; {
+		switch name := sp.Key[i]; {
 		case name == hRateLimitPolicy || name == hRateLimit:
 			if stackedIETF {
 				if old := h[name]; len(old) > 0 {
@@ -143,7 +255,7 @@ func putFields(h http.Header, blk *headerBlock, buf []byte, sp *spans, policyFie
 		case keepLegacy:
 			continue
 		}
-		h[sp.names[i]] = val
+		h[sp.Key[i]] = val
 	}
 }
 

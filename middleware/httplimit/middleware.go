@@ -51,6 +51,11 @@ type limitHdr struct {
 	w       string // `;w=N` or ""
 	rl      string // `"name";r=`
 	q       int64  // the advertised q when static, else 0 (Decision.Limit)
+	// capacity is the limit's described capacity (clamped to maxSF) and
+	// capacityField its X-RateLimit-Limit value, "" when unknown: a
+	// decision whose Limit is the capacity writes it unformatted.
+	capacity      int64
+	capacityField string
 }
 
 type limiterMW struct {
@@ -154,6 +159,10 @@ func (m *limiterMW) buildHeaders() error {
 		seen[name] = true
 		sf := sfString(name)
 		h := limitHdr{qPrefix: sf + ";q=", rl: sf + ";r="}
+		if p.Capacity > 0 {
+			h.capacity = clampSF(p.Capacity)
+			h.capacityField = strconv.FormatInt(h.capacity, 10)
+		}
 		q, w := ratehdr.Quota(p)
 		if w > 0 {
 			h.w = ";w=" + strconv.FormatInt(w, 10)
@@ -242,7 +251,7 @@ func (h *limitHandler) respond(w http.ResponseWriter, r *http.Request, checks []
 	if fromIP {
 		scope = m.scopeIP
 	}
-	if c.answer(w, v, scope, func() { c.writeHeaders(m, w.Header(), checks, v, scope) }) {
+	if c.answer(w, v, scope, func() { m.writeHeaders(w.Header(), checks, v, scope) }) {
 		h.next.ServeHTTP(w, r)
 	}
 }
