@@ -11,6 +11,7 @@ import (
 	tblimiter "github.com/didip/tollbooth/v8/limiter"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/go-chi/httprate"
@@ -38,7 +39,7 @@ func middlewarePeers() []mwPeer {
 		// The row the ratios use: the same three X-RateLimit-* fields the
 		// peers send, so that both sides do the same work.
 		{"floodgate", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
-			return floodgateMW(tb, next, httplimit.WithHeaders(httplimit.HeadersLegacy))
+			return floodgateMW(tb, next, httplimit.WithHeaders(middleware.HeadersLegacy))
 		}},
 		// The default: the IETF RateLimit-Policy and RateLimit fields too
 		// (five header fields; the recorder's header copy grows with them).
@@ -48,7 +49,7 @@ func middlewarePeers() []mwPeer {
 		// No header at all: what the decision and the key cost, without
 		// the header fields (and the recorder's copy of them).
 		{"floodgate-no-headers", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
-			return floodgateMW(tb, next, httplimit.WithHeaders(httplimit.HeadersNone))
+			return floodgateMW(tb, next, httplimit.WithHeaders(middleware.HeadersNone))
 		}},
 		{"ulule", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
 			l := limiter.New(ululemem.NewStore(), limiter.Rate{Period: time.Second, Limit: 1_000_000})

@@ -109,3 +109,29 @@ type Matcher interface {
 // limiter, a key, cost or descriptor function, or an Acquirer panics in a
 // transport: the panic is recovered and the request follows its fail mode.
 var ErrLimiterPanic = errors.New("floodgate: limiter panicked")
+
+// HeaderSet selects the groups of rate-limit header fields a transport
+// sends: the HTTP middleware (httplimit.WithHeaders) on its responses, the
+// Envoy rate limit service (rls.WithHeaders) in response_headers_to_add.
+// Each transport's WithHeaders says what each group holds there and refuses
+// a group it does not send.
+type HeaderSet uint8
+
+// The header groups.
+const (
+	// HeadersIETF: RateLimit-Policy and RateLimit
+	// (draft-ietf-httpapi-ratelimit-headers).
+	HeadersIETF HeaderSet = 1 << iota
+	// HeadersLegacy: X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset.
+	HeadersLegacy
+	// HeadersDiagnostic: X-RateLimit-Tier, X-RateLimit-Scope and
+	// X-RateLimit-Reason (the HTTP middleware).
+	HeadersDiagnostic
+	// HeadersReference: RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset, the names envoyproxy/ratelimit sends with
+	// LIMIT_RESPONSE_HEADERS_ENABLED (the Envoy service).
+	HeadersReference
+	// HeadersNone sends none of the groups.
+	HeadersNone HeaderSet = 0
+)

@@ -201,7 +201,7 @@
 //     short hash of its config path ([WithHeaderPolicyNames]), never the
 //     path; X-RateLimit-Limit is the limit's capacity (a token bucket's
 //     burst), and RateLimit-Policy's q per w the rate scaled so that q is
-//     at least that capacity (see [HeadersIETF]).
+//     at least that capacity (see [middleware.HeadersIETF]).
 //   - Month is 30 days and year 365, as the reference without its
 //     calendar-month setting; the metric labels are domain and key (the
 //     descriptor path), not the mapping's key1/key2 split at dots.
@@ -230,17 +230,18 @@
 // The reference's environment settings that change answers map to options
 // of [New] (and flags of floodgate-rls):
 //
-//	SHADOW_MODE                             WithGlobalShadowMode           -shadow
-//	QUOTA_MODE                              WithGlobalQuotaMode            -quota-mode
-//	RESPONSE_DYNAMIC_METADATA               WithDynamicMetadata            -response-dynamic-metadata
-//	LIMIT_RESPONSE_HEADERS_ENABLED          WithHeaders(HeadersReference)  -headers reference
-//	LOCAL_CACHE_SIZE_IN_BYTES               WithOverLimitCache (in keys)   -over-limit-cache
+//	SHADOW_MODE                             WithGlobalShadowMode                      -shadow
+//	QUOTA_MODE                              WithGlobalQuotaMode                       -quota-mode
+//	RESPONSE_DYNAMIC_METADATA               WithDynamicMetadata                       -response-dynamic-metadata
+//	LIMIT_RESPONSE_HEADERS_ENABLED          WithHeaders(middleware.HeadersReference)  -headers reference
+//	LOCAL_CACHE_SIZE_IN_BYTES               WithOverLimitCache (in keys)              -over-limit-cache
 //	NEAR_LIMIT_RATIO                        WithNearLimitRatio
 //	STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT none: always so, and more (above)
 //
-// HeadersReference writes the reference's default names (RateLimit-Limit,
-// RateLimit-Remaining, RateLimit-Reset); its LIMIT_*_HEADER renames are
-// not offered, nor the per-descriptor metadata field of its main branch.
+// middleware.HeadersReference writes the reference's default names
+// (RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset); its
+// LIMIT_*_HEADER renames are not offered, nor the per-descriptor metadata
+// field of its main branch.
 // rls/benchmarks' TestConformanceSettings runs the reference with
 // QUOTA_MODE, RESPONSE_DYNAMIC_METADATA, LIMIT_RESPONSE_HEADERS_ENABLED and
 // LOCAL_CACHE_SIZE_IN_BYTES beside this service with the four options and

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/redisstore"
@@ -280,7 +281,7 @@ func TestMetricsAndHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serve(t, stores[0].make(t, nil), fixtures, rls.WithMetrics(m), rls.WithHeaders(rls.HeadersIETF|rls.HeadersLegacy))
+	srv := serve(t, stores[0].make(t, nil), fixtures, rls.WithMetrics(m), rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy))
 	// 10 per hour: 7, then 2 (near the limit from 8), then 3 (over by 2).
 	srv.call(t, "edge", 7, desc("tenant", "m"))
 	srv.call(t, "edge", 2, desc("tenant", "m"))
@@ -455,12 +456,19 @@ descriptors:
 func TestConstructionErrors(t *testing.T) {
 	s := stores[0].make(t, nil)
 	for name, f := range map[string]func() error{
-		"nil store":      func() error { _, err := rls.New(nil, rls.Config{}); return err },
-		"short secret":   func() error { _, err := rls.New(s, rls.Config{}, rls.WithKeySecret([]byte("short"))); return err },
-		"NaN ratio":      func() error { _, err := rls.New(s, rls.Config{}, rls.WithNearLimitRatio(math.NaN())); return err },
-		"nil observer":   func() error { _, err := rls.New(s, rls.Config{}, rls.WithObserver(nil)); return err },
-		"zero option":    func() error { _, err := rls.New(s, rls.Config{}, rls.Option{}); return err },
-		"bad header set": func() error { _, err := rls.New(s, rls.Config{}, rls.WithHeaders(rls.HeaderSet(64))); return err },
+		"nil store":    func() error { _, err := rls.New(nil, rls.Config{}); return err },
+		"short secret": func() error { _, err := rls.New(s, rls.Config{}, rls.WithKeySecret([]byte("short"))); return err },
+		"NaN ratio":    func() error { _, err := rls.New(s, rls.Config{}, rls.WithNearLimitRatio(math.NaN())); return err },
+		"nil observer": func() error { _, err := rls.New(s, rls.Config{}, rls.WithObserver(nil)); return err },
+		"zero option":  func() error { _, err := rls.New(s, rls.Config{}, rls.Option{}); return err },
+		"bad header set": func() error {
+			_, err := rls.New(s, rls.Config{}, rls.WithHeaders(middleware.HeaderSet(64)))
+			return err
+		},
+		"http's headers": func() error {
+			_, err := rls.New(s, rls.Config{}, rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersDiagnostic))
+			return err
+		},
 		"bad fail mode":  func() error { _, err := rls.New(s, rls.Config{}, rls.WithFailureMode(rls.FailureMode(9))); return err },
 		"nil registerer": func() error { _, err := rls.NewMetrics(nil); return err },
 		"empty domain":   func() error { _, err := rls.New(s, rls.Config{Domains: []rls.Domain{{}}}); return err },

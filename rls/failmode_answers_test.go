@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -40,7 +41,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
 `}
 	for _, mode := range []rls.FailureMode{rls.FailOpen, rls.FailClosed} {
-		srv := serve(t, st, files, rls.WithFailureMode(mode), rls.WithHeaders(rls.HeadersIETF|rls.HeadersLegacy))
+		srv := serve(t, st, files, rls.WithFailureMode(mode), rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy))
 		r := srv.call(t, "f", 0, desc("enforced", "x"), desc("shadowed", "x"))
 		if len(r.ResponseHeadersToAdd) != 0 {
 			t.Errorf("%v: headers %v", mode, r.ResponseHeadersToAdd)

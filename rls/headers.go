@@ -10,46 +10,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-go/floodgate/internal/ratehdr"
-)
-
-// HeaderSet selects the header groups a response asks Envoy to add
-// (response_headers_to_add).
-type HeaderSet uint8
-
-const (
-	// HeadersIETF: RateLimit-Policy, one member per limited descriptor
-	// ("name";q=requests;w=window seconds, where q per w is
-	// requests_per_unit per unit scaled by the smallest whole factor that
-	// makes q at least the limit's capacity: a token bucket of 100 a
-	// second with a burst of 200 is q=200;w=2), and RateLimit, with r
-	// (units left, never above q) and t, as
-	// draft-ietf-httpapi-ratelimit-headers writes them and floodgate's
-	// middleware sends them. An OK response has a RateLimit member per
-	// descriptor, t the seconds until its limit is full again (a fixed
-	// window's end); an OVER_LIMIT one only the members of the descriptors
-	// over their limit (shadow ones aside), r 0 and t the seconds until the
-	// limit would admit, so that no t exceeds the longest
-	// duration_until_reset of the refusing descriptors (X-RateLimit-Reset).
-	// A member's name is the rate_limit's name, else a short hash of its
-	// config path, never the path itself (see WithHeaderPolicyNames).
-	HeadersIETF HeaderSet = 1 << iota
-	// HeadersLegacy: X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (seconds) of the descriptor closest to its limit
-	// (or the one over it), as floodgate's middleware writes them:
-	// X-RateLimit-Limit is the limit's capacity (a token bucket's burst,
-	// which may exceed requests_per_unit; a window's requests_per_unit), so
-	// that Remaining never exceeds it, and Reset the seconds until the
-	// budget is full again (on a refusal, until the request would pass).
-	HeadersLegacy
-	// HeadersReference: RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset as the reference writes them with
-	// LIMIT_RESPONSE_HEADERS_ENABLED, for clients that rely on them: of the
-	// descriptor with the fewest units left (the last one over its limit,
-	// quota-mode ones aside, when any is), its requests_per_unit,
-	// limit_remaining and the whole seconds until its window ends
-	// (duration_until_reset; for a quota-mode descriptor over its limit,
-	// which has none, the end of its unit, as the reference).
-	HeadersReference
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // headers writes the header groups of a response; ld is the descriptor
@@ -64,10 +25,10 @@ func (s *Service) headers(ds []dstatus, resp *rlspb.RateLimitResponse, ld leader
 	var arr [512]byte
 	buf := arr[:0]
 	var fs ratehdr.Fields
-	if s.opts.headers&HeadersIETF != 0 {
+	if s.opts.headers&middleware.HeadersIETF != 0 {
 		buf = s.ietf(buf, &fs, ds, ld.st.GetDurationUntilReset().AsDuration(), refused, now)
 	}
-	if s.opts.headers&HeadersLegacy != 0 && ld.st.CurrentLimit != nil {
+	if s.opts.headers&middleware.HeadersLegacy != 0 && ld.st.CurrentLimit != nil {
 		var capacity int64
 		if ld.check != nil {
 			capacity = direct(ld.check.Limiter).Capacity()
@@ -82,7 +43,7 @@ func (s *Service) headers(ds []dstatus, resp *rlspb.RateLimitResponse, ld leader
 		buf = strconv.AppendInt(buf, ld.st.GetDurationUntilReset().GetSeconds(), 10)
 		fs.Add("X-RateLimit-Reset", a, len(buf))
 	}
-	if s.opts.headers&HeadersReference != 0 {
+	if s.opts.headers&middleware.HeadersReference != 0 {
 		buf = referenceHeaders(buf, &fs, resp.Statuses, now)
 	}
 	return values(&fs, buf)
@@ -241,7 +202,7 @@ func (s *Service) member(d *dstatus, j int, leadReset time.Duration, refused boo
 }
 
 // referenceHeaders appends the reference's RateLimit-Limit,
-// RateLimit-Remaining and RateLimit-Reset (see HeadersReference), chosen
+// RateLimit-Remaining and RateLimit-Reset (see middleware.HeadersReference), chosen
 // among the statuses as the reference chooses, to buf and fs.
 func referenceHeaders(buf []byte, fs *ratehdr.Fields, sts []*rlspb.RateLimitResponse_DescriptorStatus, now time.Time) []byte {
 	var lead *rlspb.RateLimitResponse_DescriptorStatus

@@ -9,6 +9,7 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 )
 
@@ -27,7 +28,7 @@ func TestHeadersAllocations(t *testing.T) {
 		desc("destination_cluster", "image-origin.prod", "source_service", "purge-orchestrator"),
 		desc("tenant", "t"),
 	}}
-	measure := func(set rls.HeaderSet) float64 {
+	measure := func(set middleware.HeaderSet) float64 {
 		svc, err := rls.New(stores[0].make(t, nil), rls.Config{Domains: []rls.Domain{d}}, rls.WithHeaders(set))
 		if err != nil {
 			t.Fatal(err)
@@ -40,7 +41,7 @@ func TestHeadersAllocations(t *testing.T) {
 		})
 	}
 	none := measure(0)
-	for _, set := range []rls.HeaderSet{rls.HeadersIETF, rls.HeadersIETF | rls.HeadersLegacy, rls.HeadersIETF | rls.HeadersLegacy | rls.HeadersReference} {
+	for _, set := range []middleware.HeaderSet{middleware.HeadersIETF, middleware.HeadersIETF | middleware.HeadersLegacy, middleware.HeadersIETF | middleware.HeadersLegacy | middleware.HeadersReference} {
 		if got := measure(set); got-none > 3 {
 			t.Errorf("header set %d: %v allocations per call, %v without headers: want at most 3 more", set, got, none)
 		}

@@ -6,6 +6,7 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 )
 
@@ -35,8 +36,8 @@ func BenchmarkHeaders(b *testing.B) {
 	_, reqs := benchSetup(b) // its requests: the same descriptors
 	for _, tc := range []struct {
 		name string
-		set  rls.HeaderSet
-	}{{"ietf+legacy", rls.HeadersIETF | rls.HeadersLegacy}, {"all", rls.HeadersIETF | rls.HeadersLegacy | rls.HeadersReference}, {"none", 0}} {
+		set  middleware.HeaderSet
+	}{{"ietf+legacy", middleware.HeadersIETF | middleware.HeadersLegacy}, {"all", middleware.HeadersIETF | middleware.HeadersLegacy | middleware.HeadersReference}, {"none", 0}} {
 		b.Run(tc.name, func(b *testing.B) {
 			svc, err := rls.New(stores[0].make(b, nil), rls.Config{Domains: []rls.Domain{d}}, rls.WithHeaders(tc.set))
 			if err != nil {

@@ -3,6 +3,7 @@ package rls_test
 import (
 	"testing"
 
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 )
 
@@ -15,7 +16,7 @@ domain: tb
 descriptors:
   - key: k
     rate_limit: {algorithm: token-bucket, unit: second, requests_per_unit: 100, burst: 200}
-`}, rls.WithHeaders(rls.HeadersLegacy|rls.HeadersIETF))
+`}, rls.WithHeaders(middleware.HeadersLegacy|middleware.HeadersIETF))
 	r := srv.call(t, "tb", 0, desc("k", "v"))
 	h := map[string]string{}
 	for _, hv := range r.ResponseHeadersToAdd {

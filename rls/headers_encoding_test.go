@@ -10,6 +10,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 )
 
@@ -158,7 +159,7 @@ func TestEncodingThroughRLS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := floodgate.ClockFunc(func() time.Time { return time.Unix(1_800_000_000, 0) })
 			srv := serve(t, stores[0].make(t, clock), map[string]string{"d.yaml": "domain: d\ndescriptors:\n" + tc.yaml + "\n"},
-				rls.WithHeaders(rls.HeadersIETF|rls.HeadersLegacy))
+				rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy))
 			var ds []*ratelimitpb.RateLimitDescriptor
 			for _, k := range tc.ds {
 				ds = append(ds, desc(k, "v"))

@@ -14,6 +14,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
@@ -62,7 +63,7 @@ func TestHeadersGolden(t *testing.T) {
 	}
 	start := time.Date(2026, 12, 4, 12, 34, 56, 789_000_000, time.UTC)
 	var out strings.Builder
-	for _, set := range []rls.HeaderSet{rls.HeadersIETF | rls.HeadersLegacy | rls.HeadersReference, rls.HeadersIETF, rls.HeadersLegacy, rls.HeadersReference} {
+	for _, set := range []middleware.HeaderSet{middleware.HeadersIETF | middleware.HeadersLegacy | middleware.HeadersReference, middleware.HeadersIETF, middleware.HeadersLegacy, middleware.HeadersReference} {
 		for _, names := range []bool{true, false} {
 			var step atomic.Int64
 			clock := floodgate.ClockFunc(func() time.Time { return start.Add(time.Duration(step.Load()) * 300 * time.Millisecond) })
@@ -160,7 +161,7 @@ func TestHeadersManyLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	svc, err := rls.New(s, rls.Config{Domains: []rls.Domain{d}}, rls.WithHeaders(rls.HeadersIETF), rls.WithHeaderPolicyNames(false))
+	svc, err := rls.New(s, rls.Config{Domains: []rls.Domain{d}}, rls.WithHeaders(middleware.HeadersIETF), rls.WithHeaderPolicyNames(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 )
 
@@ -32,7 +33,7 @@ descriptors:
 		}
 		return h
 	}
-	h := call(serve(t, stores[0].make(t, nil), files, rls.WithHeaders(rls.HeadersIETF)))
+	h := call(serve(t, stores[0].make(t, nil), files, rls.WithHeaders(middleware.HeadersIETF)))
 	for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
 		v := h[k]
 		if strings.Contains(v, "purge") || strings.Contains(v, "image-origin") || strings.Contains(v, "destination_cluster") {
@@ -42,7 +43,7 @@ descriptors:
 			t.Errorf("%s %q, want the rate_limit name and a hashed name", k, v)
 		}
 	}
-	h = call(serve(t, stores[0].make(t, nil), files, rls.WithHeaders(rls.HeadersIETF), rls.WithHeaderPolicyNames(false)))
+	h = call(serve(t, stores[0].make(t, nil), files, rls.WithHeaders(middleware.HeadersIETF), rls.WithHeaderPolicyNames(false)))
 	if p := h["RateLimit-Policy"]; p != `"default";q=500;w=1, "limit-2";q=10;w=3600` {
 		t.Errorf("RateLimit-Policy %q, want members named by position", p)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // FailureMode says what ShouldRateLimit answers when the store cannot
@@ -53,7 +54,7 @@ type Option struct {
 type options struct {
 	observer  floodgate.Observer
 	metrics   *Metrics
-	headers   HeaderSet
+	headers   middleware.HeaderSet
 	shadow    bool
 	failure   FailureMode
 	nearRatio float64
@@ -116,7 +117,7 @@ func WithOverLimitCache(n int) Option {
 }
 
 // WithHeaderPolicyNames says how the members of RateLimit-Policy and
-// RateLimit (HeadersIETF) are named, which end clients see. On (the
+// RateLimit (middleware.HeadersIETF) are named, which end clients see. On (the
 // default): a limit's rate_limit name when set, else "rl-" and a short
 // stable hash of its config path, which tells nothing of the config. Off:
 // by position, as floodgate's middleware names unnamed limits: "default"
@@ -193,11 +194,43 @@ func WithMetrics(m *Metrics) Option {
 }
 
 // WithHeaders adds the header groups of h to response_headers_to_add
-// (default none, as the reference).
-func WithHeaders(h HeaderSet) Option {
+// (default none, as the reference):
+//
+//   - [middleware.HeadersIETF]: RateLimit-Policy, one member per limited
+//     descriptor ("name";q=requests;w=window seconds, where q per w is
+//     requests_per_unit per unit scaled by the smallest whole factor that
+//     makes q at least the limit's capacity: a token bucket of 100 a second
+//     with a burst of 200 is q=200;w=2), and RateLimit, with r (units left,
+//     never above q) and t, as draft-ietf-httpapi-ratelimit-headers writes
+//     them and floodgate's middleware sends them. An OK response has a
+//     RateLimit member per descriptor, t the seconds until its limit is full
+//     again (a fixed window's end); an OVER_LIMIT one only the members of the
+//     descriptors over their limit (shadow ones aside), r 0 and t the seconds
+//     until the limit would admit, so that no t exceeds the longest
+//     duration_until_reset of the refusing descriptors (X-RateLimit-Reset).
+//     A member's name is the rate_limit's name, else a short hash of its
+//     config path, never the path itself (see WithHeaderPolicyNames).
+//   - [middleware.HeadersLegacy]: X-RateLimit-Limit, X-RateLimit-Remaining
+//     and X-RateLimit-Reset (seconds) of the descriptor closest to its limit
+//     (or the one over it), as floodgate's middleware writes them:
+//     X-RateLimit-Limit is the limit's capacity (a token bucket's burst,
+//     which may exceed requests_per_unit; a window's requests_per_unit), so
+//     that Remaining never exceeds it, and Reset the seconds until the
+//     budget is full again (on a refusal, until the request would pass).
+//   - [middleware.HeadersReference]: RateLimit-Limit, RateLimit-Remaining
+//     and RateLimit-Reset as the reference writes them with
+//     LIMIT_RESPONSE_HEADERS_ENABLED, for clients that rely on them: of the
+//     descriptor with the fewest units left (the last one over its limit,
+//     quota-mode ones aside, when any is), its requests_per_unit,
+//     limit_remaining and the whole seconds until its window ends
+//     (duration_until_reset; for a quota-mode descriptor over its limit,
+//     which has none, the end of its unit, as the reference).
+//
+// [middleware.HeadersDiagnostic] is the HTTP middleware's and is refused.
+func WithHeaders(h middleware.HeaderSet) Option {
 	return Option{func(c *options) error {
-		if h&^(HeadersIETF|HeadersLegacy|HeadersReference) != 0 {
-			return fmt.Errorf("%w: rls: unknown header set %d", floodgate.ErrInvalidConfig, h)
+		if h&^(middleware.HeadersIETF|middleware.HeadersLegacy|middleware.HeadersReference) != 0 {
+			return fmt.Errorf("%w: rls: header set %d: only HeadersIETF, HeadersLegacy and HeadersReference apply to the Envoy service", floodgate.ErrInvalidConfig, h)
 		}
 		c.headers = h
 		return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -96,7 +97,7 @@ descriptors:
 		t.Run(p.name, func(t *testing.T) {
 			st, srv := killable(t, p.fp)
 			obs := &outcomes{}
-			s := serve(t, st, files, rls.WithFailureMode(p.mode), rls.WithObserver(obs), rls.WithHeaders(rls.HeadersIETF|rls.HeadersLegacy))
+			s := serve(t, st, files, rls.WithFailureMode(p.mode), rls.WithObserver(obs), rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy))
 			srv.Kill()
 			one := s.call(t, "o", 0, desc("a", "single"))
 			evOne, n := obs.since(0)

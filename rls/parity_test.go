@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/rueidis"
 
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -97,7 +98,7 @@ descriptors:
     rate_limit: {algorithm: token-bucket, unit: second, requests_per_unit: 500}
     rate_limits:
       - {unit: 30s, requests_per_unit: 6000}
-`}, rls.WithHeaders(rls.HeadersIETF))
+`}, rls.WithHeaders(middleware.HeadersIETF))
 	var policies []string
 	for i := range 4 {
 		r := srv.call(t, "edge", 0, desc("tenant", "a"))
@@ -149,7 +150,7 @@ descriptors:
   - key: user
     quota_mode: true
     rate_limit: {unit: hour, requests_per_unit: 5}
-`}, rls.WithGlobalQuotaMode(true), rls.WithDynamicMetadata(true), rls.WithHeaders(rls.HeadersReference))
+`}, rls.WithGlobalQuotaMode(true), rls.WithDynamicMetadata(true), rls.WithHeaders(middleware.HeadersReference))
 			model := desc("model", "gpt")
 			var r *rlspb.RateLimitResponse
 			for i, w := range []string{"OK 1", "OK 0", "OK 0", "OK 0"} {
@@ -200,7 +201,7 @@ domain: q
 descriptors:
   - key: model
     rate_limit: {unit: hour, requests_per_unit: 1}
-`}, rls.WithHeaders(rls.HeadersReference))
+`}, rls.WithHeaders(middleware.HeadersReference))
 	srv.call(t, "q", 0, desc("model", "m"))
 	r := srv.call(t, "q", 0, desc("model", "m"))
 	want(t, r, over, "OVER")

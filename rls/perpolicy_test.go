@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/algo"
@@ -70,7 +71,7 @@ func TestPoliciesCountedPerPolicyInPrometheus(t *testing.T) {
 					t.Fatal(err)
 				}
 				srv := serve(t, sc.make(t, nil), perPolicyFiles, rls.WithObserver(obs),
-					rls.WithHeaders(rls.HeadersIETF), rls.WithGlobalShadowMode(global))
+					rls.WithHeaders(middleware.HeadersIETF), rls.WithGlobalShadowMode(global))
 				ds := []*ratelimitpb.RateLimitDescriptor{
 					desc("destination_cluster", "image-origin.prod"),
 					desc("destination_cluster", "image-origin.prod", "source_service", "purge-orchestrator"),

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 )
 
@@ -415,7 +416,7 @@ func TestObserver(t *testing.T) {
 		events = append(events, e)
 		mu.Unlock()
 	})
-	srv := serve(t, stores[0].make(t, nil), fixtures, rls.WithObserver(obs), rls.WithHeaders(rls.HeadersIETF))
+	srv := serve(t, stores[0].make(t, nil), fixtures, rls.WithObserver(obs), rls.WithHeaders(middleware.HeadersIETF))
 	first := srv.call(t, "mongo_cps", 3, desc("database", "default"))
 	srv.call(t, "mongo_cps", 1, desc("database", "default"))
 	srv.call(t, "edge_proxy_per_ip", 2, desc("client", "trial"))

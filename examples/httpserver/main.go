@@ -34,6 +34,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/middleware/httplimit"
 	"github.com/floodgate-go/floodgate/observer/slogobserver"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -132,7 +133,7 @@ func newHandler(s *memstore.Store, obs floodgate.Observer) (http.Handler, error)
 	internal, err := httplimit.Middleware(perService,
 		httplimit.WithHeaderKey("X-Service-Token"), httplimit.WithKeyPrefix("/internal"),
 		httplimit.WithLimit(perIP, httplimit.ClientIPKey),
-		httplimit.WithHeaders(httplimit.HeadersIETF|httplimit.HeadersDiagnostic),
+		httplimit.WithHeaders(middleware.HeadersIETF|middleware.HeadersDiagnostic),
 		httplimit.WithObserver(obs))
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -42,7 +43,7 @@ func TestAllocationsPerRequest(t *testing.T) {
 	if got := measure(mustMW(t, l)(next), r); got > 1 {
 		t.Errorf("Middleware, default headers: %v allocations per request, want at most 1", got)
 	}
-	if got := measure(mustMW(t, l, WithHeaders(HeadersNone))(next), r); got > 0 {
+	if got := measure(mustMW(t, l, WithHeaders(middleware.HeadersNone))(next), r); got > 0 {
 		t.Errorf("Middleware, no headers: %v allocations per request, want 0", got)
 	}
 	fresh := func(h http.Handler) float64 {
@@ -64,7 +65,7 @@ func TestAllocationsPerRequest(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	_, with, _ := newPolicies(t, s, fastYAML)
-	_, without, _ := newPolicies(t, s, fastYAML, WithHeaders(HeadersNone))
+	_, without, _ := newPolicies(t, s, fastYAML, WithHeaders(middleware.HeadersNone))
 	pr := r.Clone(r.Context())
 	pr.Method = "DELETE"
 	pr.Header.Set("X-Service", "purge-orchestrator")

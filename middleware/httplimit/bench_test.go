@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -144,7 +145,7 @@ func BenchmarkOverhead(b *testing.B) {
 		runBench(b, mw(l, WithPolicy(floodgate.Description{Name: "api"})), benchRequests(1024, v4, nil))
 	})
 	b.Run("ipv4/1024keys/noheaders", func(b *testing.B) {
-		runBench(b, mw(benchLimiter(b, lots, 1<<30), WithHeaders(HeadersNone)), benchRequests(1024, v4, nil))
+		runBench(b, mw(benchLimiter(b, lots, 1<<30), WithHeaders(middleware.HeadersNone)), benchRequests(1024, v4, nil))
 	})
 	b.Run("ipv6/1024keys", func(b *testing.B) {
 		runBench(b, mw(benchLimiter(b, lots, 1<<30)), benchRequests(1024, v6, nil))

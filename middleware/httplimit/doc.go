@@ -103,9 +103,9 @@
 //
 // The problem+json body (RFC 9457) holds type, title, status, detail and a
 // retry_after extension; neither body ever contains the key, the path or
-// the client address. With diagnostics on (HeadersDiagnostic), responses also
-// carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope ("ip", "header",
-// "key", prefixed by "route+" with [WithKeyPrefix]; with [Policies], the
+// the client address. With diagnostics on (middleware.HeadersDiagnostic),
+// responses also carry X-RateLimit-Tier ([WithTier]), X-RateLimit-Scope
+// ("ip", "header", "key", prefixed by "route+" with [WithKeyPrefix]; with [Policies], the
 // name of the policy that decided: the one that refused (the longest
 // retry; for "delay_refused", the one that would have delayed), else the
 // one with the fewest units left, or "descriptor" when the policy set could not

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
 	"github.com/floodgate-go/floodgate/internal/ratehdr"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // limitFields is what a response's limits write in the IETF fields:
@@ -43,7 +44,7 @@ type headerBlock struct {
 // checks hold each limit's own decision, with f's members; the field names
 // are the canonical constants, written straight into the map.
 func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
-	if c.headers&(HeadersIETF|HeadersLegacy|HeadersDiagnostic) == 0 {
+	if c.headers&(middleware.HeadersIETF|middleware.HeadersLegacy|middleware.HeadersDiagnostic) == 0 {
 		return
 	}
 	d := v.Decision
@@ -53,7 +54,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 	blk := new(headerBlock)
 	buf := blk.buf[:0]
 	var sp ratehdr.Fields // an empty span: the static RateLimit-Policy value
-	if c.headers&HeadersIETF != 0 {
+	if c.headers&middleware.HeadersIETF != 0 {
 		a := len(buf)
 		if f.policyField() == "" {
 			for i := range checks {
@@ -70,7 +71,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 			sp.Add(hRateLimit, a, len(buf))
 		}
 	}
-	if c.headers&HeadersLegacy != 0 {
+	if c.headers&middleware.HeadersLegacy != 0 {
 		for _, x := range [3]struct {
 			name string
 			v    int64
@@ -84,7 +85,7 @@ func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.C
 	// members made it outgrow blk.buf, it lives in its own heap array,
 	// equally immutable from here on.)
 	putFields(h, blk, buf, &sp, f.policyField(), v.Kind == admit.Deny, remaining)
-	if c.headers&HeadersDiagnostic != 0 {
+	if c.headers&middleware.HeadersDiagnostic != 0 {
 		n := sp.N
 		if c.tier != "" {
 			blk.vals[n] = c.tier
@@ -119,7 +120,7 @@ const (
 // diagnostic fields, stacked middlewares) the general one.
 func (m *limiterMW) writeHeaders(h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
 	c := &m.cfg
-	if len(checks) == 1 && c.headers&HeadersDiagnostic == 0 && c.headers&(HeadersIETF|HeadersLegacy) != 0 {
+	if len(checks) == 1 && c.headers&middleware.HeadersDiagnostic == 0 && c.headers&(middleware.HeadersIETF|middleware.HeadersLegacy) != 0 {
 		_, stackedIETF := h[hRateLimit]
 		_, stackedLegacy := h[hRemaining]
 		if !stackedIETF && !stackedLegacy {
@@ -138,7 +139,7 @@ func (m *limiterMW) writeHeaders(h http.Header, checks []floodgate.Check, v admi
 // RateLimit member's digits when they are the same numbers.
 func (m *limiterMW) writeOne(h http.Header, v admit.Verdict) {
 	hd := &m.hdrs[0]
-	ietf, legacy := m.cfg.headers&HeadersIETF != 0, m.cfg.headers&HeadersLegacy != 0
+	ietf, legacy := m.cfg.headers&middleware.HeadersIETF != 0, m.cfg.headers&middleware.HeadersLegacy != 0
 	d := v.Decision
 	blk := new(oneBlock)
 	buf := blk.buf[:0]

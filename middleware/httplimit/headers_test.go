@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // undescribed is a limiter that says nothing of its policy: its
@@ -28,7 +29,7 @@ func (u undescribed) Take(ctx context.Context, key string, n int) (floodgate.Dec
 func TestOneLimitHeadersMatchGeneral(t *testing.T) {
 	described := newMemBucket(t, frozen(), floodgate.PerSecond(10), 20)
 	limiters := map[string]floodgate.Limiter{"described": described, "undescribed": undescribed{described}}
-	groups := map[string]HeaderSet{"ietf": HeadersIETF, "legacy": HeadersLegacy, "both": HeadersIETF | HeadersLegacy}
+	groups := map[string]middleware.HeaderSet{"ietf": middleware.HeadersIETF, "legacy": middleware.HeadersLegacy, "both": middleware.HeadersIETF | middleware.HeadersLegacy}
 	rng := rand.New(rand.NewPCG(25, 2026))
 	pick := func(xs ...int64) int64 { return xs[rng.IntN(len(xs))] }
 	dur := func() time.Duration {
@@ -74,7 +75,7 @@ func TestOneLimitHeadersMatchGeneral(t *testing.T) {
 		}
 	}
 	// Stacked middlewares and diagnostic fields take the general path.
-	m := mustMW(t, described, WithHeaders(HeadersIETF|HeadersLegacy|HeadersDiagnostic))(http.NotFoundHandler()).(*limitHandler).m
+	m := mustMW(t, described, WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy|middleware.HeadersDiagnostic))(http.NotFoundHandler()).(*limitHandler).m
 	d := floodgate.Decision{Allowed: true, Limit: 20, Remaining: 4, ResetAfter: 2 * time.Second}
 	v := admit.Verdict{Kind: admit.Admit, Decision: d, Headers: true}
 	checks := []floodgate.Check{{Limiter: described, Decision: d}}

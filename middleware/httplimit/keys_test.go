@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 func reqFrom(remote string, hdr map[string][]string) *http.Request {
@@ -210,7 +211,7 @@ func TestHostileKeys(t *testing.T) {
 	l := newBucket(t, st, floodgate.PerMinute(1), 2)
 	h := &okHandler{}
 	mw := mustMW(t, l, WithHeaderKey("X-Service-Token"), WithTrustedProxies(netip.MustParsePrefix("127.0.0.0/8")),
-		WithHeaders(HeadersIETF|HeadersLegacy|HeadersDiagnostic), WithProblemDetails(true))
+		WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy|middleware.HeadersDiagnostic), WithProblemDetails(true))
 	srv := serve(t, mw(h))
 	c := clientFrom(t, "127.0.0.1")
 	huge := strings.Repeat("A", 64<<10)

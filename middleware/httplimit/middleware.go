@@ -354,7 +354,7 @@ func (c *config) refuse(w http.ResponseWriter, status int, retry time.Duration, 
 	h[hCacheControl] = blk.vals[1:2:2]
 	h[hNoSniff] = blk.vals[2:3:3]
 	h[hContentType] = blk.vals[3:4:4]
-	if c.headers&HeadersDiagnostic != 0 {
+	if c.headers&middleware.HeadersDiagnostic != 0 {
 		blk.vals[4], blk.vals[5], blk.vals[6] = reason, c.tier, scope
 		h[hReason] = blk.vals[4:5:5]
 		if c.tier != "" {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/floodgate-go/floodgate/middleware"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/leaky"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
@@ -210,7 +210,7 @@ func TestFailModes(t *testing.T) {
 
 func TestHeaderGroups(t *testing.T) {
 	l := newMemBucket(t, frozen(), floodgate.PerSecond(1), 1)
-	srv := serve(t, mustMW(t, l, WithHeaders(HeadersNone))(&okHandler{}))
+	srv := serve(t, mustMW(t, l, WithHeaders(middleware.HeadersNone))(&okHandler{}))
 	c := clientFrom(t, "127.0.0.1")
 	for i, want := range []int{200, 429} {
 		res := do(t, c, "GET", srv.URL, nil)
@@ -219,7 +219,7 @@ func TestHeaderGroups(t *testing.T) {
 		}
 		for k := range res.header {
 			if strings.Contains(strings.ToLower(k), "ratelimit") {
-				t.Fatalf("request %d: header %s sent with HeadersNone", i, k)
+				t.Fatalf("request %d: header %s sent with middleware.HeadersNone", i, k)
 			}
 		}
 		if want == 429 && (res.header.Get("Retry-After") != "1" || res.header.Get("Cache-Control") != "no-store") {
@@ -228,7 +228,7 @@ func TestHeaderGroups(t *testing.T) {
 	}
 
 	l = newBucket(t, newTestStore(frozen()), floodgate.PerSecond(1), 1)
-	srv = serve(t, mustMW(t, l, WithHeaders(HeadersDiagnostic|HeadersLegacy), WithTier("global"),
+	srv = serve(t, mustMW(t, l, WithHeaders(middleware.HeadersDiagnostic|middleware.HeadersLegacy), WithTier("global"),
 		WithHeaderKey("X-Service-Token"))(&okHandler{}))
 	res := do(t, c, "GET", srv.URL, map[string]string{"X-Service-Token": "svc-a"})
 	if res.header.Get("X-RateLimit-Tier") != "global" || res.header.Get("X-RateLimit-Scope") != "header" ||
@@ -373,7 +373,8 @@ func TestBadOptions(t *testing.T) {
 		"bad prefix":      WithTrustedProxies(netip.Prefix{}),
 		"v4 bits":         WithIPPrefix(33, 64),
 		"v6 bits":         WithIPPrefix(32, 0),
-		"header set":      WithHeaders(HeaderSet(0x80)),
+		"header set":      WithHeaders(middleware.HeaderSet(0x80)),
+		"envoy's headers": WithHeaders(middleware.HeadersIETF | middleware.HeadersReference),
 		"policy name":     WithPolicy(floodgate.Description{Name: "a\nb"}),
 		"policy quota":    WithPolicy(floodgate.Description{Quota: -1}),
 		"policy capacity": WithPolicy(floodgate.Description{Capacity: 5}),
@@ -391,7 +392,7 @@ func TestBadOptions(t *testing.T) {
 	for name, o := range map[string]ShedOption{
 		"nil option":   nil,
 		"nil observer": WithObserver(nil),
-		"header set":   WithHeaders(HeaderSet(0x80)),
+		"header set":   WithHeaders(middleware.HeaderSet(0x80)),
 		"jitter":       WithRetryJitter(-time.Second),
 		"fail mode":    WithFailMode(middleware.FailMode(9)),
 		"tier":         WithTier("é"),
@@ -599,7 +600,7 @@ func TestCostBeyondBurstIsRefused(t *testing.T) {
 		return n
 	}
 	h := &okHandler{}
-	mw := mustMW(t, l, WithCost(cost), WithObserver(obs), WithHeaders(HeadersDiagnostic))(h)
+	mw := mustMW(t, l, WithCost(cost), WithObserver(obs), WithHeaders(middleware.HeadersDiagnostic))(h)
 	for _, q := range []string{"6", "0", "-3", "1000000"} {
 		w := httptest.NewRecorder()
 		mw.ServeHTTP(w, httptest.NewRequest("GET", "/?cost="+q, nil))
@@ -629,7 +630,7 @@ func TestInvalidKeyIsRefused(t *testing.T) {
 		return floodgate.Decision{Allowed: true, Limit: 1, Remaining: 1}, nil
 	})
 	mw := mustMW(t, l, WithKeyFunc(func(r *http.Request) string { return r.Header.Get("K") }),
-		WithHeaders(HeadersDiagnostic), WithFailMode(middleware.FailOpen))(&okHandler{})
+		WithHeaders(middleware.HeadersDiagnostic), WithFailMode(middleware.FailOpen))(&okHandler{})
 	for k, want := range map[string]int{"bad-key": 429, "good": 200} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("K", k)

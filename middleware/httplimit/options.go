@@ -76,26 +76,6 @@ func (f policiesOpt) applyPolicies(c *config) error   { return f(c) }
 func (f shedOpt) applyShed(c *config) error           { return f(c) }
 func (f transportOpt) applyTransport(c *config) error { return f(c) }
 
-// HeaderSet selects groups of response header fields.
-type HeaderSet uint8
-
-// The header groups. The default is HeadersIETF | HeadersLegacy.
-const (
-	// HeadersIETF: RateLimit-Policy and RateLimit
-	// (draft-ietf-httpapi-ratelimit-headers-10).
-	HeadersIETF HeaderSet = 1 << iota
-	// HeadersLegacy: X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset.
-	HeadersLegacy
-	// HeadersDiagnostic: X-RateLimit-Tier, X-RateLimit-Scope and
-	// X-RateLimit-Reason (the last only on refusals).
-	HeadersDiagnostic
-	// HeadersNone sends none of the groups above. Retry-After and
-	// Cache-Control on refusals are part of the status contract and are
-	// always sent.
-	HeadersNone HeaderSet = 0
-)
-
 // KeyFunc derives a rate-limit key from a request. Returning "" means "no
 // key": the middleware falls back to the client IP, so that a missing header
 // never disables limiting. A key the store refuses (an error wrapping
@@ -141,7 +121,7 @@ type config struct {
 	fwdHeader   string // "X-Forwarded-For" or "Forwarded"
 	v4Bits      int
 	v6Bits      int
-	headers     HeaderSet
+	headers     middleware.HeaderSet
 	policy      floodgate.Description
 	problem     bool
 	jitter      time.Duration
@@ -157,7 +137,7 @@ func defaultConfig() config {
 		fwdHeader: hXFF,
 		v4Bits:    32,
 		v6Bits:    64,
-		headers:   HeadersIETF | HeadersLegacy,
+		headers:   middleware.HeadersIETF | middleware.HeadersLegacy,
 		shedRetry: time.Second,
 		transport: Transport{
 			maxAttempts: 3,
@@ -368,10 +348,20 @@ func WithIPPrefix(v4Bits, v6Bits int) LimitOption {
 	})
 }
 
-// WithHeaders selects which header groups are sent; see [HeaderSet].
-func WithHeaders(h HeaderSet) CommonOption {
+// WithHeaders selects which header groups are sent (default
+// [middleware.HeadersIETF] | [middleware.HeadersLegacy]): the IETF fields,
+// the legacy X-RateLimit fields and the diagnostic ones
+// ([middleware.HeadersDiagnostic]: X-RateLimit-Tier, X-RateLimit-Scope and
+// X-RateLimit-Reason, the last only on refusals); [middleware.HeadersNone]
+// sends none of them (Retry-After and Cache-Control on refusals are part of
+// the status contract and always sent). [middleware.HeadersReference] is the
+// Envoy service's and is refused here.
+func WithHeaders(h middleware.HeaderSet) CommonOption {
 	return commonOpt(func(c *config) error {
-		if h&^(HeadersIETF|HeadersLegacy|HeadersDiagnostic) != 0 {
+		if h&middleware.HeadersReference != 0 {
+			return invalid("HeadersReference is for the Envoy service (response_headers_to_add), not the HTTP middleware")
+		}
+		if h&^(middleware.HeadersIETF|middleware.HeadersLegacy|middleware.HeadersDiagnostic) != 0 {
 			return invalid("unknown header set %#x", uint8(h))
 		}
 		c.headers = h

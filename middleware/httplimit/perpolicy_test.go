@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/store/memstore"
 )
@@ -27,7 +28,7 @@ func TestPoliciesCountedPerPolicyInPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, h, _ := newPolicies(t, s, servicesYAML, WithObserver(obs), WithHeaders(HeadersIETF|HeadersDiagnostic))
+	_, h, _ := newPolicies(t, s, servicesYAML, WithObserver(obs), WithHeaders(middleware.HeadersIETF|middleware.HeadersDiagnostic))
 	srv := serve(t, h)
 	c := clientFrom(t, "127.0.0.1")
 	// purge-orchestrator's DELETE matches purge (3/m), per-route (100/m)

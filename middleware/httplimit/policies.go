@@ -160,7 +160,7 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := m.core.Start()
 	v, match := m.set.Decide(r.Context(), m.core, request{c, r}, floodgate.Event{Route: c.route}, start)
 	scope := "descriptor"
-	if c.headers&HeadersDiagnostic != 0 && len(match.Checks) > 0 {
+	if c.headers&middleware.HeadersDiagnostic != 0 && len(match.Checks) > 0 {
 		// The policy that decided: the refusing one, else the one with
 		// the fewest units left.
 		scope = m.core.Deciding(match.Checks, v)

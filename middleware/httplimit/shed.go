@@ -38,7 +38,7 @@ type shedMW struct {
 //
 // The options about keys, cost, policy and delays are not ShedOptions: the
 // compiler refuses them. WithDryRun, WithFailMode, WithProblemDetails, WithHeaders
-// (only HeadersDiagnostic matters), WithRetryJitter, WithShedRetryAfter and
+// (only middleware.HeadersDiagnostic matters), WithRetryJitter, WithShedRetryAfter and
 // the observer labels apply. It returns an error wrapping
 // [floodgate.ErrInvalidConfig] when a is nil (or a typed nil), or an option
 // is nil or invalid.

@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"github.com/floodgate-go/floodgate/middleware"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // slots is a fixed concurrency limit recording how slots were released.
@@ -43,7 +43,7 @@ func TestShedOverRealServer(t *testing.T) {
 	acq := &slots{max: 1}
 	obs := &counter{}
 	mw, err := Shed(acq, WithObserver(obs), WithShedRetryAfter(1500*time.Millisecond), WithProblemDetails(true),
-		WithHeaders(HeadersDiagnostic))
+		WithHeaders(middleware.HeadersDiagnostic))
 	if err != nil {
 		t.Fatal(err)
 	}

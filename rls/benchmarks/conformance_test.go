@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -165,9 +166,9 @@ func TestConformanceSettings(t *testing.T) {
 		opts []rls.Option
 	}{
 		{"quota", []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true"},
-			[]rls.Option{rls.WithGlobalQuotaMode(true), rls.WithDynamicMetadata(true), rls.WithHeaders(rls.HeadersReference)}},
+			[]rls.Option{rls.WithGlobalQuotaMode(true), rls.WithDynamicMetadata(true), rls.WithHeaders(middleware.HeadersReference)}},
 		{"local-cache", []string{"LOCAL_CACHE_SIZE_IN_BYTES=1048576", "RESPONSE_DYNAMIC_METADATA=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true"},
-			[]rls.Option{rls.WithOverLimitCache(1000), rls.WithDynamicMetadata(true), rls.WithHeaders(rls.HeadersReference)}},
+			[]rls.Option{rls.WithOverLimitCache(1000), rls.WithDynamicMetadata(true), rls.WithHeaders(middleware.HeadersReference)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { conform(t, tc.env, tc.opts...) })
 	}

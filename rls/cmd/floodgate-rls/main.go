@@ -50,6 +50,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -223,17 +224,17 @@ func parseFlags(args []string, logw io.Writer) (*flags, error) {
 }
 
 // headerSet parses -headers.
-func headerSet(list string) (rls.HeaderSet, error) {
-	var hs rls.HeaderSet
+func headerSet(list string) (middleware.HeaderSet, error) {
+	var hs middleware.HeaderSet
 	for _, h := range strings.Split(list, ",") {
 		switch strings.TrimSpace(h) {
 		case "":
 		case "ietf":
-			hs |= rls.HeadersIETF
+			hs |= middleware.HeadersIETF
 		case "legacy":
-			hs |= rls.HeadersLegacy
+			hs |= middleware.HeadersLegacy
 		case "reference":
-			hs |= rls.HeadersReference
+			hs |= middleware.HeadersReference
 		default:
 			return 0, fmt.Errorf("-headers: unknown group %q (want ietf, legacy, reference)", h)
 		}
