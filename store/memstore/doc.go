@@ -10,8 +10,9 @@
 //
 // # Time
 //
-// The store owns time: each Apply reads the clock once, under the key's
-// lock, and hands the algorithm Unix microseconds. The default clock is
+// The store owns time: each Apply reads the clock once, after it has read
+// the key's state (under the key's lock, or on the token bucket's path
+// without it, see Speed), and hands the algorithm Unix microseconds. The default clock is
 // the monotonic system clock ([floodgate.SystemClock]'s readings, never
 // backwards); [WithClock] injects
 // another one for tests. [WithCoarseClock] opts in to a cached time,
@@ -54,6 +55,23 @@
 //
 // A decision costs one clock read, one uncontended lock and unlock, two
 // maphash passes over the key and one table probe, beside the step itself.
+//
+// The token bucket's decisions (one-word states, [algo.WordStepper]) on a
+// key the store already holds skip the lock when they change nothing: the
+// one-word table is published to lock-free readers (its slots written with
+// atomic stores, a sequence counter moved on by every write, odd while an
+// entry moves), so a decision reads the key's word, checks that no entry
+// moved meanwhile, reads the clock and steps. A denial or a peek, which
+// leaves the state as it was, returns there: the decision of the state as
+// it stood at that read, at a time read after it, which is what the lock
+// gives. A step that changes the state takes the lock and writes the new
+// word only if the sequence has not moved since the read: no write came
+// in between, so the state's last writer read its clock before this one
+// (time never goes backwards from one state to the next) and no update is
+// lost; otherwise it decides again under the lock with a fresh clock read.
+// On a drained hot key (every call a denial) this saves the lock's two
+// atomic operations; on a key that admits it adds a compare of the counter
+// and one atomic add to the write.
 // Algorithms that implement [algo.Layout] (every one floodgate ships) are
 // not asked for their whole Spec on each call, and one-word algorithms that
 // implement [algo.WordStepper] (the token bucket) are stepped on the word
