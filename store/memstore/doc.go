@@ -71,7 +71,11 @@
 // lost; otherwise it decides again under the lock with a fresh clock read.
 // On a drained hot key (every call a denial) this saves the lock's two
 // atomic operations; on a key that admits it adds a compare of the counter
-// and one atomic add to the write.
+// and one atomic add to the write. A [store.Limiter] of the token bucket
+// on a Store (bucket.NewKeyed) takes through a path the store binds once,
+// when the limiter is built: the algorithm's layout and interfaces are
+// looked up then, not on each call, and the decision comes back field by
+// field in registers rather than as a Decision copied through memory.
 // Algorithms that implement [algo.Layout] (every one floodgate ships) are
 // not asked for their whole Spec on each call, and one-word algorithms that
 // implement [algo.WordStepper] (the token bucket) are stepped on the word

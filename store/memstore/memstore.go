@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/bind"
 	"github.com/floodgate-go/floodgate/internal/coarse"
 	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
@@ -237,7 +238,11 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 			return floodgate.Decision{Allowed: ra == 0, Limit: limit, Remaining: rem, RetryAfter: ra, ResetAfter: rs}, nil
 		}
 	}
+	return s.applyLocked(sh, ti, id, chk, alg, ws, grain, n, key)
+}
 
+// applyLocked is Apply under the shard's lock, from the key's ids on.
+func (s *Store) applyLocked(sh *shard, ti int, id, chk uint64, alg algo.Algorithm, ws algo.WordStepper, grain, n int64, key string) (floodgate.Decision, error) {
 	sh.mu.Lock()
 	// Deferred (open-coded, a few ns): the shard stays usable even if a
 	// faulty algorithm panics in Step.
@@ -295,6 +300,41 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	}
 	return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		RetryAfter: ra, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
+}
+
+func init() { bind.Register(bindTake) }
+
+// bindTake is memstore's bind.Binder: for a token bucket (one word, no
+// log, [algo.Layout], [algo.WordStepper] and wordDecider) on a *Store, the
+// decision path of Apply with the algorithm's layout and interfaces looked
+// up once, and the decision's fields returned in registers.
+func bindTake(st any, alg algo.Algorithm) bind.Func {
+	s, ok := st.(*Store)
+	if !ok || s == nil {
+		return nil
+	}
+	l, ok := alg.(algo.Layout)
+	if !ok {
+		return nil
+	}
+	ns, words, maxLog, grain := l.Layout()
+	ws, ok := alg.(algo.WordStepper)
+	dw, ok2 := alg.(wordDecider)
+	if !ok || !ok2 || words != 1 || maxLog != 0 {
+		return nil
+	}
+	return func(ctx context.Context, key string, n int64) (bool, int64, int64, time.Duration, time.Duration, time.Duration, error) {
+		if err := ctx.Err(); err != nil {
+			return false, 0, 0, 0, 0, 0, err
+		}
+		id, chk, si := s.ids(key, ns)
+		sh := &s.shards[si].shard
+		if limit, rem, ra, rs, done := s.applyShared(sh, id, chk, dw, grain, n); done {
+			return ra == 0, limit, rem, ra, rs, 0, nil
+		}
+		d, err := s.applyLocked(sh, 0, id, chk, alg, ws, grain, n, key)
+		return d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
+	}
 }
 
 // wordDecider is implemented by the one-word algorithms that applyShared

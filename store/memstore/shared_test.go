@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/internal/bind"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
 
@@ -96,7 +97,8 @@ func TestLookupWordDuringChurn(t *testing.T) {
 func stateOf(w int64) *algo.State { return &algo.State{W: [algo.MaxWords]int64{w}} }
 
 // TestTokenBucketTakesTheSharedPath: the token bucket implements
-// wordDecider, or Apply would lock the shard for every decision.
+// wordDecider, or Apply would lock the shard for every decision, and
+// store.NewLimiter finds memstore's bound Take for it.
 func TestTokenBucketTakesTheSharedPath(t *testing.T) {
 	alg, err := bucket.Config{Rate: floodgate.PerSecond(10), Burst: 5}.Algorithm()
 	if err != nil {
@@ -104,6 +106,17 @@ func TestTokenBucketTakesTheSharedPath(t *testing.T) {
 	}
 	if _, ok := alg.(wordDecider); !ok {
 		t.Fatal("the token bucket does not implement wordDecider")
+	}
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if bind.Find(s, alg) == nil {
+		t.Fatal("no bound Take for the token bucket on a *Store: store.Limiter would call Apply")
+	}
+	if bind.Find(struct{}{}, alg) != nil {
+		t.Fatal("memstore bound a Take for a store that is not a *Store")
 	}
 }
 
