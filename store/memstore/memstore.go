@@ -371,7 +371,13 @@ func (s *Store) applyShared(sh *shard, id, chk uint64, dw wordDecider, grain, n 
 	if !found || s.closed.Load() {
 		return 0, 0, 0, 0, false
 	}
-	now, slack := s.nowFor(grain)
+	var now int64
+	var slack time.Duration
+	if s.clock == nil && s.coarse == nil {
+		now = monotime.Nanotime() / 1000 // nowFor's default, inlined
+	} else {
+		now, slack = s.nowFor(grain)
+	}
 	next, limit, rem, retryAfter, resetAfter := dw.DecideWord(w0, now, n)
 	if retryAfter > 0 {
 		retryAfter += slack
