@@ -17,7 +17,7 @@
 // backwards); [WithClock] injects
 // another one for tests. [WithCoarseClock] opts in to a cached time,
 // refreshed every resolution (say 1ms) by one goroutine shared by the
-// process: one atomic load instead of a clock read, about a third of a
+// process: one atomic load instead of a clock read, about half of a
 // decision on a hot key, for decisions made up to the resolution late, and
 // later on a machine short of processors (see WithCoarseClock for the
 // accuracy cost). The rule: only the algorithms whose grain ([algo.Grain],

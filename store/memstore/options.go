@@ -108,9 +108,10 @@ const (
 // of cost takes at their rate) is at least ten resolutions (at 1ms: at
 // most 100 units per second per key). The others keep reading the exact
 // clock: their rate needs it. A decision on the cached time costs an
-// atomic load instead of a clock read: about a third of a decision on one
-// hot key on a KVM guest (BenchmarkKeyed/hot in the benchmarks module: 86
-// against 127 ns of CPU a decision).
+// atomic load instead of a clock read: about half of a decision on one
+// hot key on a KVM guest, where a clock read costs some 30-40 ns
+// (BenchmarkKeyed/hot in the benchmarks module, thread CPU time: about 30
+// against 65 ns a decision).
 //
 // The accuracy cost, for the algorithms that read it: every decision is
 // made at a time up to resolution (a tenth of a unit's time) behind the
