@@ -12,10 +12,9 @@
 //
 // The store owns time: each Apply reads the clock once, after it has read
 // the key's state (under the key's lock, or on the token bucket's path
-// without it, see Speed), and hands the algorithm Unix microseconds. The default clock is
-// the monotonic system clock ([floodgate.SystemClock]'s readings, never
-// backwards); [WithClock] injects
-// another one for tests. [WithCoarseClock] opts in to a cached time,
+// without it, see Speed), and hands the algorithm Unix microseconds. The
+// default clock is the monotonic system clock ([floodgate.SystemClock]'s
+// readings, never backwards); [WithClock] injects another one for tests. [WithCoarseClock] opts in to a cached time,
 // refreshed every resolution (say 1ms) by one goroutine shared by the
 // process: one atomic load instead of a clock read, about half of a
 // decision on a hot key, for decisions made up to the resolution late, and
@@ -56,8 +55,9 @@
 // A decision costs one clock read, one uncontended lock and unlock, two
 // maphash passes over the key and one table probe, beside the step itself.
 //
-// The token bucket's decisions (one-word states, [algo.WordStepper]) on a
-// key the store already holds skip the lock when they change nothing: the
+// The decisions of floodgate's token bucket (one word of state; other
+// algorithms, and other packages' one-word ones, keep the lock) on a key
+// the store already holds skip the lock when they change nothing: the
 // one-word table is published to lock-free readers (its slots written with
 // atomic stores, a sequence counter moved on by every write, odd while an
 // entry moves), so a decision reads the key's word, checks that no entry
