@@ -154,23 +154,47 @@ func (g *gcra) Step(s algo.State, now int64, n int64) (algo.State, floodgate.Dec
 }
 
 // StepWord implements [algo.WordStepper]: the step on the theoretical
-// arrival time alone. It sets every field of *d.
+// arrival time alone. It sets every field of *d, one by one (a composite
+// literal would zero *d with wide stores first, and the store's narrow
+// reads of the fields would then wait on them).
 func (g *gcra) StepWord(tat, now, n int64, d *floodgate.Decision) int64 {
+	next, limit, rem, retryAfter, resetAfter := g.DecideWord(tat, now, n)
+	d.Allowed = retryAfter == 0
+	d.Limit = limit
+	d.Remaining = rem
+	d.RetryAfter = retryAfter
+	d.ResetAfter = resetAfter
+	d.Delay = 0
+	return next
+}
+
+// DecideWord is the step on the theoretical arrival time with the
+// decision's fields returned one by one, in registers (Allowed is
+// retryAfter == 0, Delay is 0): StepWord is it, and memstore steps the
+// token bucket through it where it holds no lock (its one-word read path),
+// with no memory to lend for a Decision. (A Decision returned by value
+// goes through memory at each call boundary; separate results do not.)
+func (g *gcra) DecideWord(tat, now, n int64) (next, limit, remaining int64, retryAfter, resetAfter time.Duration) {
 	tat = g.normalise(tat, now)
-	if n <= 0 {
-		if n < 0 { // refund
-			tat = max(now, tat+n*g.t)
+	var wait int64
+	switch {
+	case n < 0: // refund
+		tat = max(now, tat+n*g.t)
+	case n > 0:
+		newTat := tat + n*g.t
+		if allowAt := newTat - g.tau; allowAt > now {
+			wait = allowAt - now
+		} else {
+			tat = newTat
 		}
-		g.decide(d, tat, now, 0)
-		return tat
 	}
-	newTat := tat + n*g.t
-	if allowAt := newTat - g.tau; allowAt > now {
-		g.decide(d, tat, now, allowAt-now)
-		return tat
+	// Remaining is (tau - (tat - now)) / t within 0..burst; the division
+	// is made only when a token is left (a drained bucket, the usual
+	// denial, skips it).
+	if left := g.tau - (tat - now); left >= g.t {
+		remaining = min(left/g.t, g.burst)
 	}
-	g.decide(d, newTat, now, 0)
-	return newTat
+	return tat, g.burst, remaining, micros.Dur(wait), micros.Dur(tat - now)
 }
 
 // normalise bounds a TAT to now..now+span. A TAT in the past is a full

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/bind"
 	"github.com/floodgate-go/floodgate/internal/nilcheck"
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -92,6 +93,9 @@ type Limiter struct {
 	alg      algo.Algorithm
 	name     string
 	capacity int64
+	// take is the store's own path for alg (memstore's token bucket), or
+	// nil: Take then calls Apply.
+	take bind.Func
 }
 
 // NewLimiter returns the Limiter running alg on s. Requests may cost
@@ -113,7 +117,7 @@ func NewLimiter(s Store, alg algo.Algorithm) (*Limiter, error) {
 	if sp.Capacity < 1 {
 		return nil, fmt.Errorf("%w: algorithm %q has capacity %d, want >= 1", floodgate.ErrInvalidConfig, sp.Name, sp.Capacity)
 	}
-	return &Limiter{store: s, alg: alg, name: sp.Policy, capacity: sp.Capacity}, nil
+	return &Limiter{store: s, alg: alg, name: sp.Policy, capacity: sp.Capacity, take: bind.Find(s, alg)}, nil
 }
 
 // Name returns the limit's policy name (the Config's Name), or "" when it
@@ -140,6 +144,10 @@ func (l *Limiter) Store() Store { return l.store }
 func (l *Limiter) Take(ctx context.Context, key string, n int) (floodgate.Decision, error) {
 	if n < 1 || int64(n) > l.capacity {
 		return floodgate.Decision{}, l.costError(n)
+	}
+	if l.take != nil {
+		ok, limit, rem, ra, rs, delay, err := l.take(ctx, key, int64(n))
+		return floodgate.Decision{Allowed: ok, Limit: limit, Remaining: rem, RetryAfter: ra, ResetAfter: rs, Delay: delay}, err
 	}
 	return l.store.Apply(ctx, key, l.alg, int64(n))
 }

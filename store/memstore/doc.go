@@ -10,13 +10,14 @@
 //
 // # Time
 //
-// The store owns time: each Apply reads the clock once, under the key's
-// lock, and hands the algorithm Unix microseconds. The default clock is
-// the monotonic system clock (offset to wall time once at start, never
-// backwards); [WithClock] injects
-// another one for tests. [WithCoarseClock] opts in to a cached time,
+// The store owns time: each Apply reads the clock once, after it has read
+// the key's state (under the key's lock, or on the token bucket's path
+// without it, see Speed), and hands the algorithm Unix microseconds. The
+// default clock is the monotonic system clock (offset to wall time once at
+// start, never backwards); [WithClock] injects another one for tests.
+// [WithCoarseClock] opts in to a cached time,
 // refreshed every resolution (say 1ms) by one goroutine shared by the
-// process: one atomic load instead of a clock read, about a third of a
+// process: one atomic load instead of a clock read, about half of a
 // decision on a hot key, for decisions made up to the resolution late, and
 // later on a machine short of processors (see WithCoarseClock for the
 // accuracy cost). The rule: only the algorithms whose grain ([algo.Grain],
@@ -54,6 +55,28 @@
 //
 // A decision costs one clock read, one uncontended lock and unlock, two
 // maphash passes over the key and one table probe, beside the step itself.
+//
+// The decisions of floodgate's token bucket (one word of state; other
+// algorithms, and other packages' one-word ones, keep the lock) on a key
+// the store already holds skip the lock when they change nothing: the
+// one-word table is published to lock-free readers (its slots written with
+// atomic stores, a sequence counter moved on by every write, odd while an
+// entry moves), so a decision reads the key's word, checks that no entry
+// moved meanwhile, reads the clock and steps. A denial or a peek, which
+// leaves the state as it was, returns there: the decision of the state as
+// it stood at that read, at a time read after it, which is what the lock
+// gives. A step that changes the state takes the lock and writes the new
+// word only if the sequence has not moved since the read: no write came
+// in between, so the state's last writer read its clock before this one
+// (time never goes backwards from one state to the next) and no update is
+// lost; otherwise it decides again under the lock with a fresh clock read.
+// On a drained hot key (every call a denial) this saves the lock's two
+// atomic operations; on a key that admits it adds a compare of the counter
+// and one atomic add to the write. A [store.Limiter] of the token bucket
+// on a Store (bucket.NewKeyed) takes through a path the store binds once,
+// when the limiter is built: the algorithm's layout and interfaces are
+// looked up then, not on each call, and the decision comes back field by
+// field in registers rather than as a Decision copied through memory.
 // Algorithms that implement [algo.Layout] (every one floodgate ships) are
 // not asked for their whole Spec on each call, and one-word algorithms that
 // implement [algo.WordStepper] (the token bucket) are stepped on the word

@@ -217,3 +217,61 @@ func TestShippedLayoutsMatchSpecs(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundTakeMatchesStep runs Take of a token bucket Limiter on the store
+// (the path memstore binds for it, see internal/bind) and the same
+// algorithm through Spec and Step only on a second store, on one clock,
+// through a random sequence of keys, costs, refunds, clock moves and
+// sweeps: every decision and key count must be the same. Then the bound
+// path must report a done context and a closed store as Apply does.
+func TestBoundTakeMatchesStep(t *testing.T) {
+	clk := storetest.NewClock(t0)
+	fast := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
+	slow := newStore(t, memstore.WithClock(clk), memstore.WithShards(4))
+	l := keyed(t, fast, bucket.Config{Rate: floodgate.PerSecond(50), Burst: 5})
+	alg := plainAlg{l.Algorithm()}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(9, 4))
+	for i := range 50_000 {
+		switch r := rng.IntN(1000); {
+		case r < 600:
+			clk.Advance(time.Duration(rng.Int64N(int64(30 * time.Millisecond))))
+		case r < 620:
+			clk.Advance(-time.Duration(rng.Int64N(int64(time.Minute))))
+		}
+		if rng.IntN(1000) == 0 {
+			fast.Sweep()
+			slow.Sweep()
+		}
+		key := "k" + strconv.Itoa(rng.IntN(100))
+		n := 1 + rng.IntN(5)
+		if rng.IntN(5) == 0 {
+			if err := l.Refund(ctx, key, n); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := slow.Apply(ctx, key, alg, -int64(n)); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		df, errF := l.Take(ctx, key, n)
+		ds, errS := slow.Apply(ctx, key, alg, int64(n))
+		if df != ds || errF != nil || errS != nil {
+			t.Fatalf("step %d (%s, n=%d): Take %+v, %v; Step %+v, %v", i, key, n, df, errF, ds, errS)
+		}
+		if sf, ss := fast.Stats(), slow.Stats(); sf.Keys != ss.Keys {
+			t.Fatalf("step %d: Take keeps %d keys, Step %d", i, sf.Keys, ss.Keys)
+		}
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Take(done, "k1", 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Take with a done context: %v, want context.Canceled", err)
+	}
+	fast.Close()
+	for _, key := range []string{"k1", "never-seen"} {
+		if _, err := l.Take(ctx, key, 1); !errors.Is(err, floodgate.ErrClosed) {
+			t.Fatalf("Take(%q) after Close: %v, want ErrClosed", key, err)
+		}
+	}
+}

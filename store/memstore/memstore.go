@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/bind"
 	"github.com/floodgate-go/floodgate/internal/coarse"
 	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/store"
@@ -26,7 +27,11 @@ import (
 // Each Apply hashes (key, namespace) to a shard, locks the shard, reads the
 // clock once, runs the algorithm's step on the key's state and writes the new
 // state back before unlocking: concurrent Apply calls on one key are
-// serialised.
+// serialised. The token bucket's decisions on a key the store holds are
+// made without the lock when they change nothing (a denial, a peek), and
+// their writes take it only to check that nothing was written meanwhile
+// (see the package documentation, Speed): the same decisions, in the same
+// order of states.
 //
 // A key whose new state is back to full (State.W[0] <= now) is not kept: it is
 // indistinguishable from a fresh key. When a shard is at its share of
@@ -228,7 +233,16 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	if maxLog > 0 {
 		ti += algo.MaxWords
 	}
+	if dw, ok := ws.(wordDecider); ok {
+		if limit, rem, ra, rs, done := s.applyShared(sh, id, chk, dw, grain, n); done {
+			return floodgate.Decision{Allowed: ra == 0, Limit: limit, Remaining: rem, RetryAfter: ra, ResetAfter: rs}, nil
+		}
+	}
+	return s.applyLocked(sh, ti, id, chk, alg, ws, grain, n, key)
+}
 
+// applyLocked is Apply under the shard's lock, from the key's ids on.
+func (s *Store) applyLocked(sh *shard, ti int, id, chk uint64, alg algo.Algorithm, ws algo.WordStepper, grain, n int64, key string) (floodgate.Decision, error) {
 	sh.mu.Lock()
 	// Deferred (open-coded, a few ns): the shard stays usable even if a
 	// faulty algorithm panics in Step.
@@ -286,6 +300,104 @@ func (s *Store) Apply(ctx context.Context, key string, alg algo.Algorithm, n int
 	}
 	return floodgate.Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		RetryAfter: ra, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
+}
+
+func init() { bind.Register(bindTake) }
+
+// bindTake is memstore's bind.Binder: for a token bucket (one word, no
+// log, [algo.Layout], [algo.WordStepper] and wordDecider) on a *Store, the
+// decision path of Apply with the algorithm's layout and interfaces looked
+// up once, and the decision's fields returned in registers.
+func bindTake(st any, alg algo.Algorithm) bind.Func {
+	s, ok := st.(*Store)
+	if !ok || s == nil {
+		return nil
+	}
+	l, ok := alg.(algo.Layout)
+	if !ok {
+		return nil
+	}
+	ns, words, maxLog, grain := l.Layout()
+	ws, ok := alg.(algo.WordStepper)
+	dw, ok2 := alg.(wordDecider)
+	if !ok || !ok2 || words != 1 || maxLog != 0 {
+		return nil
+	}
+	return func(ctx context.Context, key string, n int64) (bool, int64, int64, time.Duration, time.Duration, time.Duration, error) {
+		if err := ctx.Err(); err != nil {
+			return false, 0, 0, 0, 0, 0, err
+		}
+		id, chk, si := s.ids(key, ns)
+		sh := &s.shards[si].shard
+		if limit, rem, ra, rs, done := s.applyShared(sh, id, chk, dw, grain, n); done {
+			return ra == 0, limit, rem, ra, rs, 0, nil
+		}
+		d, err := s.applyLocked(sh, 0, id, chk, alg, ws, grain, n, key)
+		return d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
+	}
+}
+
+// wordDecider is implemented by the one-word algorithms that applyShared
+// steps (the token bucket of package bucket): the step of
+// [algo.WordStepper] with the decision's fields returned one by one, in
+// registers; Allowed is retryAfter == 0 and Delay is 0 (an algorithm that
+// delays does not implement it). applyShared holds no lock, so it has no
+// memory of the shard's to lend StepWord for the decision; a local one
+// would escape through the interface call, and a Decision returned by
+// value goes through memory at each call boundary. DecideWord must agree
+// with StepWord exactly (TestWordFastPathMatchesStep compares the store's
+// decisions with Step's; TestTokenBucketTakesTheSharedPath checks that the
+// token bucket implements it).
+type wordDecider interface {
+	DecideWord(w0, now, n int64) (next, limit, remaining int64, retryAfter, resetAfter time.Duration)
+}
+
+// applyShared decides a one-word algorithm's step on a key already in the
+// shard's one-word table, the way the locked path would, without taking
+// the shard's lock when the step leaves the state as it was (a denial, a
+// peek): the key's word is read by lookupWord (atomic loads, checked
+// against the table's seq), then the clock, then dw steps. A step that
+// changes the state takes the lock and writes the new word only if nothing
+// was written to the table since the word was read (seq the same): the
+// state's last writer read the clock before this call read the word, so
+// time never goes backwards from one state to the next, as under the lock
+// (the compare-and-swap rule). It reports false, having changed nothing,
+// when the key is not there, the read could not be made consistent, the
+// store is closed, or the table changed before the write: the caller then
+// takes the locked path, which reads the clock again.
+func (s *Store) applyShared(sh *shard, id, chk uint64, dw wordDecider, grain, n int64) (limit, rem int64, retryAfter, resetAfter time.Duration, ok bool) {
+	t := &sh.tables[0]
+	i, w0, seq, found := t.lookupWord(id, chk)
+	if !found || s.closed.Load() {
+		return 0, 0, 0, 0, false
+	}
+	var now int64
+	var slack time.Duration
+	if s.clock == nil && s.coarse == nil {
+		now = monotime.Nanotime() / 1000 // nowFor's default, inlined
+	} else {
+		now, slack = s.nowFor(grain)
+	}
+	next, limit, rem, retryAfter, resetAfter := dw.DecideWord(w0, now, n)
+	if retryAfter > 0 {
+		retryAfter += slack
+	}
+	if next == w0 {
+		return limit, rem, retryAfter, resetAfter, true
+	}
+	sh.mu.Lock()
+	if t.seq.Load() != seq || s.closed.Load() {
+		sh.mu.Unlock()
+		return 0, 0, 0, 0, false
+	}
+	if next <= now {
+		t.remove(i)
+		sh.keys--
+	} else {
+		t.setWord0(int(i), next)
+	}
+	sh.mu.Unlock()
+	return limit, rem, retryAfter, resetAfter, true
 }
 
 // step runs alg on the state of slot i of table t (tables[ti]; i < 0 for a

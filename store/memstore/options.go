@@ -83,8 +83,9 @@ func WithSweepInterval(d time.Duration) Option {
 }
 
 // WithClock makes the store read time from clock instead of
-// the monotonic system clock (for tests). The clock is read once per Apply, under
-// the key's lock, and converted to Unix microseconds.
+// the monotonic system clock (for tests). The clock is read once per Apply,
+// after the key's state is read (see the package documentation, Time), and
+// converted to Unix microseconds.
 func WithClock(clock floodgate.Clock) Option {
 	return Option{func(c *config) error {
 		if clock == nil {
@@ -109,9 +110,10 @@ const (
 // of cost takes at their rate) is at least ten resolutions (at 1ms: at
 // most 100 units per second per key). The others keep reading the exact
 // clock: their rate needs it. A decision on the cached time costs an
-// atomic load instead of a clock read: about a third of a decision on one
-// hot key on a KVM guest (BenchmarkKeyed/hot in the benchmarks module: 86
-// against 127 ns of CPU a decision).
+// atomic load instead of a clock read: about half of a decision on one
+// hot key on a KVM guest, where a clock read costs some 30-40 ns
+// (BenchmarkKeyed/hot in the benchmarks module, thread CPU time: about 30
+// against 65 ns a decision).
 //
 // The accuracy cost, for the algorithms that read it: every decision is
 // made at a time up to resolution (a tenth of a unit's time) behind the

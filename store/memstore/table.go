@@ -3,6 +3,7 @@ package memstore
 import (
 	"math/bits"
 	"slices"
+	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/store/algo"
 )
@@ -20,14 +21,36 @@ import (
 // capacity: the table grows by half (not by doubling) at 7/8 load, so it is
 // always between 58% and 88% full once it has grown, which is what keeps the
 // memory per key low at any key count.
+//
+// A table of one-word states without logs is also read without the shard's
+// lock (lookupWord, the token bucket's denials in Store.Apply): its slot
+// array is published in view, every write to a slot of it is an atomic
+// store, and seq counts its writes: odd while a structural change (an
+// insertion, a removal, a resize, a sweep, a reset) is under way, moved on
+// by one before and one after it, and by two after every state written in
+// place. A reader that sees the same even seq before and after its probe
+// read one consistent state of a key that stayed in its slot; one that
+// sees the same seq again under the lock knows nothing was written since.
 type table struct {
 	slots  []uint64
 	logs   [][]int64 // nil unless the table keeps logs
 	size   uint64    // number of slots
 	stride uint64    // 2 + words
 	words  int
-	n      int // live entries
-	limit  int // n at which the table grows
+	n      int  // live entries
+	limit  int  // n at which the table grows
+	shared bool // read without the lock: one word, no log
+
+	seq  atomic.Uint64
+	view atomic.Pointer[view]
+}
+
+// view is a table's slot array as lock-free readers see it: immutable once
+// published (a resize publishes a new one), so that the slice and its size
+// always agree.
+type view struct {
+	slots        []uint64
+	size, stride uint64
 }
 
 const minTableSize = 8
@@ -36,7 +59,40 @@ const minTableSize = 8
 func (t *table) init(words int, withLog bool) {
 	t.words = words
 	t.stride = uint64(2 + words)
+	t.shared = words == 1 && !withLog
 	t.alloc(minTableSize, withLog)
+	t.publish()
+}
+
+// publish makes the slot array what lock-free readers see.
+func (t *table) publish() {
+	if t.shared {
+		t.view.Store(&view{slots: t.slots, size: t.size, stride: t.stride})
+	}
+}
+
+// begin and end bracket a structural change of a shared table: seq is odd
+// in between.
+func (t *table) begin() {
+	if t.shared {
+		t.seq.Add(1)
+	}
+}
+
+func (t *table) end() {
+	if t.shared {
+		t.seq.Add(1)
+	}
+}
+
+// set writes slot word k: atomically in a shared table, where a lock-free
+// reader may load it at the same time.
+func (t *table) set(k, v uint64) {
+	if t.shared {
+		atomic.StoreUint64(&t.slots[k], v)
+		return
+	}
+	t.slots[k] = v
 }
 
 func (t *table) alloc(size uint64, withLog bool) {
@@ -49,18 +105,22 @@ func (t *table) alloc(size uint64, withLog bool) {
 	t.limit = int(size - size/8)
 }
 
-func (t *table) home(id uint64) uint64 {
-	hi, _ := bits.Mul64(id, t.size)
+func (t *table) home(id uint64) uint64 { return homeOf(id, t.size) }
+
+func homeOf(id, size uint64) uint64 {
+	hi, _ := bits.Mul64(id, size)
 	return hi
 }
 
 // dist is how far slot i is from id's home slot.
-func (t *table) dist(id, i uint64) uint64 {
-	h := t.home(id)
+func (t *table) dist(id, i uint64) uint64 { return distOf(id, i, t.size) }
+
+func distOf(id, i, size uint64) uint64 {
+	h := homeOf(id, size)
 	if i >= h {
 		return i - h
 	}
-	return i + t.size - h
+	return i + size - h
 }
 
 // find returns the slot holding (id, chk), or -1. Entries that share an id
@@ -90,6 +150,44 @@ func (t *table) find(id, chk uint64) int {
 	}
 }
 
+// lookupWord finds (id, chk) in a shared table without the shard's lock
+// and returns its slot, its state word and the seq at which both were
+// read. It reports false when it cannot tell: the key is not there, the
+// table has no slots yet, or a structural change was under way or made
+// during the probe (the caller then takes the lock). Every load is atomic;
+// the probe is bounded by the view's size, so a view changing under it
+// can neither loop nor index out of it.
+func (t *table) lookupWord(id, chk uint64) (i uint64, w0 int64, seq uint64, ok bool) {
+	seq = t.seq.Load()
+	v := t.view.Load()
+	if seq&1 != 0 || v == nil {
+		return 0, 0, 0, false
+	}
+	slots, size, stride := v.slots, v.size, v.stride
+	i = homeOf(id, size)
+	for d := uint64(0); d < size; d++ {
+		b := i * stride
+		sid := atomic.LoadUint64(&slots[b])
+		if sid == 0 {
+			return 0, 0, 0, false
+		}
+		if sid == id && atomic.LoadUint64(&slots[b+1]) == chk {
+			w0 = int64(atomic.LoadUint64(&slots[b+2]))
+			if t.seq.Load() != seq {
+				return 0, 0, 0, false
+			}
+			return i, w0, seq, true
+		}
+		if distOf(sid, i, size) < d {
+			return 0, 0, 0, false
+		}
+		if i++; i == size {
+			i = 0
+		}
+	}
+	return 0, 0, 0, false
+}
+
 // load sets every field of s to slot i's state, or to the zero State
 // (a fresh key) when i < 0: the words the table does not keep are zero, and
 // Log is nil unless the table keeps logs.
@@ -115,6 +213,10 @@ func (t *table) load(i int, s *algo.State) {
 
 // store writes s into slot i.
 func (t *table) store(i int, s *algo.State) {
+	if t.shared {
+		t.setWord0(i, s.W[0])
+		return
+	}
 	b := uint64(i) * t.stride
 	w := t.slots[b+2 : b+t.stride]
 	for k := range w {
@@ -126,7 +228,15 @@ func (t *table) store(i int, s *algo.State) {
 }
 
 // setWord0 sets slot i's first state word.
-func (t *table) setWord0(i int, w int64) { t.slots[uint64(i)*t.stride+2] = uint64(w) }
+func (t *table) setWord0(i int, w int64) {
+	k := uint64(i)*t.stride + 2
+	if t.shared {
+		atomic.StoreUint64(&t.slots[k], uint64(w))
+		t.seq.Add(2)
+		return
+	}
+	t.slots[k] = uint64(w)
+}
 
 // full0 returns slot i's first word: the time at which its state is full.
 func (t *table) full0(i uint64) int64 { return int64(t.slots[i*t.stride+2]) }
@@ -134,6 +244,7 @@ func (t *table) full0(i uint64) int64 { return int64(t.slots[i*t.stride+2]) }
 // insert adds (id, chk) with state s; the key must not be present. It grows
 // the table first when needed.
 func (t *table) insert(id, chk uint64, s *algo.State) {
+	t.begin()
 	if t.n >= t.limit {
 		t.resize(t.size + t.size/2)
 	}
@@ -144,6 +255,7 @@ func (t *table) insert(id, chk uint64, s *algo.State) {
 	}
 	t.put(carry[:t.stride], s.Log)
 	t.n++
+	t.end()
 }
 
 // put places an entry by Robin Hood insertion.
@@ -154,7 +266,9 @@ func (t *table) put(carry []uint64, log []int64) {
 		b := i * t.stride
 		slot := t.slots[b : b+t.stride]
 		if slot[0] == 0 {
-			copy(slot, carry)
+			for k := range carry {
+				t.set(b+uint64(k), carry[k])
+			}
 			if t.logs != nil {
 				t.logs[i] = log
 			}
@@ -162,7 +276,9 @@ func (t *table) put(carry []uint64, log []int64) {
 		}
 		if sd := t.dist(slot[0], i); sd < d {
 			for k := range slot {
-				carry[k], slot[k] = slot[k], carry[k]
+				old := slot[k]
+				t.set(b+uint64(k), carry[k])
+				carry[k] = old
 			}
 			if t.logs != nil {
 				log, t.logs[i] = t.logs[i], log
@@ -178,6 +294,13 @@ func (t *table) put(carry []uint64, log []int64) {
 
 // remove deletes slot i by shifting the following displaced entries back.
 func (t *table) remove(i uint64) {
+	t.begin()
+	t.removeSlot(i)
+	t.end()
+}
+
+// removeSlot is remove within a structural change already begun.
+func (t *table) removeSlot(i uint64) {
 	for {
 		j := i + 1
 		if j == t.size {
@@ -188,13 +311,17 @@ func (t *table) remove(i uint64) {
 		if sid == 0 || t.dist(sid, j) == 0 {
 			break
 		}
-		copy(t.slots[i*t.stride:i*t.stride+t.stride], t.slots[jb:jb+t.stride])
+		for k := range t.stride {
+			t.set(i*t.stride+k, t.slots[jb+k])
+		}
 		if t.logs != nil {
 			t.logs[i] = t.logs[j]
 		}
 		i = j
 	}
-	clear(t.slots[i*t.stride : i*t.stride+t.stride])
+	for k := range t.stride {
+		t.set(i*t.stride+k, 0)
+	}
 	if t.logs != nil {
 		t.logs[i] = nil
 	}
@@ -202,12 +329,13 @@ func (t *table) remove(i uint64) {
 }
 
 // resize rebuilds the table with the given number of slots (at least enough
-// for its entries).
+// for its entries), within a structural change already begun.
 func (t *table) resize(size uint64) {
 	size = max(size, minTableSize, uint64(t.n)+uint64(t.n)/4+1)
 	old, oldLogs, oldSize := t.slots, t.logs, t.size
 	t.alloc(size, oldLogs != nil)
 	var log []int64
+	var carry [2 + algo.MaxWords]uint64 // put swaps through it: not in old, which readers may see
 	for i := uint64(0); i < oldSize; i++ {
 		b := i * t.stride
 		if old[b] == 0 {
@@ -216,19 +344,23 @@ func (t *table) resize(size uint64) {
 		if oldLogs != nil {
 			log = oldLogs[i]
 		}
-		t.put(old[b:b+t.stride], log)
+		copy(carry[:t.stride], old[b:b+t.stride])
+		t.put(carry[:t.stride], log)
 	}
+	t.publish()
 }
 
 // sweep removes every entry whose state is full at now (W[0] <= now) and
 // returns how many it removed. It shrinks a table left mostly empty.
 func (t *table) sweep(now int64) int {
+	t.begin()
+	defer t.end()
 	removed := 0
 	for i := uint64(0); i < t.size; {
 		if t.slots[i*t.stride] != 0 && t.full0(i) <= now {
 			// The backward shift may move an unvisited entry into i: look
 			// at i again.
-			t.remove(i)
+			t.removeSlot(i)
 			removed++
 			continue
 		}
@@ -269,4 +401,9 @@ func (t *table) victim(start uint64, now int64, probes int, keep []uint64) (slot
 }
 
 // reset drops every entry and the table's memory.
-func (t *table) reset() { *t = table{} }
+func (t *table) reset() {
+	t.begin()
+	t.view.Store(nil)
+	t.slots, t.logs, t.size, t.n, t.limit = nil, nil, 0, 0, 0
+	t.end()
+}
