@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-go/floodgate/internal/promtest"
 	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/rls"
@@ -106,7 +107,7 @@ func TestPoliciesCountedPerPolicyInPrometheus(t *testing.T) {
 				if len(daily) != 1 || len(advertised) != 5 {
 					t.Fatalf("RateLimit-Policy names %v, want origin, purge, per-client, tenant-quota and one rl-", advertised)
 				}
-				got := decisions(t, reg)
+				got := promtest.Decisions(t, reg)
 				want := map[string]float64{
 					"request origin allowed":           4, // the 4th request: purge refused, origin would have admitted
 					"request purge allowed":            3,
@@ -182,7 +183,7 @@ func TestPerLimitEventsInOutage(t *testing.T) {
 				t.Fatalf("ShouldRateLimit: %v, want code %v", err, tc.code)
 			}
 			got := map[string]float64{}
-			for k, v := range decisions(t, reg) {
+			for k, v := range promtest.Decisions(t, reg) {
 				if f := strings.Fields(k); strings.HasPrefix(f[1], "rl-") {
 					k = f[0] + " rl- " + f[2] // the unnamed limit's hash
 				}
@@ -205,27 +206,3 @@ func TestPerLimitEventsInOutage(t *testing.T) {
 
 // same runs a Redis algorithm as it is on the local fallback.
 func same(a algo.Algorithm) (algo.Algorithm, error) { return a, nil }
-
-// decisions sums floodgate_decisions_total of reg by "source policy
-// outcome".
-func decisions(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "floodgate_decisions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			got[l["source"]+" "+l["policy"]+" "+l["outcome"]] += m.GetCounter().GetValue()
-		}
-	}
-	return got
-}

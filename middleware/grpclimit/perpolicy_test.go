@@ -3,7 +3,6 @@ package grpclimit
 import (
 	"maps"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -13,10 +12,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/promtest"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
-	"github.com/floodgate-go/floodgate/policy"
-	"github.com/floodgate-go/floodgate/store/memstore"
 )
 
 // TestPoliciesCountedPerPolicyInPrometheus: a call matching several
@@ -24,13 +21,7 @@ import (
 // real Prometheus registry, through a real gRPC listener; the refusal names
 // the policy that refused.
 func TestPoliciesCountedPerPolicyInPrometheus(t *testing.T) {
-	cfg, err := policy.Parse("grpc.yaml", []byte(grpcPolicies))
-	require.NoError(t, err)
-	s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(func() time.Time { return time.Unix(1_800_000_000, 0) })))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	live, err := policy.NewLive(cfg, s)
-	require.NoError(t, err)
+	live := grpcLive(t)
 	reg := prometheus.NewRegistry()
 	obs, err := promobserver.New(reg)
 	require.NoError(t, err)
@@ -54,21 +45,7 @@ func TestPoliciesCountedPerPolicyInPrometheus(t *testing.T) {
 	}
 	assert.Equal(t, []string{"policy:per-peer", "policy:per-peer"}, refused)
 
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "floodgate_decisions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			got[l["source"]+" "+l["policy"]+" "+l["outcome"]] += m.GetCounter().GetValue()
-		}
-	}
+	got := promtest.Decisions(t, reg)
 	want := map[string]float64{
 		"request per-peer allowed": 10,
 		"request per-peer denied":  2,

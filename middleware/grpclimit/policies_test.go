@@ -41,7 +41,9 @@ rules:
 
 // A policy set behind the gRPC interceptors: plans per API key and a
 // per-peer limit, all or nothing, and a dry-run policy that only reports.
-func TestPoliciesInterceptors(t *testing.T) {
+// grpcLive is grpcPolicies on a memory store whose clock stands still.
+func grpcLive(t *testing.T) *policy.Live {
+	t.Helper()
 	cfg, err := policy.Parse("grpc.yaml", []byte(grpcPolicies))
 	require.NoError(t, err)
 	s, err := memstore.New(memstore.WithClock(floodgate.ClockFunc(func() time.Time { return time.Unix(1_800_000_000, 0) })))
@@ -49,6 +51,11 @@ func TestPoliciesInterceptors(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	live, err := policy.NewLive(cfg, s)
 	require.NoError(t, err)
+	return live
+}
+
+func TestPoliciesInterceptors(t *testing.T) {
+	live := grpcLive(t)
 	obs := &events{}
 	ic, err := Policies(live,
 		WithDescriptor(HeaderEntry("x-api-key", "api_key")),

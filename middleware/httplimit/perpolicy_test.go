@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/promtest"
 	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/observer/promobserver"
 	"github.com/floodgate-go/floodgate/store/memstore"
@@ -47,23 +48,7 @@ func TestPoliciesCountedPerPolicyInPrometheus(t *testing.T) {
 		t.Fatalf("scope %q, want pro", res.header.Get("X-RateLimit-Scope"))
 	}
 
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "floodgate_decisions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			got[l["source"]+" "+l["policy"]+" "+l["outcome"]] += m.GetCounter().GetValue()
-		}
-	}
+	got := promtest.Decisions(t, reg)
 	want := map[string]float64{
 		"request purge allowed":     3,
 		"request purge denied":      1,
