@@ -29,6 +29,9 @@ service reads its config directory. Then it warns about what loads but should no
   burst-zero     a leaky bucket with burst 0: a key's second request within
                  one interval is refused, which a bursty path (page loads,
                  batch clients, retries) cannot live with
+  same-name      two Envoy rate_limits with one name: the service advertises
+                 them as one RateLimit-Policy member and its observer counts
+                 them under one policy label
 
 Limits on a store shared by several processes: pass -shared (leased limits
 imply it).
@@ -225,7 +228,32 @@ func warnings(files []*configFile, shared bool) []finding {
 			}
 		}
 	}
+	out = append(out, sameName(files)...)
 	return append(out, edgeOrigin(files)...)
+}
+
+// sameName warns about every Envoy rate_limit whose name an earlier one
+// (in file order) already has.
+func sameName(files []*configFile) []finding {
+	first := map[string]limit{}
+	var out []finding
+	for _, f := range files {
+		if f.Kind != kindEnvoy {
+			continue
+		}
+		for _, l := range f.limits() {
+			if l.Own == "" {
+				continue
+			}
+			if p, ok := first[l.Own]; ok {
+				out = append(out, finding{File: l.File, Line: l.Line, Code: "same-name",
+					Msg: fmt.Sprintf("%s is named %q like %s (%s): one RateLimit-Policy member and one observer label for two limits; give each its own name", l.Name, l.Own, p.Name, p.at())})
+				continue
+			}
+			first[l.Own] = l
+		}
+	}
+	return out
 }
 
 // interval is the time between two requests at perSec, for messages.

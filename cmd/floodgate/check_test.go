@@ -117,6 +117,23 @@ func TestCheckWarnings(t *testing.T) {
 	if !strings.Contains(out, leasedYAML+":9: warning: edge.destination_cluster_image-origin.prod has no name on a shared store") {
 		t.Errorf("leased without a name:\n%s", out)
 	}
+	// Two rate_limits with one name, in one domain and across domains.
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	writeFile(t, a, "domain: a\ndescriptors:\n  - key: route\n    rate_limit: {unit: second, requests_per_unit: 10, name: api}\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, name: api}\n")
+	writeFile(t, b, "domain: b\ndescriptors:\n  - key: route\n    rate_limit: {unit: second, requests_per_unit: 10, name: api}\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 10, name: tenant}\n")
+	out, _, _ = runCmd(t, "check", a, b)
+	for _, want := range []string{
+		a + `:6: warning: a.user is named "api" like a.route (` + a + `:4)`,
+		b + `:4: warning: b.route is named "api" like a.route (` + a + `:4)`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("same name: want %q in\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "[same-name]"); n != 2 {
+		t.Errorf("%d same-name warnings, want 2:\n%s", n, out)
+	}
 	// An edge tighter than the origin's tightest limit.
 	out, _, _ = runCmd(t, "check", plansYAML, edgeYAML)
 	if !strings.Contains(out, "edge limit edge.tenant#1 (0.278/s) is tighter than the tightest origin limit free (10/s, "+plansYAML+":7)") {
@@ -158,4 +175,12 @@ func lineOf(t *testing.T, file, s string) int {
 	}
 	t.Fatalf("%s has no line with %q", file, s)
 	return 0
+}
+
+// writeFile writes s to path or fails the test.
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

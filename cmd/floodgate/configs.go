@@ -85,9 +85,12 @@ type limit struct {
 	Algorithm string  `json:"algorithm"`
 	// Named: the limit has a name of its own (every policy; an Envoy
 	// rate_limit with name:), not only its descriptor path.
-	Named bool   `json:"-"`
-	File  string `json:"-"`
-	Line  int    `json:"-"`
+	Named bool `json:"-"`
+	// Own is an Envoy rate_limit's name: (the name it is advertised and
+	// counted under), "" without one.
+	Own  string `json:"-"`
+	File string `json:"-"`
+	Line int    `json:"-"`
 }
 
 func (l limit) at() string { return l.File + ":" + strconv.Itoa(max(l.Line, 1)) }
@@ -156,7 +159,7 @@ func envoyLimit(name string, r rls.RateLimit, shadow bool, file string) limit {
 	if alg == "" {
 		alg = policy.FixedWindow
 	}
-	l := limit{Name: name, DryRun: shadow, Leased: r.Leased, Algorithm: string(alg), Named: r.Name != "", File: file, Line: r.Line}
+	l := limit{Name: name, DryRun: shadow, Leased: r.Leased, Algorithm: string(alg), Named: r.Name != "", Own: r.Name, File: file, Line: r.Line}
 	w, err := r.Window()
 	if err == nil && w > 0 {
 		l.PerSec = float64(r.RequestsPerUnit) / w.Seconds()
