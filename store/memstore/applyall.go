@@ -52,7 +52,8 @@ const groupOnStack = 8
 // and every op is stepped, in order, on a copy of its key's state; the
 // copies are written back only when commit is set and every op admitted.
 // The call is atomic on memory: no other call on any of the keys sees a
-// partial group, and a denied or evaluated group leaves every state bit for
+// partial group (the token bucket's decisions made without the lock
+// included: they take it while the group writes), and a denied or evaluated group leaves every state bit for
 // bit as it was. When new keys need room in a full shard, the evictions
 // spare the group's own keys (while the shard holds others).
 //
@@ -126,15 +127,41 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 				s.loadEntry(e, ops, now)
 			}
 		}
-		s.commitEntries(ents, now, keep, true)
+		s.commitGroup(shards, ents, now, keep, true)
 		return false, nil
 	}
 	if !all || !commit {
 		s.dropCopies(ents, out[:len(ops)])
 		return all, nil
 	}
-	s.commitEntries(ents, now, keep, false)
+	s.commitGroup(shards, ents, now, keep, false)
 	return true, nil
+}
+
+// commitGroup is commitEntries with the one-word table of every shard of
+// the group held in a structural change (its seq odd) from before the
+// first write to after the last: the token bucket's decisions made without
+// the lock (see applyShared) then fall back to the lock while any of the
+// group's states is written, so that none of them sees one of the group's
+// keys written and another not yet (the group is atomic for them too).
+func (s *Store) commitGroup(shards []int, ents []entry, now int64, keep []uint64, movedOnly bool) {
+	for _, si := range shards {
+		sh := &s.shards[si].shard
+		// A table that is not shared yet (no slots) has nothing a reader
+		// could find before this commit; one it creates is held by its
+		// own inserts only.
+		if t := &sh.tables[0]; t.shared {
+			t.begin()
+			sh.held = true
+		}
+	}
+	s.commitEntries(ents, now, keep, movedOnly)
+	for _, si := range shards {
+		if sh := &s.shards[si].shard; sh.held {
+			sh.held = false
+			sh.tables[0].end()
+		}
+	}
 }
 
 // group checks ops and gathers their distinct (key, namespace) entries

@@ -69,6 +69,7 @@ type shard struct {
 	limit   int                // this shard's share of MaxKeys
 	evicted uint64
 	expired uint64
+	held    bool // an ApplyAll holds tables[0] in a structural change (commitGroup)
 	// tables[w-1] holds states of w words, tables[MaxWords+w-1] states of w
 	// words with a log.
 	tables [2 * algo.MaxWords]table

@@ -42,6 +42,7 @@ type table struct {
 	shared bool // read without the lock: one word, no log
 
 	seq  atomic.Uint64
+	open int // begin calls not yet ended (see begin)
 	view atomic.Pointer[view]
 }
 
@@ -72,16 +73,24 @@ func (t *table) publish() {
 }
 
 // begin and end bracket a structural change of a shared table: seq is odd
-// in between.
+// in between. They nest (open counts the brackets, under the shard's
+// lock): an ApplyAll holds the tables of its shards odd around all its
+// writes, which insert, remove and resize bracket again, and seq must stay
+// odd until the outermost end.
 func (t *table) begin() {
 	if t.shared {
-		t.seq.Add(1)
+		if t.open == 0 {
+			t.seq.Add(1)
+		}
+		t.open++
 	}
 }
 
 func (t *table) end() {
 	if t.shared {
-		t.seq.Add(1)
+		if t.open--; t.open == 0 {
+			t.seq.Add(1)
+		}
 	}
 }
 

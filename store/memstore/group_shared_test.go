@@ -1,0 +1,76 @@
+package memstore_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bucket"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/memstore"
+	"github.com/floodgate-go/floodgate/store/storetest"
+)
+
+// TestSharedPathSeesNoPartialGroup: ApplyAll is atomic (no other call on
+// any of its keys sees a partial group), and that holds for the token
+// bucket's peeks and denials made without the shard's lock too. Groups
+// take one token from each of two keys, written in that order, on a clock
+// that does not move, so after every group both keys have the same
+// Remaining; an observer that peeks the first key and then the second must
+// never see the second with more left than the first (which it would if
+// it read the first after the group's write and the second before it).
+func TestSharedPathSeesNoPartialGroup(t *testing.T) {
+	const burst = 1 << 20
+	for _, shards := range []int{1, 2} {
+		clk := storetest.NewClock(t0)
+		s := newStore(t, memstore.WithClock(clk), memstore.WithShards(shards), memstore.WithSweepInterval(0))
+		l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: burst})
+		ctx := context.Background()
+		// Both keys held, so that the observer's peeks take the shared path.
+		for _, k := range []string{"a", "b"} {
+			if _, err := l.Take(ctx, k, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ops := []store.Op{{Key: "a", Alg: l.Algorithm(), N: 1}, {Key: "b", Alg: l.Algorithm(), N: 1}}
+		var stop atomic.Bool
+		var partial atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			out := make([]floodgate.Decision, 2)
+			for range burst / 2 {
+				if stop.Load() {
+					return
+				}
+				if ok, err := s.ApplyAll(ctx, ops, out, true); err != nil || !ok {
+					t.Errorf("group: %v %v", ok, err)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			defer stop.Store(true)
+			for range 200_000 {
+				da, err := l.Peek(ctx, "a")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				db, err := l.Peek(ctx, "b")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if db.Remaining > da.Remaining {
+					partial.Add(1)
+				}
+			}
+		})
+		wg.Wait()
+		if n := partial.Load(); n > 0 {
+			t.Errorf("%d shards: %d peeks saw a group's first key written and not its second", shards, n)
+		}
+	}
+}
