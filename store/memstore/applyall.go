@@ -131,7 +131,7 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 		return false, nil
 	}
 	if !all || !commit {
-		s.dropCopies(ents, out[:len(ops)])
+		s.dropCopies(ents)
 		return all, nil
 	}
 	s.commitGroup(shards, ents, now, keep, false)
@@ -226,17 +226,11 @@ func (s *Store) peekAdmitted(ops []store.Op, ents []entry, refs []int, out []flo
 // dropCopies drops the group's copies of the states, unwritten. A log's
 // copy may have appended into the spare capacity of the log still in the
 // table, never over its entries (see algo.State): the table's state is
-// unchanged. The refusals' RetryAfter get the store's slack.
-func (s *Store) dropCopies(ents []entry, out []floodgate.Decision) {
+// unchanged. (The refusals' RetryAfter get no slack: ApplyAll reads the
+// exact clock.)
+func (s *Store) dropCopies(ents []entry) {
 	for j := range ents {
 		ents[j].st.Log = nil
-	}
-	if s.slack > 0 {
-		for i := range out {
-			if out[i].RetryAfter > 0 {
-				out[i].RetryAfter += s.slack
-			}
-		}
 	}
 }
 
