@@ -74,3 +74,64 @@ func TestSharedPathSeesNoPartialGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedPathWithGroupsAdmitsExactlyBurst races single takes and peeks
+// on two keys (their admissions committed only if the shard's table did not
+// move since their read) with groups taking from both, on a clock that
+// does not move: each key must admit exactly its burst, counting the
+// groups that admitted, and the store must end with both keys drained.
+func TestSharedPathWithGroupsAdmitsExactlyBurst(t *testing.T) {
+	const burst = 3_000
+	for _, shards := range []int{1, 2} {
+		clk := storetest.NewClock(t0)
+		s := newStore(t, memstore.WithClock(clk), memstore.WithShards(shards), memstore.WithSweepInterval(0))
+		l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: burst})
+		ctx := context.Background()
+		keys := []string{"a", "b"}
+		ops := []store.Op{{Key: "a", Alg: l.Algorithm(), N: 1}, {Key: "b", Alg: l.Algorithm(), N: 1}}
+		var single [2]atomic.Int64
+		var groups atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				out := make([]floodgate.Decision, 2)
+				for i := range 2 * burst {
+					switch k := (g + i) % 4; k {
+					case 0, 1:
+						d, err := l.Take(ctx, keys[k], 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							single[k].Add(1)
+						}
+					case 2:
+						ok, err := s.ApplyAll(ctx, ops, out, true)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if ok {
+							groups.Add(1)
+						}
+					default:
+						if _, err := l.Peek(ctx, keys[i%2]); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for k, key := range keys {
+			if got := single[k].Load() + groups.Load(); got != burst {
+				t.Errorf("%d shards: key %s admitted %d (%d alone, %d in groups), want %d", shards, key, got, single[k].Load(), groups.Load(), burst)
+			}
+			if d, err := l.Peek(ctx, key); err != nil || d.Remaining != 0 {
+				t.Errorf("%d shards: key %s at the end: %+v, %v; want drained", shards, key, d, err)
+			}
+		}
+	}
+}
