@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/algo"
 	"github.com/floodgate-go/floodgate/store/memstore"
 	"github.com/floodgate-go/floodgate/store/storetest"
 )
@@ -132,6 +133,67 @@ func TestSharedPathWithGroupsAdmitsExactlyBurst(t *testing.T) {
 			if d, err := l.Peek(ctx, key); err != nil || d.Remaining != 0 {
 				t.Errorf("%d shards: key %s at the end: %+v, %v; want drained", shards, key, d, err)
 			}
+		}
+	}
+}
+
+// TestSharedPathAcrossVersionsAdmitsExactlyBurst races takes and peeks on
+// two versions of one limit (each a Lineage reading through the other, so
+// every take on the other version moves the key's state from one namespace
+// to the other) on a few keys, on a clock that does not move: the
+// conversion keeps a key's whole tokens (the burst is the same), so each
+// key must admit exactly its burst across both versions.
+func TestSharedPathAcrossVersionsAdmitsExactlyBurst(t *testing.T) {
+	const burst = 2_000
+	clk := storetest.NewClock(t0)
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithSweepInterval(0))
+	ctx := context.Background()
+	var lims [2]*store.Limiter
+	var prev []algo.Algorithm
+	for v, rate := range []floodgate.Rate{floodgate.PerSecond(1), floodgate.PerSecond(3)} {
+		base, err := bucket.Config{Name: "v", Rate: rate, Burst: burst}.Algorithm()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg, err := algo.Succeed(base, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev = []algo.Algorithm{lg}
+		if lims[v], err = store.NewLimiter(s, lg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := []string{"k0", "k1", "k2"}
+	var admitted [3]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 3 * burst {
+				k := (g + i) % len(keys)
+				l := lims[(i/7+g)%2] // runs on one version, then the other
+				if i%5 == 0 {
+					if _, err := l.Peek(ctx, keys[k]); err != nil {
+						t.Error(err)
+						return
+					}
+					continue
+				}
+				d, err := l.Take(ctx, keys[k], 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k, key := range keys {
+		if got := admitted[k].Load(); got != burst {
+			t.Errorf("key %s admitted %d across both versions, want %d", key, got, burst)
 		}
 	}
 }
