@@ -2,9 +2,12 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bucket"
@@ -195,5 +198,78 @@ func TestSharedPathAcrossVersionsAdmitsExactlyBurst(t *testing.T) {
 		if got := admitted[k].Load(); got != burst {
 			t.Errorf("key %s admitted %d across both versions, want %d", key, got, burst)
 		}
+	}
+}
+
+// TestSharedPathWithEvictionAndClose races takes and peeks on hot keys
+// (the shared path) with new keys that make a one-shard store at its
+// MaxKeys evict (new keys drained as the hot keys are, so that the hot keys are evicted too), then closes the store
+// under them: a hot key evicted restarts from full, so it admits at most
+// its burst once more per eviction; every decision keeps the invariants;
+// after Close returns, every call is refused with ErrClosed.
+func TestSharedPathWithEvictionAndClose(t *testing.T) {
+	const burst = 50
+	clk := storetest.NewClock(t0)
+	s, err := memstore.New(memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(8), memstore.WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := keyed(t, s, bucket.Config{Rate: floodgate.PerSecond(1), Burst: burst})
+	ctx := context.Background()
+	var admitted atomic.Int64
+	var closed atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				after := closed.Load()
+				key := fmt.Sprint("hot", i%2)
+				if g == 2 {
+					key = fmt.Sprint("new", i) // each one evicts
+				}
+				var d floodgate.Decision
+				var err error
+				switch {
+				case g == 2:
+					// Drained as the hot keys are: as close to full as
+					// they are, so the sample evicts them too.
+					d, err = l.Take(ctx, key, burst)
+				case i%4 == 0:
+					d, err = l.Peek(ctx, key)
+				default:
+					d, err = l.Take(ctx, key, 1)
+				}
+				if after {
+					if !errors.Is(err, floodgate.ErrClosed) {
+						t.Errorf("after Close: %+v, %v; want ErrClosed", d, err)
+					}
+					return
+				}
+				if errors.Is(err, floodgate.ErrClosed) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed != (d.RetryAfter == 0) || d.Remaining < 0 || d.Remaining > burst || d.Limit != burst {
+					t.Errorf("decision %+v breaks an invariant", d)
+					return
+				}
+				if g < 2 && i%4 != 0 && d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	s.Close()
+	closed.Store(true)
+	wg.Wait()
+	st := s.Stats() // Close keeps the counters
+	t.Logf("%d admitted on the hot keys, %d evictions", admitted.Load(), st.Evictions)
+	// Each hot key admits its burst, then once more per eviction of it.
+	if max := 2*burst + burst*int64(st.Evictions); admitted.Load() > max {
+		t.Errorf("hot keys admitted %d with %d evictions, want at most %d", admitted.Load(), st.Evictions, max)
 	}
 }
