@@ -26,7 +26,8 @@ import (
 // lock (lookupWord, the token bucket's denials in Store.Apply): its slot
 // array is published in view, every write to a slot of it is an atomic
 // store, and seq counts its writes: odd while a structural change (an
-// insertion, a removal, a resize, a sweep, a reset) is under way, moved on
+// insertion, a removal, a resize, a sweep, a reset, and every write of an
+// ApplyAll's group, see commitGroup) is under way, moved on
 // by one before and one after it, and by two after every state written in
 // place. A reader that sees the same even seq before and after its probe
 // read one consistent state of a key that stayed in its slot; one that
