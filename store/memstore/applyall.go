@@ -144,7 +144,19 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 // the lock (see applyShared) then fall back to the lock while any of the
 // group's states is written, so that none of them sees one of the group's
 // keys written and another not yet (the group is atomic for them too).
+// A group with at most one one-word state needs no hold: the decisions
+// made under the lock see none of its writes before the group's last.
 func (s *Store) commitGroup(shards []int, ents []entry, now int64, keep []uint64, movedOnly bool) {
+	words := 0
+	for j := range ents {
+		if ents[j].ti == 0 {
+			words++
+		}
+	}
+	if words < 2 {
+		s.commitEntries(ents, now, keep, movedOnly)
+		return
+	}
 	for _, si := range shards {
 		sh := &s.shards[si].shard
 		// A table that is not shared yet (no slots) has nothing a reader

@@ -242,7 +242,9 @@ func (t *table) setWord0(i int, w int64) {
 	k := uint64(i)*t.stride + 2
 	if t.shared {
 		atomic.StoreUint64(&t.slots[k], uint64(w))
-		t.seq.Add(2)
+		if t.open == 0 { // else the structural change's end moves seq
+			t.seq.Add(2)
+		}
 		return
 	}
 	t.slots[k] = uint64(w)
