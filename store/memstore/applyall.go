@@ -52,7 +52,8 @@ const groupOnStack = 8
 // and every op is stepped, in order, on a copy of its key's state; the
 // copies are written back only when commit is set and every op admitted.
 // The call is atomic on memory: no other call on any of the keys sees a
-// partial group, and a denied or evaluated group leaves every state bit for
+// partial group (the token bucket's decisions made without the lock
+// included: they take it while the group writes), and a denied or evaluated group leaves every state bit for
 // bit as it was. When new keys need room in a full shard, the evictions
 // spare the group's own keys (while the shard holds others).
 //
@@ -126,15 +127,53 @@ func (s *Store) ApplyAll(ctx context.Context, ops []store.Op, out []floodgate.De
 				s.loadEntry(e, ops, now)
 			}
 		}
-		s.commitEntries(ents, now, keep, true)
+		s.commitGroup(shards, ents, now, keep, true)
 		return false, nil
 	}
 	if !all || !commit {
-		s.dropCopies(ents, out[:len(ops)])
+		s.dropCopies(ents)
 		return all, nil
 	}
-	s.commitEntries(ents, now, keep, false)
+	s.commitGroup(shards, ents, now, keep, false)
 	return true, nil
+}
+
+// commitGroup is commitEntries with the one-word table of every shard of
+// the group held in a structural change (its seq odd) from before the
+// first write to after the last: the token bucket's decisions made without
+// the lock (see applyShared) then fall back to the lock while any of the
+// group's states is written, so that none of them sees one of the group's
+// keys written and another not yet (the group is atomic for them too).
+// A group with at most one one-word state needs no hold: the decisions
+// made under the lock see none of its writes before the group's last.
+func (s *Store) commitGroup(shards []int, ents []entry, now int64, keep []uint64, movedOnly bool) {
+	words := 0
+	for j := range ents {
+		if ents[j].ti == 0 {
+			words++
+		}
+	}
+	if words < 2 {
+		s.commitEntries(ents, now, keep, movedOnly)
+		return
+	}
+	for _, si := range shards {
+		sh := &s.shards[si].shard
+		// A table that is not shared yet (no slots) has nothing a reader
+		// could find before this commit; one it creates is held by its
+		// own inserts only.
+		if t := &sh.tables[0]; t.shared {
+			t.begin()
+			sh.held = true
+		}
+	}
+	s.commitEntries(ents, now, keep, movedOnly)
+	for _, si := range shards {
+		if sh := &s.shards[si].shard; sh.held {
+			sh.held = false
+			sh.tables[0].end()
+		}
+	}
 }
 
 // group checks ops and gathers their distinct (key, namespace) entries
@@ -199,17 +238,11 @@ func (s *Store) peekAdmitted(ops []store.Op, ents []entry, refs []int, out []flo
 // dropCopies drops the group's copies of the states, unwritten. A log's
 // copy may have appended into the spare capacity of the log still in the
 // table, never over its entries (see algo.State): the table's state is
-// unchanged. The refusals' RetryAfter get the store's slack.
-func (s *Store) dropCopies(ents []entry, out []floodgate.Decision) {
+// unchanged. (The refusals' RetryAfter get no slack: ApplyAll reads the
+// exact clock.)
+func (s *Store) dropCopies(ents []entry) {
 	for j := range ents {
 		ents[j].st.Log = nil
-	}
-	if s.slack > 0 {
-		for i := range out {
-			if out[i].RetryAfter > 0 {
-				out[i].RetryAfter += s.slack
-			}
-		}
 	}
 }
 

@@ -61,7 +61,7 @@
 // the store already holds skip the lock when they change nothing: the
 // one-word table is published to lock-free readers (its slots written with
 // atomic stores, a sequence counter moved on by every write, odd while an
-// entry moves), so a decision reads the key's word, checks that no entry
+// entry moves or an ApplyAll writes its group), so a decision reads the key's word, checks that no entry
 // moved meanwhile, reads the clock and steps. A denial or a peek, which
 // leaves the state as it was, returns there: the decision of the state as
 // it stood at that read, at a time read after it, which is what the lock

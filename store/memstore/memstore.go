@@ -69,6 +69,7 @@ type shard struct {
 	limit   int                // this shard's share of MaxKeys
 	evicted uint64
 	expired uint64
+	held    bool // an ApplyAll holds tables[0] in a structural change (commitGroup)
 	// tables[w-1] holds states of w words, tables[MaxWords+w-1] states of w
 	// words with a log.
 	tables [2 * algo.MaxWords]table
@@ -126,8 +127,9 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// now reads the store's clock in Unix microseconds.
-func (s *Store) now() int64 { return timeSource{s.clock, s.coarse}.micros() }
+// now reads the store's exact clock in Unix microseconds: ApplyAll's time
+// (a group may hold algorithms of any rate; WithCoarseClock is not for it).
+func (s *Store) now() int64 { return timeSource{clock: s.clock}.micros() }
 
 // nowFor reads the time of a decision of an algorithm of the given grain
 // (algo.Grain), in Unix microseconds, and returns with it the slack that its

@@ -679,3 +679,36 @@ func TestCoarseClockOnlyForSlowRates(t *testing.T) {
 	}
 	t.Fatalf("grain 50ms: RetryAfter never %v (the cached time and its slack): %v", slow.Per+res, seen)
 }
+
+// TestCoarseClockNotForApplyAll: ApplyAll reads the exact clock (see
+// WithCoarseClock), as Apply does for an algorithm faster than ten
+// resolutions: a group denied right after a take drained its key sees the
+// exact refill time, less the time between the two, with no slack (a
+// cached time would be behind the take's and leave more to wait).
+func TestCoarseClockNotForApplyAll(t *testing.T) {
+	const res = 20 * time.Millisecond // a resolution no other test uses
+	s, err := memstore.New(memstore.WithCoarseClock(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	per := 10*res - time.Millisecond // grain below ten resolutions: exact
+	l := keyed(t, s, bucket.Config{Rate: floodgate.Rate{N: 1, Per: per}, Burst: 1})
+	out := make([]floodgate.Decision, 1)
+	for i := range 20 {
+		key := fmt.Sprint("group", i)
+		start := time.Now()
+		if d, err := l.Take(ctx, key, 1); err != nil || !d.Allowed {
+			t.Fatalf("take: %+v, %v", d, err)
+		}
+		ops := []store.Op{{Key: key, Alg: l.Algorithm(), N: 1}}
+		if ok, err := s.ApplyAll(ctx, ops, out, i%2 == 0); err != nil || ok {
+			t.Fatalf("group: %v, %v; want a denial", ok, err)
+		}
+		took := time.Since(start)
+		if ra := out[0].RetryAfter; ra > per || ra < per-took-time.Microsecond {
+			t.Fatalf("commit %v: RetryAfter %v, want in [%v, %v]: the exact clock, no slack", i%2 == 0, ra, per-took, per)
+		}
+	}
+}

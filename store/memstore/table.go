@@ -26,7 +26,8 @@ import (
 // lock (lookupWord, the token bucket's denials in Store.Apply): its slot
 // array is published in view, every write to a slot of it is an atomic
 // store, and seq counts its writes: odd while a structural change (an
-// insertion, a removal, a resize, a sweep, a reset) is under way, moved on
+// insertion, a removal, a resize, a sweep, a reset, and every write of an
+// ApplyAll's group, see commitGroup) is under way, moved on
 // by one before and one after it, and by two after every state written in
 // place. A reader that sees the same even seq before and after its probe
 // read one consistent state of a key that stayed in its slot; one that
@@ -42,6 +43,7 @@ type table struct {
 	shared bool // read without the lock: one word, no log
 
 	seq  atomic.Uint64
+	open int // begin calls not yet ended (see begin)
 	view atomic.Pointer[view]
 }
 
@@ -72,16 +74,24 @@ func (t *table) publish() {
 }
 
 // begin and end bracket a structural change of a shared table: seq is odd
-// in between.
+// in between. They nest (open counts the brackets, under the shard's
+// lock): an ApplyAll holds the tables of its shards odd around all its
+// writes, which insert, remove and resize bracket again, and seq must stay
+// odd until the outermost end.
 func (t *table) begin() {
 	if t.shared {
-		t.seq.Add(1)
+		if t.open == 0 {
+			t.seq.Add(1)
+		}
+		t.open++
 	}
 }
 
 func (t *table) end() {
 	if t.shared {
-		t.seq.Add(1)
+		if t.open--; t.open == 0 {
+			t.seq.Add(1)
+		}
 	}
 }
 
@@ -232,7 +242,9 @@ func (t *table) setWord0(i int, w int64) {
 	k := uint64(i)*t.stride + 2
 	if t.shared {
 		atomic.StoreUint64(&t.slots[k], uint64(w))
-		t.seq.Add(2)
+		if t.open == 0 { // else the structural change's end moves seq
+			t.seq.Add(2)
+		}
 		return
 	}
 	t.slots[k] = uint64(w)
