@@ -10,9 +10,11 @@
 //
 // # Time
 //
-// The store owns time: each Apply reads the clock once, after it has read
-// the key's state (under the key's lock, or on the token bucket's path
-// without it, see Speed), and hands the algorithm Unix microseconds. The
+// The store owns time: each Apply reads the clock under the key's lock (on
+// the token bucket's path without it, see Speed, after it has read the
+// key's state; a second time when that path's write finds the key changed
+// and decides again under the lock), and hands the algorithm Unix
+// microseconds. The
 // default clock is the monotonic system clock (offset to wall time once at
 // start, never backwards); [WithClock] injects another one for tests.
 // [WithCoarseClock] opts in to a cached time,
@@ -56,12 +58,13 @@
 // A decision costs one clock read, one uncontended lock and unlock, two
 // maphash passes over the key and one table probe, beside the step itself.
 //
-// The decisions of floodgate's token bucket (one word of state; other
-// algorithms, and other packages' one-word ones, keep the lock) on a key
-// the store already holds skip the lock when they change nothing: the
-// one-word table is published to lock-free readers (its slots written with
-// atomic stores, a sequence counter moved on by every write, odd while an
-// entry moves or an ApplyAll writes its group), so a decision reads the key's word, checks that no entry
+// The decisions of floodgate's token bucket (one word of state, a step
+// that returns the decision's fields in registers; the other algorithms
+// keep the lock) on a key the store already holds skip the lock when they
+// change nothing: the one-word table is published to lock-free readers
+// (its slots written with atomic stores, a sequence counter moved on by
+// every write, odd while an entry moves or an ApplyAll writes its group),
+// so a decision reads the key's word, checks that no entry
 // moved meanwhile, reads the clock and steps. A denial or a peek, which
 // leaves the state as it was, returns there: the decision of the state as
 // it stood at that read, at a time read after it, which is what the lock

@@ -83,9 +83,10 @@ func WithSweepInterval(d time.Duration) Option {
 }
 
 // WithClock makes the store read time from clock instead of
-// the monotonic system clock (for tests). The clock is read once per Apply,
-// after the key's state is read (see the package documentation, Time), and
-// converted to Unix microseconds.
+// the monotonic system clock (for tests). The clock is read once per Apply
+// (twice when the token bucket's lock-free path decides again under the
+// lock; see the package documentation, Time and Speed), and converted to
+// Unix microseconds.
 func WithClock(clock floodgate.Clock) Option {
 	return Option{func(c *config) error {
 		if clock == nil {
