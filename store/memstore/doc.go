@@ -58,9 +58,10 @@
 // A decision costs one clock read, one uncontended lock and unlock, two
 // maphash passes over the key and one table probe, beside the step itself.
 //
-// The decisions of floodgate's token bucket (one word of state, a step
-// that returns the decision's fields in registers; the other algorithms
-// keep the lock) on a key the store already holds skip the lock when they
+// The decisions of floodgate's token bucket (one word of state and a
+// DecideWord method, its step with the decision's fields returned in
+// registers: any algorithm with that method; the others keep the lock) on
+// a key the store already holds skip the lock when they
 // change nothing: the one-word table is published to lock-free readers
 // (its slots written with atomic stores, a sequence counter moved on by
 // every write, odd while an entry moves or an ApplyAll writes its group),
