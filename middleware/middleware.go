@@ -22,6 +22,12 @@ const (
 	// floodgate.OutcomeErrorClosed): the client did nothing wrong, the
 	// server could not check.
 	FailClosed
+	// FailError passes the failure on to the caller: the Envoy rate limit
+	// service (rls) fails the call with gRPC Unavailable, and Envoy's
+	// failure_mode_deny decides, as envoyproxy/ratelimit does (the
+	// service's default). The HTTP and gRPC middleware have no caller to
+	// pass it to and refuse it.
+	FailError
 )
 
 // DelayMode says what happens to a request admitted with a Delay (a shaping

@@ -150,7 +150,7 @@
 // floodgate refund: never beyond the limit (10 per hour, 3 used, 5 given
 // back: 10 left, a key is never more than full), and hits larger than the
 // limit fail the call as a store error does (Unavailable under the default
-// FailError). TestConformanceWithReference covers neither negative hits nor
+// middleware.FailError). TestConformanceWithReference covers neither negative hits nor
 // a request's own limit on a key already counted.
 //
 // # Deliberate differences from envoyproxy/ratelimit
@@ -178,7 +178,7 @@
 //     left leaves 1; a fresh key has 5). The reference keeps the count (3
 //     left). A change of algorithm or window length starts the keys afresh.
 //   - Store errors: the reference answers with an error; so does the
-//     default FailError. FailOpen answers OK with no limit information
+//     default middleware.FailError (see [WithFailMode]). FailOpen answers OK with no limit information
 //     (no current_limit, limit_remaining or duration_until_reset, no
 //     headers: nothing that tells a client to wait); FailClosed answers
 //     OVER_LIMIT for every enforcing limited descriptor with its

@@ -174,7 +174,7 @@ func (c *call) reportFailure(closed bool, err error, start int64) {
 // request's (the failure mode's FailOpen or FailClosed, FailError as
 // FailOpen; dry run in the global shadow mode) and a dry-run one.
 func (o *options) cores() (core, dry *admit.Core) {
-	mode, _ := o.failure.core()
+	mode, _ := failCore(o.failure)
 	cfg := admit.Config{Name: "rls", Observer: o.observer, FailMode: mode, DryRun: o.shadow}
 	core = admit.NewDynamic(cfg)
 	cfg.DryRun = true

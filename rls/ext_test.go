@@ -469,7 +469,7 @@ func TestConstructionErrors(t *testing.T) {
 			_, err := rls.New(s, rls.Config{}, rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersDiagnostic))
 			return err
 		},
-		"bad fail mode":  func() error { _, err := rls.New(s, rls.Config{}, rls.WithFailureMode(rls.FailureMode(9))); return err },
+		"bad fail mode":  func() error { _, err := rls.New(s, rls.Config{}, rls.WithFailMode(middleware.FailMode(9))); return err },
 		"nil registerer": func() error { _, err := rls.NewMetrics(nil); return err },
 		"empty domain":   func() error { _, err := rls.New(s, rls.Config{Domains: []rls.Domain{{}}}); return err },
 		"duplicate domain": func() error {

@@ -40,8 +40,8 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 10}
 `}
-	for _, mode := range []rls.FailureMode{rls.FailOpen, rls.FailClosed} {
-		srv := serve(t, st, files, rls.WithFailureMode(mode), rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy))
+	for _, mode := range []middleware.FailMode{middleware.FailOpen, middleware.FailClosed} {
+		srv := serve(t, st, files, rls.WithFailMode(mode), rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy))
 		r := srv.call(t, "f", 0, desc("enforced", "x"), desc("shadowed", "x"))
 		if len(r.ResponseHeadersToAdd) != 0 {
 			t.Errorf("%v: headers %v", mode, r.ResponseHeadersToAdd)
@@ -51,7 +51,7 @@ descriptors:
 				t.Errorf("%v: status %d %v tells a reset or units left", mode, i, s)
 			}
 		}
-		if mode == rls.FailOpen {
+		if mode == middleware.FailOpen {
 			want(t, r, ok, "OK -", "OK -")
 		} else {
 			want(t, r, over, "OVER", "OK -")

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/store/redisstore"
 )
@@ -24,14 +25,14 @@ import (
 func TestRedisAway(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		mode    rls.FailureMode
+		mode    middleware.FailMode
 		code    codes.Code
 		overall rlspb.RateLimitResponse_Code
 		outcome floodgate.Outcome
 	}{
-		{"error", rls.FailError, codes.Unavailable, 0, floodgate.OutcomeErrorOpen},
-		{"open", rls.FailOpen, codes.OK, ok, floodgate.OutcomeErrorOpen},
-		{"closed", rls.FailClosed, codes.OK, over, floodgate.OutcomeErrorClosed},
+		{"error", middleware.FailError, codes.Unavailable, 0, floodgate.OutcomeErrorOpen},
+		{"open", middleware.FailOpen, codes.OK, ok, floodgate.OutcomeErrorOpen},
+		{"closed", middleware.FailClosed, codes.OK, over, floodgate.OutcomeErrorClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -64,7 +65,7 @@ func TestRedisAway(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var last floodgate.Event
-			srv := serve(t, st, fixtures, rls.WithFailureMode(tc.mode), rls.WithObserver(floodgate.ObserverFunc(func(e floodgate.Event) {
+			srv := serve(t, st, fixtures, rls.WithFailMode(tc.mode), rls.WithObserver(floodgate.ObserverFunc(func(e floodgate.Event) {
 				mu.Lock()
 				last = e
 				mu.Unlock()

@@ -10,42 +10,6 @@ import (
 	"github.com/floodgate-go/floodgate/middleware"
 )
 
-// FailureMode says what ShouldRateLimit answers when the store cannot
-// decide (Redis away, and the store's own failure policy returned the
-// error). FailOpen and FailClosed are floodgate's fail modes (those of its
-// HTTP and gRPC middleware, decided by one internal admission core);
-// FailError, the default, is Envoy's own: the call fails and Envoy's
-// failure_mode_deny decides.
-type FailureMode int
-
-const (
-	// FailError answers the call with a gRPC Unavailable error, as the
-	// reference does: Envoy's failure_mode_deny then decides. The default.
-	FailError FailureMode = iota
-	// FailOpen answers OK for every descriptor, with no current_limit,
-	// limit_remaining or duration_until_reset and no rate-limit headers:
-	// nothing that tells a client to slow down or wait.
-	FailOpen
-	// FailClosed answers OVER_LIMIT for every enforcing descriptor that has
-	// a limit, with its current_limit, limit_remaining 0 and no
-	// duration_until_reset (when the limit resets is unknown while the
-	// store is away), and no rate-limit headers. Shadow-mode descriptors
-	// answer OK, as they never refuse; unlimited and unknown ones OK.
-	FailClosed
-)
-
-func (m FailureMode) String() string {
-	switch m {
-	case FailError:
-		return "error"
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	}
-	return "FailureMode(" + fmt.Sprint(int(m)) + ")"
-}
-
 // Option configures New.
 type Option struct {
 	apply func(*options) error
@@ -56,7 +20,7 @@ type options struct {
 	metrics   *Metrics
 	headers   middleware.HeaderSet
 	shadow    bool
-	failure   FailureMode
+	failure   middleware.FailMode
 	nearRatio float64
 	onReload  func(Reload)
 	now       func() time.Time
@@ -243,11 +207,29 @@ func WithGlobalShadowMode(on bool) Option {
 	return Option{func(c *options) error { c.shadow = on; return nil }}
 }
 
-// WithFailureMode sets what is answered when the store cannot decide.
-func WithFailureMode(m FailureMode) Option {
+// WithFailMode sets what ShouldRateLimit answers when the store cannot
+// decide (Redis away, and the store's own failure policy returned the
+// error):
+//
+//   - [middleware.FailError], the default, is Envoy's own: the call fails
+//     with gRPC Unavailable, as the reference's, and Envoy's
+//     failure_mode_deny decides.
+//   - [middleware.FailOpen] answers OK for every descriptor, with no
+//     current_limit, limit_remaining or duration_until_reset and no
+//     rate-limit headers: nothing that tells a client to slow down or wait.
+//   - [middleware.FailClosed] answers OVER_LIMIT for every enforcing
+//     descriptor that has a limit, with its current_limit, limit_remaining
+//     0 and no duration_until_reset (when the limit resets is unknown while
+//     the store is away), and no rate-limit headers. Shadow-mode
+//     descriptors answer OK, as they never refuse; unlimited and unknown
+//     ones OK.
+//
+// FailOpen and FailClosed are the HTTP and gRPC middleware's fail modes,
+// decided by the same admission core.
+func WithFailMode(m middleware.FailMode) Option {
 	return Option{func(c *options) error {
-		if m < FailError || m > FailClosed {
-			return fmt.Errorf("%w: rls: unknown failure mode %d", floodgate.ErrInvalidConfig, m)
+		if m > middleware.FailError {
+			return fmt.Errorf("%w: rls: unknown fail mode %d", floodgate.ErrInvalidConfig, m)
 		}
 		c.failure = m
 		return nil

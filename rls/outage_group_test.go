@@ -84,20 +84,20 @@ descriptors:
 	policies := []struct {
 		name     string
 		fp       redisstore.FailurePolicy
-		mode     rls.FailureMode
+		mode     middleware.FailMode
 		want, ev string
 	}{
-		{"error", redisstore.FailError(), rls.FailClosed, "OVER_LIMIT limit=7000 remaining=false reset=false", "[error_closed]"},
-		{"open", redisstore.FailOpen(), rls.FailClosed, "OK limit=0 remaining=false reset=false", "[error_open]"},
-		{"closed", redisstore.FailClosed(2 * time.Second), rls.FailOpen, "OVER_LIMIT limit=7000 remaining=false reset=false", "[error_closed]"},
+		{"error", redisstore.FailError(), middleware.FailClosed, "OVER_LIMIT limit=7000 remaining=false reset=false", "[error_closed]"},
+		{"open", redisstore.FailOpen(), middleware.FailClosed, "OK limit=0 remaining=false reset=false", "[error_open]"},
+		{"closed", redisstore.FailClosed(2 * time.Second), middleware.FailOpen, "OVER_LIMIT limit=7000 remaining=false reset=false", "[error_closed]"},
 		// The local window starts with its elapsed share taken: some left.
-		{"fallback", redisstore.Fallback(mem, 1), rls.FailClosed, "OK limit=7000 remaining=true reset=true", "[fallback]"},
+		{"fallback", redisstore.Fallback(mem, 1), middleware.FailClosed, "OK limit=7000 remaining=true reset=true", "[fallback]"},
 	}
 	for _, p := range policies {
 		t.Run(p.name, func(t *testing.T) {
 			st, srv := killable(t, p.fp)
 			obs := &outcomes{}
-			s := serve(t, st, files, rls.WithFailureMode(p.mode), rls.WithObserver(obs), rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy))
+			s := serve(t, st, files, rls.WithFailMode(p.mode), rls.WithObserver(obs), rls.WithHeaders(middleware.HeadersIETF|middleware.HeadersLegacy))
 			srv.Kill()
 			one := s.call(t, "o", 0, desc("a", "single"))
 			evOne, n := obs.since(0)

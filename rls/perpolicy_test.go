@@ -147,20 +147,20 @@ func TestPerLimitEventsInOutage(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		fp      redisstore.FailurePolicy
-		mode    rls.FailureMode
+		mode    middleware.FailMode
 		code    codes.Code
 		outcome string
 		shadow  string // the shadow-mode limit's count, "" for none
 	}{
-		{"closed", redisstore.FailError(), rls.FailClosed, codes.OK, "request error_closed", ""},
-		{"open", redisstore.FailError(), rls.FailOpen, codes.OK, "request error_open", ""},
-		{"error", redisstore.FailError(), rls.FailError, codes.Unavailable, "request error_open", ""},
+		{"closed", redisstore.FailError(), middleware.FailClosed, codes.OK, "request error_closed", ""},
+		{"open", redisstore.FailError(), middleware.FailOpen, codes.OK, "request error_open", ""},
+		{"error", redisstore.FailError(), middleware.FailError, codes.Unavailable, "request error_open", ""},
 		// The local fallback decides: an admitted request charges the
 		// shadow-mode limit too; a refused one (Fallback's buckets start
 		// drained at the switch) charges none, and each of its limits
 		// reports fallback.
-		{"fallback", redisstore.FallbackWith(mem, same), rls.FailClosed, codes.OK, "request fallback", "shadow per-client fallback"},
-		{"fallback-refused", redisstore.Fallback(mem, 1), rls.FailClosed, codes.OK, "request fallback", ""},
+		{"fallback", redisstore.FallbackWith(mem, same), middleware.FailClosed, codes.OK, "request fallback", "shadow per-client fallback"},
+		{"fallback-refused", redisstore.Fallback(mem, 1), middleware.FailClosed, codes.OK, "request fallback", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, srv := killable(t, tc.fp)
@@ -169,7 +169,7 @@ func TestPerLimitEventsInOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := serve(t, st, perPolicyFiles, rls.WithFailureMode(tc.mode), rls.WithObserver(obs))
+			s := serve(t, st, perPolicyFiles, rls.WithFailMode(tc.mode), rls.WithObserver(obs))
 			srv.Kill()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admit"
+	"github.com/floodgate-go/floodgate/middleware"
 )
 
 // dstatus is what one request descriptor came to.
@@ -169,33 +170,39 @@ func (s *Service) storeFailure(lead *floodgate.Check, marks [3]uint64) (admit.Fa
 	return 0, false
 }
 
-// core is the admission core's fail mode of m, the answer of a call the
-// store could not decide; false for FailError, which answers none (the
+// failCore is the admission core's fail mode of m, the answer of a call
+// the store could not decide; false for FailError, which answers none (the
 // call fails, and Envoy's failure_mode_deny decides).
-func (m FailureMode) core() (admit.FailMode, bool) {
+func failCore(m middleware.FailMode) (admit.FailMode, bool) {
 	switch m {
-	case FailOpen:
+	case middleware.FailOpen:
 		return admit.FailOpen, true
-	case FailClosed:
+	case middleware.FailClosed:
 		return admit.FailClosed, true
 	}
 	return 0, false
 }
 
-// modeName names a fail mode in metrics and logs: open, closed.
-func modeName(m admit.FailMode) string {
-	if m == admit.FailClosed {
-		return FailClosed.String()
+// failName names a fail mode in metrics and logs: error, open, closed.
+func failName(m middleware.FailMode) string {
+	switch m {
+	case middleware.FailOpen:
+		return "open"
+	case middleware.FailClosed:
+		return "closed"
 	}
-	return FailOpen.String()
+	return "error"
 }
+
+// modeName names a core's fail mode in metrics and logs: open, closed.
+func modeName(m admit.FailMode) string { return failName(m) }
 
 // answerError answers a call the store could not decide by the failure
 // mode: FailError fails the call with Unavailable (Envoy decides, by
 // default, failure_mode_deny false, letting the request through).
 func (s *Service) answerError(c *call, err error, start int64) (*rlspb.RateLimitResponse, error) {
 	var resp *rlspb.RateLimitResponse
-	mode, ok := s.opts.failure.core()
+	mode, ok := failCore(s.opts.failure)
 	if ok {
 		resp = s.failAnswer(c.ds, mode)
 	}
@@ -203,7 +210,7 @@ func (s *Service) answerError(c *call, err error, start int64) (*rlspb.RateLimit
 	if s.opts.metrics != nil {
 		s.opts.metrics.storeError()
 	}
-	s.storeFailed(s.opts.failure.String(), err)
+	s.storeFailed(failName(s.opts.failure), err)
 	if resp == nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}

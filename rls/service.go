@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/credkey"
 	"github.com/floodgate-go/floodgate/internal/monotime"
 	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/middleware"
 	"github.com/floodgate-go/floodgate/policy"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -126,7 +127,7 @@ const maxOverrides = 1024
 // New returns a Service running cfg on s.
 func New(s store.Store, cfg Config, opts ...Option) (*Service, error) {
 	svc := &Service{store: s, overrides: map[overrideKey]*lim{}}
-	svc.opts = options{nearRatio: 0.8, now: monotime.Clock{}.Now}
+	svc.opts = options{nearRatio: 0.8, now: monotime.Clock{}.Now, failure: middleware.FailError}
 	for i, o := range opts {
 		if o.apply == nil {
 			return nil, fmt.Errorf("%w: rls: option %d is the zero Option", floodgate.ErrInvalidConfig, i)

@@ -427,6 +427,9 @@ func WithLimit(l floodgate.Limiter, key KeyFunc) Option {
 // default is [middleware.FailOpen]. It applies to New, Policies and Shed.
 func WithFailMode(m middleware.FailMode) CommonOption {
 	return commonOpt(func(c *config) error {
+		if m == middleware.FailError {
+			return invalid("FailError is the Envoy service's (the call fails and Envoy decides); the interceptors answer themselves: FailOpen or FailClosed")
+		}
 		if m != middleware.FailOpen && m != middleware.FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}

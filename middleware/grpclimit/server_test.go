@@ -312,19 +312,20 @@ func TestKeysHostileAndIPv6(t *testing.T) {
 func TestOptionsValidation(t *testing.T) {
 	l := newBucket(t, floodgate.PerSecond(1), 1)
 	bad := map[string][]Option{
-		"two key sources": {WithHeaderKey("a"), WithKeyFunc(func(context.Context, string) string { return "" })},
-		"reserved md":     {WithHeaderKey("grpc-timeout")},
-		"bad md name":     {WithHeaderKey("a b")},
-		"empty md name":   {WithHeaderKey("")},
-		"nil observer":    {WithObserver(nil)},
-		"nil key func":    {WithKeyFunc(nil)},
-		"nil cost":        {WithCost(nil)},
-		"nil route":       {WithRouteFunc(nil)},
-		"nil filter":      {WithFilter(nil)},
-		"fail mode":       {WithFailMode(7)},
-		"prefix":          {WithIPPrefix(0, 64)},
-		"empty name":      {WithName("")},
-		"nil option":      {nil},
+		"two key sources":   {WithHeaderKey("a"), WithKeyFunc(func(context.Context, string) string { return "" })},
+		"reserved md":       {WithHeaderKey("grpc-timeout")},
+		"bad md name":       {WithHeaderKey("a b")},
+		"empty md name":     {WithHeaderKey("")},
+		"nil observer":      {WithObserver(nil)},
+		"nil key func":      {WithKeyFunc(nil)},
+		"nil cost":          {WithCost(nil)},
+		"nil route":         {WithRouteFunc(nil)},
+		"nil filter":        {WithFilter(nil)},
+		"fail mode":         {WithFailMode(7)},
+		"envoy's fail mode": {WithFailMode(middleware.FailError)},
+		"prefix":            {WithIPPrefix(0, 64)},
+		"empty name":        {WithName("")},
+		"nil option":        {nil},
 	}
 	for name, opts := range bad {
 		_, err := New(l, opts...)

@@ -421,6 +421,9 @@ func WithRetryJitter(max time.Duration) CommonOption {
 // [middleware.FailMode]). The default is [middleware.FailOpen].
 func WithFailMode(m middleware.FailMode) CommonOption {
 	return commonOpt(func(c *config) error {
+		if m == middleware.FailError {
+			return invalid("FailError is the Envoy service's (the call fails and Envoy decides); the middleware answers itself: FailOpen or FailClosed")
+		}
 		if m > middleware.FailClosed {
 			return invalid("unknown fail mode %d", m)
 		}

@@ -87,7 +87,7 @@ func rawState(t *testing.T, s *Store, keys []string, algs []algo.Algorithm) (map
 	ctx := context.Background()
 	for _, k := range keys {
 		for _, a := range algs {
-			rk := s.Key(k, a)
+			rk := s.keyOf(k, a)
 			v, err := s.client.Do(ctx, s.client.B().Get().Key(rk).Build()).ToString()
 			if err != nil {
 				v = "<" + err.Error() + ">"
@@ -115,7 +115,7 @@ func TestApplyAllDenialChangesNothing(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, all)
 			ttl := func(k string, a algo.Algorithm) int64 {
-				v, err := c.Do(ctx, c.B().Pttl().Key(s.Key(k, a)).Build()).AsInt64()
+				v, err := c.Do(ctx, c.B().Pttl().Key(s.keyOf(k, a)).Build()).AsInt64()
 				require.NoError(t, err)
 				return v
 			}
@@ -192,7 +192,7 @@ func TestSlotOf(t *testing.T) {
 	s := testStore(t, c)
 	alg := tokenBucket(t, floodgate.PerSecond(1), 1)
 	for _, k := range append(hostileKeys(t), "a", "b", "user-42") {
-		want, err := c.Do(context.Background(), c.B().ClusterKeyslot().Key(s.Key(k, alg)).Build()).AsInt64()
+		want, err := c.Do(context.Background(), c.B().ClusterKeyslot().Key(s.keyOf(k, alg)).Build()).AsInt64()
 		require.NoError(t, err)
 		require.Equal(t, want, int64(slotOf(k)), "key %q", short(k))
 	}

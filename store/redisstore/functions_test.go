@@ -267,7 +267,7 @@ func TestWindowKeepsItsTTL(t *testing.T) {
 			ctx := context.Background()
 			pttl := func(k string) (ttl, left int64) {
 				t.Helper()
-				ttl, err := c.Do(ctx, c.B().Pttl().Key(s.Key(k, hour)).Build()).AsInt64()
+				ttl, err := c.Do(ctx, c.B().Pttl().Key(s.keyOf(k, hour)).Build()).AsInt64()
 				require.NoError(t, err)
 				now, err := c.Do(ctx, c.B().Time().Build()).AsIntSlice()
 				require.NoError(t, err)
@@ -295,7 +295,7 @@ func TestWindowKeepsItsTTL(t *testing.T) {
 			for i := range 2 {
 				_, err := s.Apply(ctx, "d", sec, 1)
 				require.NoError(t, err)
-				ttl, err := c.Do(ctx, c.B().Pttl().Key(s.Key("d", sec)).Build()).AsInt64()
+				ttl, err := c.Do(ctx, c.B().Pttl().Key(s.keyOf("d", sec)).Build()).AsInt64()
 				require.NoError(t, err)
 				assert.Positive(t, ttl, "write %d", i)
 				assert.LessOrEqual(t, ttl, int64(1000), "write %d", i)

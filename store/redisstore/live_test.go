@@ -269,7 +269,7 @@ func TestValueKeepsItsParameters(t *testing.T) {
 		alg := versions[family][0]
 		_, err := s.Apply(ctx, family, alg, 1)
 		require.NoError(t, err)
-		v, err := c.Do(ctx, c.B().Get().Key(s.Key(family, alg)).Build()).ToString()
+		v, err := c.Do(ctx, c.B().Get().Key(s.keyOf(family, alg)).Build()).ToString()
 		require.NoError(t, err)
 		state, params, ok := strings.Cut(v, "|")
 		require.True(t, ok, "value %q", v)
@@ -278,11 +278,11 @@ func TestValueKeepsItsParameters(t *testing.T) {
 		// The same state without its parameters decides the same.
 		want, err := s.Apply(ctx, family, alg, 0)
 		require.NoError(t, err)
-		require.NoError(t, c.Do(ctx, c.B().Set().Key(s.Key(family, alg)).Value(state).Px(time.Minute).Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(s.keyOf(family, alg)).Value(state).Px(time.Minute).Build()).Error())
 		got, err := s.Apply(ctx, family, alg, 0)
 		require.NoError(t, err)
 		require.Equal(t, want, got, "%s: a value without parameters", family)
-		v, err = c.Do(ctx, c.B().Get().Key(s.Key(family, alg)).Build()).ToString()
+		v, err = c.Do(ctx, c.B().Get().Key(s.keyOf(family, alg)).Build()).ToString()
 		require.NoError(t, err)
 		require.Equal(t, state+"|"+params, v, "%s: rewritten with its parameters", family)
 	}

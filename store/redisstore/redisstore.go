@@ -259,13 +259,13 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Key returns the Redis key that holds key's state for alg: the prefix, a
+// keyOf returns the Redis key that holds key's state for alg: the prefix, a
 // hash tag made of the 64-bit FNV-1a hash of key in hex (so that braces in
 // key never steer the Cluster slot, and the keys of one user key share a
 // slot across algorithms), the algorithm's namespace in hex, ':', and key
 // itself (so that two user keys never share a Redis key, whatever their
 // hashes).
-func (s *Store) Key(key string, alg algo.Algorithm) string {
+func (s *Store) keyOf(key string, alg algo.Algorithm) string {
 	return s.redisKey(key, hex16(alg.Spec().Namespace))
 }
 

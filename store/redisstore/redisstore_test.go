@@ -119,7 +119,7 @@ func TestTTLIsTimeToFull(t *testing.T) {
 		_, err := s.Apply(ctx, "k", alg, 1)
 		require.NoError(t, err)
 	}
-	key := s.Key("k", alg)
+	key := s.keyOf("k", alg)
 	ttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, int64(400))
@@ -138,7 +138,7 @@ func TestKeyLayout(t *testing.T) {
 	require.NoError(t, err)
 	alg := tokenBucket(t, floodgate.PerSecond(1), 1)
 	for _, k := range []string{"", "{", "}", "a}b{", "{x}", "a{x}", "b{x}"} {
-		rk := s.Key(k, alg)
+		rk := s.keyOf(k, alg)
 		require.True(t, strings.HasPrefix(rk, defaultPrefix+"{"), rk)
 		tag := rk[len(defaultPrefix)+1:]
 		end := strings.IndexByte(tag, '}')
@@ -146,7 +146,7 @@ func TestKeyLayout(t *testing.T) {
 		assert.Equal(t, hex16(fnv64a(k)), tag[:end])
 		assert.True(t, strings.HasSuffix(rk, ":"+k))
 	}
-	assert.NotEqual(t, s.Key("a{x}", alg)[:len(defaultPrefix)+18], s.Key("b{x}", alg)[:len(defaultPrefix)+18],
+	assert.NotEqual(t, s.keyOf("a{x}", alg)[:len(defaultPrefix)+18], s.keyOf("b{x}", alg)[:len(defaultPrefix)+18],
 		"braces in the user key do not choose the slot")
 }
 

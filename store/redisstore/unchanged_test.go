@@ -59,7 +59,7 @@ func TestDenialWritesNothing(t *testing.T) {
 				require.NoError(t, cl.err)
 				return cl.d
 			}
-			rk := tc.s.Key(key, tc.alg)
+			rk := tc.s.keyOf(key, tc.alg)
 			require.True(t, take().Allowed)
 			for i := 0; take().Allowed; i++ { // drain what the burst leaves
 				require.Less(t, i, 5, "no denial")

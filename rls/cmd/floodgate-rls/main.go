@@ -260,9 +260,9 @@ func (f *flags) options() ([]rls.Option, error) {
 	}
 	switch f.redisFailure {
 	case "open":
-		opts = append(opts, rls.WithFailureMode(rls.FailOpen))
+		opts = append(opts, rls.WithFailMode(middleware.FailOpen))
 	case "closed":
-		opts = append(opts, rls.WithFailureMode(rls.FailClosed))
+		opts = append(opts, rls.WithFailMode(middleware.FailClosed))
 	}
 	return opts, nil
 }
@@ -473,8 +473,8 @@ func openStore(addr, cluster, prefix string, timeout time.Duration, failure stri
 	if cluster != "" {
 		addrs = strings.Split(cluster, ",")
 	}
-	// open and closed are the service's failure modes (rls.FailOpen,
-	// rls.FailClosed: answers without a quota that would make a client
+	// open and closed are the service's failure modes (middleware.FailOpen,
+	// middleware.FailClosed: answers without a quota that would make a client
 	// wait); the store returns the error.
 	fp := redisstore.FailError()
 	closeLocal := func() {}
