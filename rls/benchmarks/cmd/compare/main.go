@@ -69,17 +69,7 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(work)
-	// The reference reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
-	refDir := filepath.Join(work, "runtime", "ratelimit", "config")
-	fgDir := filepath.Join(work, "floodgate")
-	for _, d := range []string{refDir, fgDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			fail(err)
-		}
-		if err := os.WriteFile(filepath.Join(d, "edge.yaml"), []byte(config), 0o644); err != nil {
-			fail(err)
-		}
-	}
+	fgDir := writeConfigs(work)
 	refBin := filepath.Join(work, "ratelimit")
 	fgBin := filepath.Join(work, "floodgate-rls")
 	nullBin := filepath.Join(work, "nullrls")
@@ -118,11 +108,7 @@ func main() {
 		}
 		procs = append(procs, p)
 	}
-	targets := []struct {
-		name string
-		port int
-		pid  int
-	}{
+	targets := []target{
 		{"envoyproxy/ratelimit, Redis", refPort, ref.Process.Pid},
 		{"floodgate-rls, Redis", fgRedisPort, fgRedis.Process.Pid},
 		{"floodgate-rls, memstore", fgMemPort, fgMem.Process.Pid},
@@ -146,7 +132,6 @@ func main() {
 		fail(err)
 	}
 	defer rc.Close()
-	type res struct{ rps, p50, p99, cpu, rcpu, cmdUsec, cmds float64 }
 	results := make([][]res, len(targets))
 	for r := range *rounds {
 		for i := range targets {
@@ -163,6 +148,25 @@ func main() {
 				r+1, targets[k].name, rps, p50, p99, cpu, rcpu, usec/calls, cmds/calls)
 		}
 	}
+	summarize(targets, results)
+}
+
+// target is one service measured.
+type target struct {
+	name string
+	port int
+	pid  int
+}
+
+// res is one measurement of one target: calls per second, latencies (µs),
+// the server's and Redis's CPU per call (µs), Redis's command time per call
+// (µs) and commands per call.
+type res struct{ rps, p50, p99, cpu, rcpu, cmdUsec, cmds float64 }
+
+// summarize prints the medians and ranges of every target, and the
+// per-round ratios against the reference (targets[0]) and of the memory
+// store against the transport's ceiling.
+func summarize(targets []target, results [][]res) {
 	fmt.Printf("\n%-30s %-28s %-24s %-24s %-20s %-20s\n", "target", "calls/s median (min-max)", "p50 µs median (min-max)", "p99 µs median (min-max)", "server CPU µs/call", "Redis CPU µs/call")
 	for i, t := range targets {
 		col := func(f func(res) float64) string {
@@ -215,6 +219,23 @@ func main() {
 	m3, lo3, hi3 := stats(cpu)
 	fmt.Printf("\n%s against %s: throughput %.2fx (%.2f-%.2f)%s   calls per server CPU second %.2fx (%.2f-%.2f)%s\n", targets[mem].name, targets[ceil].name,
 		m, lo, hi, crosses(lo, hi), m3, lo3, hi3, crosses(lo3, hi3))
+}
+
+// writeConfigs writes the config where the reference reads it
+// (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml under work) and where
+// floodgate-rls does; it returns floodgate-rls's directory.
+func writeConfigs(work string) string {
+	refDir := filepath.Join(work, "runtime", "ratelimit", "config")
+	fgDir := filepath.Join(work, "floodgate")
+	for _, d := range []string{refDir, fgDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			fail(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "edge.yaml"), []byte(config), 0o644); err != nil {
+			fail(err)
+		}
+	}
+	return fgDir
 }
 
 // redisPID asks the Redis at addr for its process id (it must run on this
