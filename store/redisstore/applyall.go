@@ -263,21 +263,7 @@ func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, c
 		}
 	}
 	if len(errs) == 0 && !all {
-		// Refused: the slots whose ops all fit report their keys as they
-		// stand (one more evaluation, of peeks), as a single script does.
-		var peeks []group
-		for k, r := range res {
-			if r.all {
-				peeks = append(peeks, gs[k].peek())
-			}
-		}
-		pres := make([]result, len(peeks))
-		s.execAll(ctx, peeks, modeEvaluate, out, pres)
-		for _, r := range pres {
-			if r.err != nil {
-				errs = append(errs, r.err)
-			}
-		}
+		errs = s.peekFitting(ctx, gs, res, out)
 	}
 	if len(errs) > 0 || !all || !commit {
 		return all, errors.Join(errs...)
@@ -285,8 +271,37 @@ func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, c
 	if s.between != nil {
 		s.between()
 	}
+	return s.commitAll(ctx, gs, out, res)
+}
+
+// peekFitting reports, for a refused call, the keys of the slots whose ops
+// all fit as they stand (one more evaluation, of peeks), as a single
+// script does; it returns the errors of that evaluation.
+func (s *Store) peekFitting(ctx context.Context, gs []group, res []result, out []floodgate.Decision) []error {
+	var peeks []group
+	for k, r := range res {
+		if r.all {
+			peeks = append(peeks, gs[k].peek())
+		}
+	}
+	pres := make([]result, len(peeks))
+	s.execAll(ctx, peeks, modeEvaluate, out, pres)
+	var errs []error
+	for _, r := range pres {
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	return errs
+}
+
+// commitAll commits the groups that all evaluated as fitting; when a slot
+// refuses (a concurrent call got in between the phases) or fails, it gives
+// back what the others took.
+func (s *Store) commitAll(ctx context.Context, gs []group, out []floodgate.Decision, res []result) (bool, error) {
 	s.execAll(ctx, gs, modeCommit, out, res)
 	var back []group
+	var errs []error
 	for k, r := range res {
 		switch {
 		case r.err != nil:
@@ -298,8 +313,6 @@ func (s *Store) run(ctx context.Context, gs []group, out []floodgate.Decision, c
 	if len(back) == len(gs) {
 		return true, nil
 	}
-	// A slot refused (a concurrent call got in between the phases) or
-	// failed: give back what the others took.
 	scratch := make([]floodgate.Decision, len(out))
 	rres := make([]result, len(back))
 	s.execAll(context.WithoutCancel(ctx), back, modeKeepEvery, scratch, rres)
