@@ -57,16 +57,35 @@ return out
 // scriptBatchWordBody is scriptBatchBody for an algorithm whose state is
 // one word (the token bucket), written for the server's time per decision
 // (Redis runs one script at a time, so it is the throughput of a busy
-// limiter): a key's state is a number between the calls of the batch; a value
-// as the store writes it ("w|params") is read with one match, any other
-// through load; each decision's numbers are written to the reply without a
-// loop. Same semantics as scriptBatchBody: save's rules, written out.
+// limiter). ARGV: the injected time or the empty string, the policy, "d"
+// when the batch's keys are distinct (runBatch checks) else the empty
+// string, the costs. With distinct keys each key is read, stepped and
+// written in turn, with no table of states: one step table reused, the
+// decision's numbers written to the reply without a loop. Else a key's
+// state is a number between the calls of the batch, kept by key. A value
+// as the store writes it ("w|params") is read with one match (wordOf), any
+// other through load. Same semantics as scriptBatchBody: save's rules
+// (putWord).
 const scriptBatchWordBody = `
 local test, now = clock(ARGV[1])
 local q = policy('1', ARGV[2])
 local p, pstr, conv, vf = q[4], q[5], q[6], q[7]
 local vals = redis.call('MGET', unpack(KEYS))
-local out, st, raw, ow = {}, {}, {}, {}
+local out, sb = {}, {0}
+if ARGV[3] == 'd' then
+  for i = 1, #KEYS do
+    local v = vals[i]
+    local w, ow = 0, nil
+    if v then w, ow = wordOf(v, q, pstr, conv, p, now) end
+    sb[1] = w
+    local s2, d = step(sb, now, smallint[ARGV[i + 3]] or tonumber(ARGV[i + 3]), p)
+    local o = i * 6 - 6
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = d[1], d[2], d[3], d[4], d[5], d[6]
+    putWord(KEYS[i], s2[1], now, test, vf, v, ow)
+  end
+  return out
+end
+local st, raw, ow = {}, {}, {}
 for i = 1, #KEYS do
   local key = KEYS[i]
   local w = st[key]
@@ -74,47 +93,66 @@ for i = 1, #KEYS do
     local v = vals[i]
     raw[key] = v
     w = 0
-    if v then
-      local a, ps = string.match(v, '^(%-?%d+)|(.*)$')
-      if ps then
-        w = tonumber(a)
-        ow[key] = w
-        if ps ~= pstr and conv then
-          local op = {}
-          for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
-          w = conv({w}, now, op, p)[1]
-        end
-      else
-        local s, _, w0 = load(v, q, now)
-        w, ow[key] = s[1], w0
-      end
-    end
+    if v then w, ow[key] = wordOf(v, q, pstr, conv, p, now) end
   end
-  local s2, d = step({w}, now, smallint[ARGV[i + 2]] or tonumber(ARGV[i + 2]), p)
+  sb[1] = w
+  local s2, d = step(sb, now, smallint[ARGV[i + 3]] or tonumber(ARGV[i + 3]), p)
   st[key] = s2[1]
   local o = i * 6 - 6
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = d[1], d[2], d[3], d[4], d[5], d[6]
 end
 for key, w in pairs(st) do
-  local old = raw[key]
+  putWord(key, w, now, test, vf, raw[key], ow[key])
+end
+return out
+`
+
+// luaBatchWord defines wordOf and putWord, the read and the write of a
+// one-word state for scriptBatchWordBody (in its prelude: a function
+// defined in a body is a closure made on every call).
+const luaBatchWord = `
+-- wordOf returns the state word of value v (not false) for policy q
+-- (pstr, conv, p: its parameters, convert and Params), converted when it
+-- was written with other parameters, and the word v held (nil: v is not
+-- in the store's format).
+local function wordOf(v, q, pstr, conv, p, now)
+  local a, ps = string.match(v, '^(%-?%d+)|(.*)$')
+  if not ps then
+    local s, _, w0 = load(v, q, now)
+    return s[1], w0
+  end
+  local w = tonumber(a)
+  if ps ~= pstr and conv then
+    local op = {}
+    for x in string.gmatch(ps, '[^,]+') do op[#op + 1] = tonumber(x) end
+    return conv({w}, now, op, p)[1], w
+  end
+  return w, w
+end
+-- putWord writes word w to key as save does: deleted when full (if old,
+-- the value the key held, is not false), left alone when the value is
+-- the same, written with KEEPTTL when its time to full is the one the key
+-- held (ow), else with a TTL of its time to full (at least a minute with
+-- an injected time). The TTL is formatted as an integer (a number given
+-- to redis.call is formatted with %.14g, which costs the server more).
+local function putWord(key, w, now, test, vf, old, ow)
   if w <= now then
     if old then redis.call('DEL', key) end
-  else
-    local v = string.format(vf, w)
-    if test then
-      local ttl = math.floor((w - now + 999) / 1000)
-      if ttl < 60000 then ttl = 60000 end
-      redis.call('SET', key, v, 'PX', ttl)
-    elseif v ~= old then
-      if w == ow[key] then
-        redis.call('SET', key, v, 'KEEPTTL')
-      else
-        redis.call('SET', key, v, 'PX', math.floor((w - now + 999) / 1000))
-      end
+    return
+  end
+  local v = string.format(vf, w)
+  if test then
+    local ttl = math.floor((w - now + 999) / 1000)
+    if ttl < 60000 then ttl = 60000 end
+    redis.call('SET', key, v, 'PX', string.format('%d', ttl))
+  elseif v ~= old then
+    if w == ow then
+      redis.call('SET', key, v, 'KEEPTTL')
+    else
+      redis.call('SET', key, v, 'PX', string.format('%d', math.floor((w - now + 999) / 1000)))
     end
   end
 end
-return out
 `
 
 // batchScripts caches the batch script per (Name, Source, one word).
@@ -129,6 +167,7 @@ func batchScriptFor(sp algo.Spec) *script {
 	prelude := fmt.Sprintf("-- floodgate redisstore batch script: %s\nlocal step, convert = (function()\n%s\nend)()\nlocal steps, converts = {step}, {convert}\n%s", sp.Name, sp.Lua.Source, luaCommon)
 	body := scriptBatchBody
 	if oneWord {
+		prelude += luaBatchWord
 		body = scriptBatchWordBody
 	}
 	l, _ := batchScripts.LoadOrStore(key, newScript(prelude, body))
@@ -304,12 +343,18 @@ func (b *coalescer) finish(c *call) (floodgate.Decision, error) {
 // runBatch runs one batch script and delivers every result.
 func (b *coalescer) runBatch(batch []*call) {
 	keys := make([]string, len(batch))
-	args := make([]string, 0, 1+len(b.p.args)+len(batch))
+	args := make([]string, 0, 2+len(b.p.args)+len(batch))
 	args = append(args, b.s.injectedNow())
 	args = append(args, b.p.args...)
+	if b.p.oneWord {
+		args = append(args, "") // "d" when the keys are distinct, below
+	}
 	for i, c := range batch {
 		keys[i] = b.s.redisKey(c.key, b.p.nsHex)
 		args = append(args, strconv.FormatInt(c.n, 10))
+	}
+	if b.p.oneWord && distinct(keys) {
+		args[1+len(b.p.args)] = "d"
 	}
 	b.batches.Add(1)
 	b.batched.Add(int64(len(batch)))
@@ -331,4 +376,24 @@ func (b *coalescer) runBatch(batch []*call) {
 			callPool.Put(c)
 		}
 	}
+}
+
+// distinct reports whether no key appears twice in keys.
+func distinct(keys []string) bool {
+	if len(keys) <= 8 {
+		for i := 1; i < len(keys); i++ {
+			if slices.Contains(keys[:i], keys[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if _, dup := seen[k]; dup {
+			return false
+		}
+		seen[k] = struct{}{}
+	}
+	return true
 }

@@ -106,8 +106,8 @@ func nextTime(r *rand.Rand, now int64) int64 {
 	return now + r.Int64N(sc)
 }
 
-// The batch script makes the same decisions as the Go steps (keys that
-// appear twice in one batch included), and shares the state encoding with
+// The batch script makes the same decisions as the Go steps (batches of
+// distinct keys and batches where keys appear twice), and shares the state encoding with
 // the single-call scripts: steps alternate between the two, with injected
 // times (one time per batch).
 func TestBatchScriptEquivalence(t *testing.T) {
@@ -139,8 +139,10 @@ func TestBatchScriptEquivalence(t *testing.T) {
 				for i := range perBatch {
 					ops = append(ops, op{i, cost()})
 				}
+				// Steps 0, 4: a batch with keys twice; 2, 6: a batch of
+				// distinct keys (the script's other path); odd: single calls.
 				batched := step%2 == 0
-				if batched {
+				if step%4 == 0 {
 					for i := 0; i < perBatch; i += 2 {
 						ops = append(ops, op{i, cost()})
 					}
@@ -261,57 +263,70 @@ func twinIDs(t *testing.T, algs ...algo.Algorithm) []uint16 {
 // The batch script converts a key written with other parameters (a live
 // change) as the single-call scripts do: states left by one version
 // through single calls, then one batch of the next version on the same
-// keys (every other key twice), decide as the Go convert then step do.
+// keys (every other key twice, or each key once: the one-word script's
+// path for distinct keys), decide as the Go convert then step do.
 func TestBatchScriptConverts(t *testing.T) {
-	const keys = 60
 	c := newClient(t, singleAddr)
 	clk := storetest.NewClock(time.Unix(1_700_000_000, 0))
 	s := testStore(t, c, withClock(clk), WithCoalescing(1))
-	for family, versions := range livetest.Versions(t) {
-		t.Run(family, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(uint64(len(family)), 11))
-			goStates := make([]algo.State, keys)
-			key := func(i int) string { return family + ":" + strconv.Itoa(i) }
-			for v := 1; v < len(versions); v++ {
-				from, to := versions[v-1], versions[v]
-				for i := range keys { // states of from, through single calls
-					clk.Advance(time.Duration(r.IntN(3000)) * time.Microsecond)
-					n := r.Int64N(from.Spec().Capacity + 1)
-					_, err := s.Apply(context.Background(), key(i), from, n)
-					require.NoError(t, err)
-					goStates[i], _ = from.Step(goStates[i], micros.Of(clk.Now()), n)
-				}
-				clk.Advance(time.Duration(r.IntN(3000)) * time.Microsecond)
-				now := micros.Of(clk.Now())
-				p, err := s.prepare(to)
-				require.NoError(t, err)
-				var batch []*call
-				var idx []int
-				for i := range keys {
-					for range 1 + i%2 {
-						batch = append(batch, &call{key: key(i), n: r.Int64N(to.Spec().Capacity+2) - 1, done: make(chan struct{}, 1)})
-						idx = append(idx, i)
-					}
-				}
-				moved := make([]bool, keys)
-				conv := !slices.Equal(algo.StateParams(from.Spec()), algo.StateParams(to.Spec()))
-				p.co.runBatch(batch)
-				for j, cl := range batch {
-					require.NoError(t, cl.err)
-					i := idx[j]
-					st := goStates[i]
-					if st.W[0] <= now {
-						st = algo.State{}
-					} else if conv && !moved[i] {
-						st = to.(algo.Converter).Convert(st, now, from)
-					}
-					moved[i] = true
-					next, want := to.Step(st, now, cl.n)
-					require.Equal(t, want, cl.d, "version %d, key %d, call %d (n=%d)", v, i, j, cl.n)
-					goStates[i] = next
-				}
+	for run, versions := range livetest.Versions(t) {
+		for _, twice := range []bool{true, false} {
+			family := run
+			if !twice {
+				family += "-distinct"
 			}
-		})
+			t.Run(family, func(t *testing.T) { batchConverts(t, s, clk, family, versions, twice) })
+		}
+	}
+}
+
+func batchConverts(t *testing.T, s *Store, clk *storetest.Clock, family string, versions []algo.Algorithm, twice bool) {
+	const keys = 60
+	r := rand.New(rand.NewPCG(uint64(len(family)), 11))
+	goStates := make([]algo.State, keys)
+	key := func(i int) string { return family + ":" + strconv.Itoa(i) }
+	for v := 1; v < len(versions); v++ {
+		from, to := versions[v-1], versions[v]
+		for i := range keys { // states of from, through single calls
+			clk.Advance(time.Duration(r.IntN(3000)) * time.Microsecond)
+			n := r.Int64N(from.Spec().Capacity + 1)
+			_, err := s.Apply(context.Background(), key(i), from, n)
+			require.NoError(t, err)
+			goStates[i], _ = from.Step(goStates[i], micros.Of(clk.Now()), n)
+		}
+		clk.Advance(time.Duration(r.IntN(3000)) * time.Microsecond)
+		now := micros.Of(clk.Now())
+		p, err := s.prepare(to)
+		require.NoError(t, err)
+		var batch []*call
+		var idx []int
+		for i := range keys {
+			calls := 1
+			if twice {
+				calls += i % 2
+			}
+			for range calls {
+				batch = append(batch, &call{key: key(i), n: r.Int64N(to.Spec().Capacity+2) - 1, done: make(chan struct{}, 1)})
+				idx = append(idx, i)
+			}
+		}
+		moved := make([]bool, keys)
+		conv := !slices.Equal(algo.StateParams(from.Spec()), algo.StateParams(to.Spec()))
+		p.co.runBatch(batch)
+		for j, cl := range batch {
+			require.NoError(t, cl.err)
+			i := idx[j]
+			st := goStates[i]
+			if st.W[0] <= now {
+				st = algo.State{}
+			} else if conv && !moved[i] {
+				st = to.(algo.Converter).Convert(st, now, from)
+			}
+			moved[i] = true
+			next, want := to.Step(st, now, cl.n)
+			require.Equal(t, want, cl.d, "version %d, key %d, call %d (n=%d)", v, i, j, cl.n)
+			goStates[i] = next
+		}
 	}
 }
 
@@ -365,6 +380,26 @@ func TestCoalescedGroupsSameAsMemory(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, all, gc.all, "trial %d, group %d", trial, j)
 			require.Equal(t, want, gc.out, "trial %d, group %d of %d: %v", trial, j, len(batch), opss[j])
+		}
+	}
+}
+
+// distinct tells batches of distinct keys (the one-word script's path
+// without a table of states) from batches with a key twice, small (pairs
+// compared) and large (a set).
+func TestDistinct(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 8, 9, 40} {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+		}
+		require.True(t, distinct(keys), "n=%d", n)
+		for i := 1; i < n; i++ {
+			for j := range i {
+				dup := slices.Clone(keys)
+				dup[i] = dup[j]
+				require.False(t, distinct(dup), "n=%d, key %d twice (at %d)", n, j, i)
+			}
 		}
 	}
 }
