@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/didip/tollbooth/v8"
 	tblimiter "github.com/didip/tollbooth/v8/limiter"
@@ -50,6 +51,12 @@ func middlewarePeers() []mwPeer {
 		// the header fields (and the recorder's copy of them).
 		{"floodgate-no-headers", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
 			return floodgateMW(tb, next, httplimit.WithHeaders(middleware.HeadersNone))
+		}},
+		// Not a limiter: the least any middleware that sends the three
+		// X-RateLimit-* fields does (the limit a constant, remaining and
+		// reset formatted per request into one block), deciding nothing.
+		{"floor-three-fields", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
+			return threeFields(next), func() {}
 		}},
 		{"ulule", func(tb testing.TB, next http.Handler) (http.Handler, func()) {
 			l := limiter.New(ululemem.NewStore(), limiter.Rate{Period: time.Second, Limit: 1_000_000})
@@ -139,4 +146,29 @@ func floodgateMW(tb testing.TB, next http.Handler, opts ...httplimit.Option) (ht
 		tb.Fatal(err)
 	}
 	return mw(next), func() { _ = s.Close() }
+}
+
+// threeFields is the floor-three-fields row: X-RateLimit-Limit,
+// -Remaining and -Reset written as floodgate writes them (one allocated
+// block holds the values and their digits; canonical keys written
+// directly), with remaining counting down per request.
+func threeFields(next http.Handler) http.Handler {
+	limit := []string{"1000000"}
+	var n int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		blk := new(struct {
+			vals   [2]string
+			digits [24]byte
+		})
+		d := strconv.AppendInt(blk.digits[:0], 1_000_000-n%1_000_000, 10)
+		cut := len(d)
+		d = strconv.AppendInt(d, 1, 10)
+		blk.vals[0], blk.vals[1] = unsafe.String(&d[0], cut), unsafe.String(&d[cut], len(d)-cut)
+		h := w.Header()
+		h["X-Ratelimit-Limit"] = limit
+		h["X-Ratelimit-Remaining"] = blk.vals[0:1:1]
+		h["X-Ratelimit-Reset"] = blk.vals[1:2:2]
+		next.ServeHTTP(w, r)
+	})
 }

@@ -74,6 +74,21 @@ func redisPeers() []redisPeer {
 				return c.Ping(ctx).Err()
 			}, func() { _ = c.Close() }
 		}},
+		// Not a limiter: the least a lone decision on a key that Redis
+		// keeps by its own clock costs the server (a function that reads
+		// TIME, GETs the key, SETs it with a TTL and returns a decision's
+		// six numbers, as floodgate's lone call does), one FCALL per
+		// decision. Serial only: 64 goroutines' calls are batched.
+		{"floor-lua", func(tb testing.TB) (func(context.Context, string) error, func()) {
+			c := newRueidis(tb)
+			ctx := context.Background()
+			if err := c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(floorLua).Build()).Error(); err != nil {
+				tb.Fatalf("FUNCTION LOAD: %v", err)
+			}
+			return func(ctx context.Context, key string) error {
+				return c.Do(ctx, c.B().Fcall().Function("fgbench_floor").Numkeys(1).Key("floor:"+key).Build()).Error()
+			}, c.Close
+		}},
 		{"redis_rate", func(tb testing.TB) (func(context.Context, string) error, func()) {
 			c := newGoRedis()
 			l := redis_rate.NewLimiter(c)
@@ -135,6 +150,9 @@ func BenchmarkRedis(b *testing.B) {
 		})
 	}
 	for _, p := range redisPeers() {
+		if strings.HasPrefix(p.name, "floor") {
+			continue // one call per decision: not a floor for batched calls
+		}
 		b.Run("64-goroutines/"+p.name, func(b *testing.B) {
 			op, closeFn := p.mk(b)
 			defer closeFn()
@@ -203,3 +221,18 @@ func reportServerCPU(b *testing.B, c rueidis.Client, cpu0 float64) {
 		b.ReportMetric((serverCPU(b, c)-cpu0)/float64(b.N), "redis-cpu-us/op")
 	}
 }
+
+// floorLua is the floor-lua row's function: what a decision by the
+// server's clock cannot do without (TIME, GET, SET with a TTL, a reply of
+// six numbers), deciding nothing.
+const floorLua = `#!lua name=fgbench_floor
+redis.register_function('fgbench_floor', function(keys, args)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local w = tonumber(redis.call('GET', keys[1])) or 0
+  if w < now then w = now end
+  w = w + 1
+  redis.call('SET', keys[1], w, 'PX', 1000)
+  return {1, 1000000, 999999, 0, 1, 0}
+end)
+`

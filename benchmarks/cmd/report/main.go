@@ -221,6 +221,7 @@ func render(res []result, svgName string, count int, benchtime string) string {
 	fmt.Fprintf(&b, "- Method: %d rounds, each running every benchmark once (`-benchtime %s`), so that the libraries compared are measured interleaved; figures are medians over the rounds. ", count, benchtime)
 	fmt.Fprintf(&b, "The ratio column is floodgate's figure divided by the peer's, per round: the median, and in brackets the min-max over the rounds; below 1.00 floodgate is faster (or smaller), and \"crosses 1.0\" marks a comparison this run does not settle. ")
 	fmt.Fprintf(&b, "The Redis tables add the Redis server's CPU per operation (`%s`: the growth of INFO cpu's used_cpu_user + used_cpu_sys over each run, divided by its operations, measured in the same interleaved run) and its ratio. ", cpuUnit)
+	fmt.Fprintf(&b, "Rows named floor-* are not libraries: each does the least any row of its table must do on this machine (its benchmark says what), so that floor / peer, written under the table, bounds the ratio any library can reach. ")
 	fmt.Fprintf(&b, "The raw output is kept in `bench.txt` for `benchstat`.\n\n")
 	fmt.Fprintf(&b, "![ns/op per library](%s)\n\n", svgName)
 	for _, t := range tables(res) {
@@ -277,8 +278,40 @@ func render(res []result, svgName string, count int, benchtime string) string {
 			fmt.Fprintf(&b, "\n")
 		}
 		fmt.Fprintf(&b, "\n")
+		writeFloor(&b, t.rows, key, extra)
 	}
 	return b.String()
+}
+
+// isFloor tells a floor row: not a library, the least work any library of
+// its table does (each floor's benchmark says what it does).
+func isFloor(lib string) bool { return strings.HasPrefix(lib, "floor") }
+
+// writeFloor writes, under a table with a floor row, the floor's figure
+// over each peer's: how far below a peer any library of the table can go
+// on this machine, which bounds the ratio floodgate can reach.
+func writeFloor(b *strings.Builder, rows []result, key string, extra []string) {
+	for _, f := range rows {
+		if !isFloor(f.lib) {
+			continue
+		}
+		var parts []string
+		for _, r := range rows {
+			if isOurs(r.lib) || isFloor(r.lib) || r.lib == "bare" || r.metrics[key] <= 0 {
+				continue
+			}
+			part := r.lib + " " + ratioText(f, r, key)
+			for _, u := range extra {
+				if f.metrics[u] > 0 && r.metrics[u] > 0 {
+					part += ", Redis CPU " + ratioText(f, r, u)
+				}
+			}
+			parts = append(parts, part)
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(b, "%s (not a library: the least work of any row) / this: %s.\n\n", f.lib, strings.Join(parts, "; "))
+		}
+	}
 }
 
 // ratioText is floodgate's figure over the peer's: the median of the
