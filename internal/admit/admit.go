@@ -193,7 +193,7 @@ func (c *Core) DecideChecks(ctx context.Context, checks, shadow []floodgate.Chec
 	if len(checks) > 0 {
 		v = c.verdict(ctx, checks)
 	}
-	c.observe(ev, start, v, checks)
+	c.observe(&ev, start, &v, checks)
 	if len(shadow) > 0 && v.Kind == Admit {
 		d, err := c.take(ctx, shadow)
 		if err == nil && c.cfg.Observer != nil {
@@ -209,7 +209,7 @@ func (c *Core) DecideChecks(ctx context.Context, checks, shadow []floodgate.Chec
 
 func (c *Core) decide(ctx context.Context, checks []floodgate.Check, ev floodgate.Event, start int64) Verdict {
 	v := c.verdict(ctx, checks)
-	c.observe(ev, start, v, checks)
+	c.observe(&ev, start, &v, checks)
 	return v
 }
 
@@ -438,8 +438,10 @@ func wait(ctx context.Context, d time.Duration) bool {
 }
 
 // observe reports a request's events: one per (request, policy).
-func (c *Core) observe(ev floodgate.Event, start int64, v Verdict, checks []floodgate.Check) {
-	c.report(floodgate.SourceRequest, ev, start, v, checks)
+func (c *Core) observe(ev *floodgate.Event, start int64, v *Verdict, checks []floodgate.Check) {
+	if c.cfg.Observer != nil { // else the event and the verdict are not copied
+		c.report(floodgate.SourceRequest, *ev, start, *v, checks)
+	}
 }
 
 // report reports one event of source src per check: each names its

@@ -31,7 +31,7 @@ func (c *Core) DecideOne(ctx context.Context, key string, n int, ev floodgate.Ev
 	one := [1]floodgate.Check{{Limiter: c.limits[0].Limiter, Key: key, N: n}}
 	d, err := takeOne(ctx, &one[0])
 	v := c.judge(ctx, one[:], d, err, true)
-	c.observe(ev, start, v, one[:])
+	c.observe(&ev, start, &v, one[:])
 	return v
 }
 
@@ -55,7 +55,7 @@ func takeOne(ctx context.Context, ch *floodgate.Check) (d floodgate.Decision, er
 func (c *Core) Fail(ctx context.Context, err error, ev floodgate.Event, start int64) Verdict {
 	if len(c.limits) == 0 {
 		v := c.judge(ctx, nil, floodgate.Decision{}, err, false)
-		c.observe(ev, start, v, nil)
+		c.observe(&ev, start, &v, nil)
 		return v
 	}
 	one := [1]floodgate.Check{{Limiter: c.limits[0].Limiter}}
@@ -67,7 +67,7 @@ func (c *Core) Fail(ctx context.Context, err error, ev floodgate.Event, start in
 		}
 	}
 	v := c.judge(ctx, checks, floodgate.Decision{}, err, false)
-	c.observe(ev, start, v, checks)
+	c.observe(&ev, start, &v, checks)
 	return v
 }
 

@@ -126,9 +126,9 @@ func BenchmarkOverhead(b *testing.B) {
 			for b.Loop() {
 				clear(h)
 				if path == "general" {
-					lm.cfg.writeHeaders(lm, h, checks, v, "ip")
+					lm.cfg.writeHeaders(lm, h, checks, &v, "ip")
 				} else {
-					lm.writeHeaders(h, checks, v, "ip")
+					lm.writeHeaders(h, checks, &v, "ip")
 				}
 			}
 			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")

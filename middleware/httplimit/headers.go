@@ -43,7 +43,7 @@ type headerBlock struct {
 // writeHeaders writes the informational header groups of verdict v, whose
 // checks hold each limit's own decision, with f's members; the field names
 // are the canonical constants, written straight into the map.
-func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
+func (c *config) writeHeaders(f limitFields, h http.Header, checks []floodgate.Check, v *admit.Verdict, scope string) {
 	if c.headers&(middleware.HeadersIETF|middleware.HeadersLegacy|middleware.HeadersDiagnostic) == 0 {
 		return
 	}
@@ -118,7 +118,7 @@ const (
 // limit's fields, in a header map no other rate-limit middleware wrote
 // to, take writeOne's shorter path; everything else (several limits,
 // diagnostic fields, stacked middlewares) the general one.
-func (m *limiterMW) writeHeaders(h http.Header, checks []floodgate.Check, v admit.Verdict, scope string) {
+func (m *limiterMW) writeHeaders(h http.Header, checks []floodgate.Check, v *admit.Verdict, scope string) {
 	c := &m.cfg
 	if len(checks) == 1 && c.headers&middleware.HeadersDiagnostic == 0 && c.headers&(middleware.HeadersIETF|middleware.HeadersLegacy) != 0 {
 		_, stackedIETF := h[hRateLimit]
@@ -137,7 +137,7 @@ func (m *limiterMW) writeHeaders(h http.Header, checks []floodgate.Check, v admi
 // RateLimit member's name, X-RateLimit-Limit when the decision's limit is
 // the capacity) and X-RateLimit-Remaining and -Reset pointing into the
 // RateLimit member's digits when they are the same numbers.
-func (m *limiterMW) writeOne(h http.Header, v admit.Verdict) {
+func (m *limiterMW) writeOne(h http.Header, v *admit.Verdict) {
 	hd := &m.hdrs[0]
 	ietf, legacy := m.cfg.headers&middleware.HeadersIETF != 0, m.cfg.headers&middleware.HeadersLegacy != 0
 	d := v.Decision
@@ -263,7 +263,7 @@ func putFields(h http.Header, blk *headerBlock, buf []byte, sp *ratehdr.Fields, 
 // appendCurrent appends verdict v's RateLimit members to buf, as
 // [ratehdr.Member] chooses them: every limit's on an admission, only the
 // refusing limits' on a refusal.
-func appendCurrent(buf []byte, f limitFields, checks []floodgate.Check, v admit.Verdict) []byte {
+func appendCurrent(buf []byte, f limitFields, checks []floodgate.Check, v *admit.Verdict) []byte {
 	retry := time.Duration(0)
 	if v.Kind == admit.Deny {
 		retry = v.RetryAfter

@@ -65,8 +65,8 @@ func TestOneLimitHeadersMatchGeneral(t *testing.T) {
 				if rng.IntN(2) == 0 { // a field the handler's outer layers set
 					want["Content-Type"], got["Content-Type"] = []string{"text/plain"}, []string{"text/plain"}
 				}
-				m.cfg.writeHeaders(m, want, checks, v, "ip")
-				m.writeHeaders(got, checks, v, "ip")
+				m.cfg.writeHeaders(m, want, checks, &v, "ip")
+				m.writeHeaders(got, checks, &v, "ip")
 				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("%s limiter, %s headers, verdict %+v:\n got %q\nwant %q", lname, gname, v, got, want)
 				}
@@ -81,8 +81,8 @@ func TestOneLimitHeadersMatchGeneral(t *testing.T) {
 	checks := []floodgate.Check{{Limiter: described, Decision: d}}
 	for _, pre := range []http.Header{{}, {hRateLimit: {`"outer";r=1;t=1`}, hRateLimitPolicy: {`"outer";q=5;w=1`}, hRemaining: {"1"}}} {
 		want, got := pre.Clone(), pre.Clone()
-		m.cfg.writeHeaders(m, want, checks, v, "ip")
-		m.writeHeaders(got, checks, v, "ip")
+		m.cfg.writeHeaders(m, want, checks, &v, "ip")
+		m.writeHeaders(got, checks, &v, "ip")
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("diagnostic headers over %q:\n got %q\nwant %q", pre, got, want)
 		}

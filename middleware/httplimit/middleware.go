@@ -223,7 +223,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			v = m.core.DecideOne(r.Context(), one[0].Key, one[0].N, ev, start)
 			one[0].Decision = v.Decision
 		}
-		h.respond(w, r, one[:], v, fromIP)
+		h.respond(w, r, one[:], &v, fromIP)
 		return
 	}
 	cs := m.checks.Get().(*[]floodgate.Check)
@@ -239,12 +239,12 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		v = m.core.Decide(r.Context(), checks, ev, start)
 	}
-	h.respond(w, r, checks, v, fromIP)
+	h.respond(w, r, checks, &v, fromIP)
 }
 
 // respond translates verdict v into the response: a refusal, or the
 // headers and the next handler.
-func (h *limitHandler) respond(w http.ResponseWriter, r *http.Request, checks []floodgate.Check, v admit.Verdict, fromIP bool) {
+func (h *limitHandler) respond(w http.ResponseWriter, r *http.Request, checks []floodgate.Check, v *admit.Verdict, fromIP bool) {
 	m := h.m
 	c := &m.cfg
 	scope := m.scopeKey
@@ -259,7 +259,7 @@ func (h *limitHandler) respond(w http.ResponseWriter, r *http.Request, checks []
 // answer translates verdict v: it writes a refusal (and reports false), or
 // the informational headers, with setHeaders, of an admission that goes on
 // (and reports true). setHeaders also runs on a rate-limit refusal.
-func (c *config) answer(w http.ResponseWriter, v admit.Verdict, scope string, setHeaders func()) bool {
+func (c *config) answer(w http.ResponseWriter, v *admit.Verdict, scope string, setHeaders func()) bool {
 	switch v.Kind {
 	case admit.Deny:
 		setHeaders()

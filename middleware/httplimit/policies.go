@@ -165,9 +165,9 @@ func (h *policiesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// the fewest units left.
 		scope = m.core.Deciding(match.Checks, v)
 	}
-	admitted := c.answer(w, v, scope, func() {
+	admitted := c.answer(w, &v, scope, func() {
 		if len(match.Checks) > 0 {
-			c.writeHeaders(m, w.Header(), match.Checks, v, scope)
+			c.writeHeaders(m, w.Header(), match.Checks, &v, scope)
 		}
 	})
 	match.Release()
