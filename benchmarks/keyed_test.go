@@ -154,25 +154,23 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-// zipfFloor is the least work of any keyed limiter on the zipf1M draws that
-// reads the exact clock, as floodgate's default does: hash the key, load
-// its word from a table the size of floodgate's for a million one-word
-// keys (2^21 slots of 24 bytes), read the monotonic clock, store the word.
-// It is not a limiter (no key is told apart from another sharing its slot,
-// nothing is decided): its row is the floor the others are measured
-// against. The clock's read waits for the loads before it, so the key's
-// and the slot's memory misses are paid in full by every decision.
-// The table is made and touched once per process, as floodgate's is
-// populated before its runs.
+// zipfFloor is the least work of a keyed limiter on the zipf1M draws that
+// reads the exact clock, as floodgate's default and every peer of the
+// table do (floodgate-coarse-clock does not): hash the key, load its word
+// from a table the size of floodgate's for a million one-word keys (2^21
+// slots of 24 bytes), read the monotonic clock, store the word. It is not
+// a limiter (keys sharing a slot are not told apart, nothing is decided):
+// its row is the floor of the rows that do that work. The clock's read
+// waits for the loads before it, so the key's and the slot's memory misses
+// are paid in full by every decision. The table is made and touched before
+// the timed loop and is garbage after it (a table kept alive would change
+// the collector's pace for the benchmarks after this one).
 func zipfFloor(b *testing.B, keys []string, draws []int32) {
 	const slots = 1 << 21
-	floorOnce.Do(func() {
-		floorTab = make([]uint64, 3*slots)
-		for i := range floorTab {
-			floorTab[i] = 1
-		}
-	})
-	tab := floorTab
+	tab := make([]uint64, 3*slots)
+	for i := range tab {
+		tab[i] = 1
+	}
 	seed := maphash.MakeSeed()
 	base := time.Now()
 	b.ReportAllocs()
@@ -185,8 +183,3 @@ func zipfFloor(b *testing.B, keys []string, draws []int32) {
 		i++
 	}
 }
-
-var (
-	floorOnce sync.Once
-	floorTab  []uint64
-)

@@ -74,11 +74,13 @@ func redisPeers() []redisPeer {
 				return c.Ping(ctx).Err()
 			}, func() { _ = c.Close() }
 		}},
-		// Not a limiter: the least a lone decision on a key that Redis
-		// keeps by its own clock costs the server (a function that reads
-		// TIME, GETs the key, SETs it with a TTL and returns a decision's
-		// six numbers, as floodgate's lone call does), one FCALL per
-		// decision. Serial only: 64 goroutines' calls are batched.
+		// Not a limiter: the least a lone decision that reads the server's
+		// clock and keeps a one-word state costs the server (a function that
+		// reads TIME, GETs the key, SETs it with a TTL and returns a
+		// decision's six numbers), one FCALL per decision: the floor of
+		// floodgate's token bucket and of redis_rate's GCRA, which do that
+		// work; not of ulule's fixed window (INCRBY and PTTL: the key's
+		// TTL is its clock). Serial only: 64 goroutines' calls are batched.
 		{"floor-lua", func(tb testing.TB) (func(context.Context, string) error, func()) {
 			c := newRueidis(tb)
 			ctx := context.Background()
@@ -222,9 +224,9 @@ func reportServerCPU(b *testing.B, c rueidis.Client, cpu0 float64) {
 	}
 }
 
-// floorLua is the floor-lua row's function: what a decision by the
-// server's clock cannot do without (TIME, GET, SET with a TTL, a reply of
-// six numbers), deciding nothing.
+// floorLua is the floor-lua row's function: what a decision that reads
+// the server's clock and keeps a one-word state cannot do without (TIME,
+// GET, SET with a TTL, a reply of six numbers), deciding nothing.
 const floorLua = `#!lua name=fgbench_floor
 redis.register_function('fgbench_floor', function(keys, args)
   local t = redis.call('TIME')

@@ -17,10 +17,11 @@ import (
 // not the step. When more than a few calls of one algorithm are in flight,
 // the calls that arrive meanwhile wait in a queue, and one script call takes
 // the whole queue: one TIME, one MGET, then each call's step in turn (a key
-// that appears twice sees its own earlier call), then one SET per key, all
-// atomically. Each decision is still made by exactly one script run, in one
-// round trip once it leaves the queue, with the same semantics as alone (the
-// calls of one batch on one key see each other in order).
+// that appears twice sees its own earlier call) and one SET per key after
+// its last call, all atomically. Each decision is still made by exactly one
+// script run, in one round trip once it leaves the queue, with the same
+// semantics as alone (the calls of one batch on one key see each other in
+// order).
 //
 // Only on single-node and Sentinel clients: on a Cluster the keys of one
 // script must share a slot, which the keys of different users do not.
@@ -133,8 +134,9 @@ end
 -- the value the key held, is not false), left alone when the value is
 -- the same, written with KEEPTTL when its time to full is the one the key
 -- held (ow), else with a TTL of its time to full (at least a minute with
--- an injected time). The TTL is formatted as an integer (a number given
--- to redis.call is formatted with %.14g, which costs the server more).
+-- an injected time). The TTL is formatted as an integer here: a number
+-- given to redis.call is converted by the server with %.17g (fpconv_dtoa
+-- from Redis 7.2), which costs it more than string.format('%d').
 local function putWord(key, w, now, test, vf, old, ow)
   if w <= now then
     if old then redis.call('DEL', key) end

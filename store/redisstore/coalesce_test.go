@@ -403,3 +403,87 @@ func TestDistinct(t *testing.T) {
 		}
 	}
 }
+
+// The one-word batch script's two paths (a batch of distinct keys, "d",
+// and the path with a table of states, "") make the same replies and
+// leave the same values and TTLs, from the same values: none, current,
+// written with other parameters (with and without a params list longer
+// than the policy's), without parameters (written before they were kept),
+// full (past), not a number, at costs from a refund to more than the
+// burst.
+func TestBatchWordPathsSame(t *testing.T) {
+	c := newClient(t, singleAddr)
+	ctx := context.Background()
+	s := testStore(t, c, WithCoalescing(1))
+	to := tokenBucket(t, floodgate.PerSecond(7), 5)
+	from := tokenBucket(t, floodgate.PerSecond(3), 9)
+	p, err := s.prepare(to)
+	require.NoError(t, err)
+	pstr, fstr := stateParams(p.spec), stateParams(from.Spec())
+	const now = 1_700_000_000_000_000
+	fut, past := strconv.FormatInt(now+400_000, 10), strconv.FormatInt(now-400_000, 10)
+	inits := []string{"", fut + "|" + pstr, fut + "|" + fstr, fut, past, "abc|" + pstr, past + "|" + pstr, fut + "|" + fstr + ",7", "x"}
+	type result struct {
+		reply []int64
+		vals  []string
+		ttls  []int64
+	}
+	for _, n := range []int64{0, 1, 3, 100, -2} {
+		var out [2]result
+		for pi, flag := range []string{"d", ""} {
+			keys := make([]string, len(inits))
+			args := []string{strconv.FormatInt(now, 10), p.args[0], flag}
+			for i, v := range inits {
+				keys[i] = s.redisKey("paths-"+strconv.Itoa(pi)+"-"+strconv.Itoa(i), p.nsHex)
+				require.NoError(t, c.Do(ctx, c.B().Del().Key(keys[i]).Build()).Error())
+				if v != "" {
+					require.NoError(t, c.Do(ctx, c.B().Set().Key(keys[i]).Value(v).PxMilliseconds(123_456).Build()).Error())
+				}
+				args = append(args, strconv.FormatInt(n, 10))
+			}
+			out[pi].reply, err = s.call(ctx, batchScriptFor(p.spec), keys, args).AsIntSlice()
+			require.NoError(t, err, "flag %q, n %d", flag, n)
+			for _, k := range keys {
+				v, err := c.Do(ctx, c.B().Get().Key(k).Build()).ToString()
+				if rueidis.IsRedisNil(err) {
+					v = "<none>"
+				}
+				ttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+				require.NoError(t, err)
+				out[pi].vals = append(out[pi].vals, v)
+				out[pi].ttls = append(out[pi].ttls, (ttl+500)/1000)
+			}
+		}
+		require.Equal(t, out[1], out[0], "n %d: the distinct path (first) and the other", n)
+	}
+}
+
+// With the server's clock, a value whose state word the batch leaves as
+// it was but writes anew (one written before parameters were kept, now
+// written with them) keeps its TTL (KEEPTTL), on both paths of the
+// one-word batch script: SET with PX would set its time to full.
+func TestBatchWordKeepsTTL(t *testing.T) {
+	c := newClient(t, singleAddr)
+	ctx := context.Background()
+	s := testStore(t, c, WithCoalescing(1))
+	p, err := s.prepare(tokenBucket(t, floodgate.PerSecond(7), 5))
+	require.NoError(t, err)
+	tm, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+	require.NoError(t, err)
+	sec, err := strconv.ParseInt(tm[0], 10, 64)
+	require.NoError(t, err)
+	fut := strconv.FormatInt(sec*1_000_000+60_000_000, 10) // a minute ahead: a peek leaves it
+	for _, flag := range []string{"d", ""} {
+		keys := []string{s.redisKey("keepttl-a"+flag, p.nsHex), s.redisKey("keepttl-b"+flag, p.nsHex)}
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(keys[0]).Value(fut).PxMilliseconds(900_000).Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Del().Key(keys[1]).Build()).Error())
+		_, err := s.call(ctx, batchScriptFor(p.spec), keys, []string{"", p.args[0], flag, "0", "1"}).AsIntSlice()
+		require.NoError(t, err)
+		v, err := c.Do(ctx, c.B().Get().Key(keys[0]).Build()).ToString()
+		require.NoError(t, err)
+		require.Equal(t, fut+"|"+stateParams(p.spec), v, "flag %q", flag)
+		ttl, err := c.Do(ctx, c.B().Pttl().Key(keys[0]).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Greater(t, ttl, int64(800_000), "flag %q: the TTL was set anew (%d ms), not kept", flag, ttl)
+	}
+}

@@ -29,8 +29,8 @@ func chart(res []result) string {
 		}
 		for _, r := range t.rows {
 			v, ok := r.metrics["ns/op"]
-			if !ok || v <= 0 || r.metrics["B/key"] != 0 {
-				continue
+			if !ok || v <= 0 || r.metrics["B/key"] != 0 || isFloor(r.lib) {
+				continue // floors are not libraries: the tables show them
 			}
 			s.bars = append(s.bars, bar{r.lib, v, isOurs(r.lib)})
 			lo, hi = math.Min(lo, v), math.Max(hi, v)

@@ -221,7 +221,7 @@ func render(res []result, svgName string, count int, benchtime string) string {
 	fmt.Fprintf(&b, "- Method: %d rounds, each running every benchmark once (`-benchtime %s`), so that the libraries compared are measured interleaved; figures are medians over the rounds. ", count, benchtime)
 	fmt.Fprintf(&b, "The ratio column is floodgate's figure divided by the peer's, per round: the median, and in brackets the min-max over the rounds; below 1.00 floodgate is faster (or smaller), and \"crosses 1.0\" marks a comparison this run does not settle. ")
 	fmt.Fprintf(&b, "The Redis tables add the Redis server's CPU per operation (`%s`: the growth of INFO cpu's used_cpu_user + used_cpu_sys over each run, divided by its operations, measured in the same interleaved run) and its ratio. ", cpuUnit)
-	fmt.Fprintf(&b, "Rows named floor-* are not libraries: each does the least any row of its table must do on this machine (its benchmark says what), so that floor / peer, written under the table, bounds the ratio any library can reach. ")
+	fmt.Fprintf(&b, "Rows named floor-* are not libraries: each does only the work that the rows it stands for cannot do without, on this machine (its benchmark says what, and which rows do that work: e.g. the Redis floor reads the server's clock and keeps a one-word state, as floodgate and redis_rate do and ulule's fixed window does not), so that floor / peer, written under the table, bounds the ratio a library doing that work can reach. Baseline rows (bare, *-PING) do less than any limiter. ")
 	fmt.Fprintf(&b, "The raw output is kept in `bench.txt` for `benchstat`.\n\n")
 	fmt.Fprintf(&b, "![ns/op per library](%s)\n\n", svgName)
 	for _, t := range tables(res) {
@@ -283,13 +283,17 @@ func render(res []result, svgName string, count int, benchtime string) string {
 	return b.String()
 }
 
-// isFloor tells a floor row: not a library, the least work any library of
-// its table does (each floor's benchmark says what it does).
+// isFloor tells a floor row: not a library, only the work that the rows
+// it stands for cannot do without (each floor's benchmark says what).
 func isFloor(lib string) bool { return strings.HasPrefix(lib, "floor") }
 
+// isBaseline tells a row that does less than any limiter: the bare
+// handler, a Redis PING.
+func isBaseline(lib string) bool { return lib == "bare" || strings.HasSuffix(lib, "-PING") }
+
 // writeFloor writes, under a table with a floor row, the floor's figure
-// over each peer's: how far below a peer any library of the table can go
-// on this machine, which bounds the ratio floodgate can reach.
+// over each peer's (baselines left out): how far below a peer a library
+// doing the floor's work can go on this machine.
 func writeFloor(b *strings.Builder, rows []result, key string, extra []string) {
 	for _, f := range rows {
 		if !isFloor(f.lib) {
@@ -297,7 +301,7 @@ func writeFloor(b *strings.Builder, rows []result, key string, extra []string) {
 		}
 		var parts []string
 		for _, r := range rows {
-			if isOurs(r.lib) || isFloor(r.lib) || r.lib == "bare" || r.metrics[key] <= 0 {
+			if isOurs(r.lib) || isFloor(r.lib) || isBaseline(r.lib) || r.metrics[key] <= 0 {
 				continue
 			}
 			part := r.lib + " " + ratioText(f, r, key)
@@ -309,7 +313,7 @@ func writeFloor(b *strings.Builder, rows []result, key string, extra []string) {
 			parts = append(parts, part)
 		}
 		if len(parts) > 0 {
-			fmt.Fprintf(b, "%s (not a library: the least work of any row) / this: %s.\n\n", f.lib, strings.Join(parts, "; "))
+			fmt.Fprintf(b, "%s (not a library: see above) / this: %s.\n\n", f.lib, strings.Join(parts, "; "))
 		}
 	}
 }
