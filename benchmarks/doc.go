@@ -13,5 +13,8 @@
 // peer's, from medians over repeated runs. The Redis cases also report the
 // Redis server's CPU per operation (redis-cpu-us/op, from INFO cpu), which
 // the report compares in a column of its own; the server must serve nothing
-// else while they run.
+// else while they run. Rows named floor-* are not libraries: each does only
+// the work that the libraries it stands for cannot do without (its
+// benchmark's comment says what, and for which rows), and the report writes
+// floor / peer under its table.
 package benchmarks
